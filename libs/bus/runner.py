@@ -1,0 +1,57 @@
+"""A service's life: logging and tracing → bus → handlers → wait for SIGTERM → drain."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from libs.bus.bus import Bus, stable_id
+from libs.telemetry import configure_logging, setup_tracing
+from schemas import HealthReply, HealthRequest, SpanBatch, subjects
+
+Cleanup = Callable[[], Awaitable[None]]
+Setup = Callable[[Bus], Awaitable[Cleanup | None]]
+
+
+async def serve(
+    service: str, nats_url: str, setup: Setup, *, replica: str | None = None, log_level: str = "INFO"
+) -> None:
+    configure_logging(service, log_level)
+    log = structlog.get_logger()
+    telemetry = setup_tracing(service)
+    replica = replica or uuid.uuid4().hex[:8]
+    bus = await Bus.connect(nats_url, service, replica, telemetry)
+    await bus.ensure_log_stream()
+
+    async def publish_spans(batch: SpanBatch) -> None:
+        first = batch.spans[0]
+        await bus.publish_durable(
+            subjects.LOG_SPANS, batch, stable_id(first.trace_id, first.span_id, str(len(batch.spans)))
+        )
+
+    telemetry.attach_nats(asyncio.get_running_loop(), publish_spans)
+    cleanup = await setup(bus)
+
+    async def health(_: HealthRequest) -> HealthReply:
+        return HealthReply(stage=service, replica=replica)
+
+    # Subscribed last: a stage answers health checks only once it can take work.
+    await bus.subscribe(subjects.health(service), HealthRequest, health, queue=service, span=False)
+    log.info("ready", replica=replica)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("draining")
+    await bus.quiesce()
+    if cleanup is not None:
+        await cleanup()
+    await telemetry.shutdown()
+    await bus.close()
+    log.info("stopped")

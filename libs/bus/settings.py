@@ -1,0 +1,16 @@
+"""Settings every service shares; each service subclasses with its own env prefix."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore")
+
+    # NATS_URL is shared by every service, so it is read without the service's prefix.
+    nats_url: str = Field("nats://127.0.0.1:4222", validation_alias=AliasChoices("NATS_URL", "nats_url"))
+    log_level: str = Field("INFO", validation_alias=AliasChoices("SWITCHYARD_LOG_LEVEL", "log_level"))
+    data_dir: str = Field("var", validation_alias=AliasChoices("SWITCHYARD_DATA_DIR", "data_dir"))
+    replica: str | None = None

@@ -1,0 +1,250 @@
+"""Every message that crosses the bus.
+
+A request travels as one `Work` envelope: each stage reads it, adds its own part (prompt, verdicts,
+route, tool results) and forwards it, so the record of a request is the envelope's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from schemas.errors import ErrorInfo
+
+Role = Literal["system", "user", "assistant", "tool"]
+Mode = Literal["fast", "reasoning"]
+Api = Literal["chat", "openai", "anthropic", "replay"]
+TurnStatus = Literal["complete", "stopped", "error"]
+FinishReason = Literal["stop", "length", "cancelled", "error", "blocked"]
+
+
+class ChatMessage(BaseModel):
+    role: Role
+    content: str
+
+
+class Sampling(BaseModel):
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    # Always set by the gateway when the client leaves it open, so every logged request replays exactly.
+    seed: int | None = None
+    max_tokens: int = Field(256, ge=1, le=8192)
+    stop: list[str] = Field(default_factory=list, max_length=8)
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
+class SafetyVerdict(BaseModel):
+    category: str
+    score: float
+    action: Literal["allow", "flag", "block"]
+    classifier: str
+    version: str
+    detail: str = ""
+    source: str = "user"
+
+
+class RouteDecision(BaseModel):
+    model: str
+    mode: Mode
+    pool: str
+    replica: str
+    reason: str
+
+
+class ToolEvent(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    status: Literal["running", "ok", "error", "timeout"]
+    duration_ms: float = 0.0
+    output: str = ""
+    sources: list[str] = Field(default_factory=list)
+
+
+class Work(BaseModel):
+    """The request envelope handed from stage to stage."""
+
+    rid: str
+    tenant: str
+    user: str
+    key_id: str
+    api: Api = "chat"
+    chat_id: str | None = None
+    text: str
+    # Client-supplied earlier messages (OpenAI/Anthropic style), used when there is no stored chat.
+    messages: list[ChatMessage] = Field(default_factory=list)
+    system: str | None = None
+    model: str | None = None
+    mode: Mode | None = None
+    sampling: Sampling = Field(default_factory=Sampling)
+    created_ms: int = 0
+    persist: bool = True
+    # context
+    prompt_messages: list[ChatMessage] = Field(default_factory=list)
+    prompt: str = ""
+    prompt_tokens: int = 0
+    history_turns: int = 0
+    trimmed_turns: int = 0
+    # safety_in
+    verdicts: list[SafetyVerdict] = Field(default_factory=list)
+    # router
+    route: RouteDecision | None = None
+    # tools
+    tools: list[ToolEvent] = Field(default_factory=list)
+
+
+class Forward(BaseModel):
+    """What a pipeline stage hands back to the bus: the next subject, the work, and its decision."""
+
+    subject: str
+    work: Work
+    decision: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChatEvent(BaseModel):
+    """What the gateway relays to the client on `chat.events.<rid>`."""
+
+    rid: str
+    type: Literal["tool", "thinking", "delta", "done", "error"]
+    text: str = ""
+    tool: ToolEvent | None = None
+    usage: Usage | None = None
+    finish_reason: FinishReason | None = None
+    error: ErrorInfo | None = None
+    model: str | None = None
+
+
+class StreamOpen(BaseModel):
+    """Inference asks `pipeline.safety_out` for a checker before it publishes a single delta."""
+
+    work: Work
+
+
+class StreamOpenAck(BaseModel):
+    rid: str
+    replica: str
+
+
+class RawChunk(BaseModel):
+    """Inference output on `stream.raw.<rid>`, in order (`seq` starts at 0)."""
+
+    rid: str
+    seq: int
+    text: str = ""
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    error: ErrorInfo | None = None
+
+
+class CancelNotice(BaseModel):
+    rid: str
+    reason: str = "client_disconnected"
+
+
+class Turn(BaseModel):
+    id: str
+    rid: str
+    user_text: str
+    answer: str
+    status: Literal["complete", "stopped", "error"]
+    usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+    created_ms: int = 0
+
+
+class SaveTurn(BaseModel):
+    tenant: str
+    user: str
+    chat_id: str
+    turn: Turn
+
+
+class SaveTurnAck(BaseModel):
+    turn_id: str
+
+
+class ConversationQuery(BaseModel):
+    tenant: str
+    chat_id: str
+
+
+class ConversationReply(BaseModel):
+    chat_id: str
+    title: str | None = None
+    created_ms: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+
+
+class Heartbeat(BaseModel):
+    replica: str
+    pool: str
+    model: str
+    max_model_len: int
+    running: int = 0
+    waiting: int = 0
+    ts_ms: int
+
+
+class HealthRequest(BaseModel):
+    probe: str = "readyz"
+
+
+class HealthReply(BaseModel):
+    stage: str
+    replica: str
+    ok: bool = True
+    detail: str = ""
+
+
+class StageRecord(BaseModel):
+    """One stage's part of a request's record, published to JetStream `log.<stage>`."""
+
+    rid: str
+    stage: str
+    replica: str = ""
+    trace_id: str = ""
+    tenant: str = ""
+    started_ms: int
+    duration_ms: float
+    status: Literal["ok", "error"] = "ok"
+    decision: dict[str, Any] = Field(default_factory=dict)
+    error: ErrorInfo | None = None
+
+
+class SpanRecord(BaseModel):
+    trace_id: str
+    span_id: str
+    parent_id: str | None = None
+    name: str
+    service: str
+    kind: str = "internal"
+    start_ns: int
+    end_ns: int
+    status: str = "unset"
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    events: list[dict[str, Any]] = Field(default_factory=list)
+    rid: str | None = None
+
+
+class SpanBatch(BaseModel):
+    spans: list[SpanRecord]
+
+
+class RequestQuery(BaseModel):
+    rid: str
+
+
+class RequestRecordReply(BaseModel):
+    rid: str
+    record: dict[str, Any]
+    spans: list[SpanRecord] = Field(default_factory=list)

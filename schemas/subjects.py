@@ -1,0 +1,46 @@
+"""Subject names. Pipeline stages are queue groups: any number of replicas share a stage's work."""
+
+from __future__ import annotations
+
+STAGES = ("gateway", "context", "safety_in", "router", "tools", "inference", "safety_out", "logger")
+
+CONTEXT = "pipeline.context"
+SAFETY_IN = "pipeline.safety_in"
+ROUTE = "pipeline.route"
+TOOLS = "pipeline.tools"
+SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
+
+SAVE_TURN = "context.save_turn"  # request/reply: persist a finished turn before `done`
+CONVERSATION_GET = "context.conversation.get"
+
+HEARTBEAT = "infer.heartbeat"  # inference replicas announce themselves here
+
+ADMIN_REQUEST_GET = "admin.requests.get"
+
+LOG_STREAM = "LOG"
+LOG_SUBJECTS = "log.>"
+LOG_SPANS = "log.spans"
+
+
+def infer(pool: str, replica: str) -> str:
+    return f"infer.{pool}.{replica}"
+
+
+def stream_raw(rid: str) -> str:
+    return f"stream.raw.{rid}"
+
+
+def chat_events(rid: str) -> str:
+    return f"chat.events.{rid}"
+
+
+def chat_cancel(rid: str) -> str:
+    return f"chat.cancel.{rid}"
+
+
+def log_stage(stage: str) -> str:
+    return f"log.{stage}"
+
+
+def health(stage: str) -> str:
+    return f"health.{stage}"
