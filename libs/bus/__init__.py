@@ -5,4 +5,13 @@ from libs.bus.embedded import NatsServer, start_nats_server
 from libs.bus.runner import serve
 from libs.bus.settings import ServiceSettings
 
-__all__ = ["Bus", "BusError", "MsgContext", "NatsServer", "ServiceSettings", "current_context", "serve", "start_nats_server"]
+__all__ = [
+    "Bus",
+    "BusError",
+    "MsgContext",
+    "NatsServer",
+    "ServiceSettings",
+    "current_context",
+    "serve",
+    "start_nats_server",
+]
