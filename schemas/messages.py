@@ -176,6 +176,7 @@ class SaveTurnAck(BaseModel):
 class ConversationQuery(BaseModel):
     tenant: str
     chat_id: str
+    user: str = ""
 
 
 class ConversationReply(BaseModel):

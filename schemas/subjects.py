@@ -12,6 +12,8 @@ SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
 
 SAVE_TURN = "context.save_turn"  # request/reply: persist a finished turn before `done`
 CONVERSATION_GET = "context.conversation.get"
+# Opens (creating when absent) a tenant's conversation; not_found when the id belongs to another tenant.
+CONVERSATION_OPEN = "context.conversation.open"
 
 HEARTBEAT = "infer.heartbeat"  # inference replicas announce themselves here
 

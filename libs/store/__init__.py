@@ -1,0 +1,1 @@
+"""Persistence through SQLAlchemy async: SQLite by default, PostgreSQL with the same code."""

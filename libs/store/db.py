@@ -1,0 +1,39 @@
+"""Engine construction shared by every store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import MetaData, event
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+def database_url(configured: str | None, data_dir: str, name: str) -> str:
+    """The configured URL, else a SQLite file `<data_dir>/<name>.db`."""
+    if configured:
+        return configured
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    return f"sqlite+aiosqlite:///{Path(data_dir).resolve() / name}.db"
+
+
+def make_engine(url: str) -> AsyncEngine:
+    if url.startswith("postgresql://"):
+        url = "postgresql+asyncpg://" + url.removeprefix("postgresql://")
+    engine = create_async_engine(url, pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _pragmas(conn, _record):  # type: ignore[no-untyped-def]
+            # WAL lets readers (the console) proceed while a writer holds the file.
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=5000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+    return engine
+
+
+async def create_all(engine: AsyncEngine, metadata: MetaData) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
