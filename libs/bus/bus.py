@@ -39,10 +39,12 @@ log = structlog.get_logger()
 class BusError(Exception):
     """An error with a code from the contract; crosses the bus as an error reply or event."""
 
-    def __init__(self, code: ErrorCode, message: str):
+    def __init__(self, code: ErrorCode, message: str, decision: dict[str, Any] | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        # What the stage decided before failing (e.g. the verdicts behind a block), for the record.
+        self.decision = decision or {}
 
     def info(self) -> ErrorInfo:
         return ErrorInfo.of(self.code, self.message)
@@ -201,6 +203,14 @@ class Bus:
         self._subs.append(sub)
         return sub
 
+    async def unsubscribe(self, sub: Any) -> None:
+        if sub in self._subs:
+            self._subs.remove(sub)
+        try:
+            await sub.unsubscribe()
+        except Exception:  # already gone with a closed connection
+            pass
+
     async def stage(self, subject: str, handler: Callable[[Work], Awaitable[Forward]]) -> None:
         """A pipeline stage: Work in, Forward out; the bus forwards, records the stage and reports failure."""
 
@@ -223,6 +233,7 @@ class Bus:
                         duration_ms=(time.perf_counter() - t0) * 1000,
                         status="error",
                         error=err.info(),
+                        decision=err.decision,
                     )
                 )
                 return

@@ -1,0 +1,1 @@
+"""Inference: runs an engine behind the bus and streams deltas to `stream.raw.<rid>`."""

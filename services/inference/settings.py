@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from libs.bus import ServiceSettings
+
+
+class InferenceSettings(ServiceSettings):
+    model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_INFERENCE_")
+
+    engine: str = "native"  # 'native' | 'tensorrt_llm'
+    device: str = "cpu"  # native engine: 'cpu' | 'cuda'
+    dtype: str = "auto"
+    model_path: str | None = None
+    pool: str = "default"
+    max_model_len: int = 8192
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 512
+    block_size: int = 16
+    num_blocks: int = 0
+    enable_prefix_caching: bool = True
+    heartbeat_s: float = 2.0
+    metrics_port: int | None = None  # Prometheus /metrics; None => off

@@ -1,0 +1,1 @@
+"""Output safety: checks the answer as it streams, redacts, and stops on a blocked category."""

@@ -1,0 +1,80 @@
+"""Plan tool calls from the user's message, run them in parallel, show them, add results to the prompt."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from libs.bus import Bus, BusError
+from libs.tokenizer import Tokenizer, load_tokenizer
+from libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
+from schemas import ChatEvent, ChatMessage, ErrorCode, Forward, ToolEvent, Work, subjects
+from services.tools.settings import ToolsSettings
+
+
+def to_event(r: ToolResult) -> ToolEvent:
+    return ToolEvent(
+        id=r.call_id,
+        name=r.name,
+        arguments=r.arguments,
+        status=r.status,  # type: ignore[arg-type]
+        duration_ms=round(r.duration_ms, 1),
+        output=r.output[:2000],
+        sources=r.sources,
+    )
+
+
+def with_tool_results(messages: list[ChatMessage], data: str) -> list[ChatMessage]:
+    """Tool results go after the history and before the new message, so the history prefix (and the
+    KV blocks cached for it) stays byte-identical from turn to turn."""
+    return [*messages[:-1], ChatMessage(role="system", content=data), messages[-1]]
+
+
+class ToolsStage:
+    def __init__(self, bus: Bus, planner: ToolPlanner, runner: ToolRunner, tokenizer: Tokenizer):
+        self.bus = bus
+        self.planner = planner
+        self.runner = runner
+        self.tokenizer = tokenizer
+
+    async def handle(self, work: Work) -> Forward:
+        if work.route is None:
+            raise BusError(ErrorCode.internal, "tools stage got work without a route")
+        ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
+        # The planner reads only the user's own message: text inside documents or earlier tool
+        # results can never make it call a tool.
+        calls = await asyncio.to_thread(self.planner.plan, work.text, ctx)
+        nxt = subjects.infer(work.route.pool, work.route.replica)
+        if not calls:
+            return Forward(subject=nxt, work=work, decision={"planned": []})
+        for c in calls:
+            await self.bus.emit(
+                ChatEvent(
+                    rid=work.rid,
+                    type="tool",
+                    tool=ToolEvent(id=c.id, name=c.name, arguments=c.arguments, status="running"),
+                )
+            )
+        results = await self.runner.run(calls, ctx)
+        work.tools = [to_event(r) for r in results]
+        for ev in work.tools:
+            await self.bus.emit(ChatEvent(rid=work.rid, type="tool", tool=ev))
+        if work.prompt_messages:
+            work.prompt_messages = with_tool_results(work.prompt_messages, results_to_prompt(results))
+            msgs = [m.model_dump() for m in work.prompt_messages]
+            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+            work.prompt_tokens = self.tokenizer.count(work.prompt)
+        decision = {
+            "planned": [c.name for c in calls],
+            "record": {"tools": [t.model_dump() for t in work.tools], "prompt": work.prompt},
+        }
+        return Forward(subject=nxt, work=work, decision=decision)
+
+
+async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:
+    tokenizer = await asyncio.to_thread(load_tokenizer, settings.model_path)
+    planner = await asyncio.to_thread(ToolPlanner, settings.tools, use_embeddings=settings.use_embeddings)
+    await asyncio.to_thread(planner.plan, "warm up", ToolContext(tenant="-", user="-", rid="-"))
+    runner = ToolRunner(settings.tools)
+    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer).handle)
+    return None

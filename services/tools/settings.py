@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from libs.bus import ServiceSettings
+from libs.tools import ToolSettings
+
+
+class ToolsSettings(ServiceSettings):
+    model_config = ServiceSettings.model_config | SettingsConfigDict(
+        env_prefix="SWITCHYARD_TOOLS_", env_nested_delimiter="__"
+    )
+
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    use_embeddings: bool = True
+    model_path: str | None = None  # GGUF whose chat template renders the prompt; None => the default model
