@@ -1,0 +1,1 @@
+"""The `switchyard` command: run the whole stack, manage keys, replay and export."""
