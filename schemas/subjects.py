@@ -15,7 +15,9 @@ CONVERSATION_GET = "context.conversation.get"
 # Opens (creating when absent) a tenant's conversation; not_found when the id belongs to another tenant.
 CONVERSATION_OPEN = "context.conversation.open"
 
-HEARTBEAT = "infer.heartbeat"  # inference replicas announce themselves here
+# Inference replicas announce themselves in a JetStream key-value bucket of live replicas, key `<pool>.<replica>`; entries expire with their TTL.
+REPLICAS_BUCKET = "replicas"
+REPLICAS_TTL_S = 10.0
 
 ADMIN_REQUEST_GET = "admin.requests.get"
 

@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import BaseModel, ValidationError
 
 from libs.bus import headers as H
+from libs.bus.kv import TypedKV, open_bucket
 from libs.telemetry import Telemetry
 from schemas import ChatEvent, ErrorCode, ErrorInfo, Forward, StageRecord, Work, subjects
 
@@ -202,6 +203,9 @@ class Bus:
         sub = await self.nc.subscribe(subject, queue=queue or "", cb=on_msg)
         self._subs.append(sub)
         return sub
+
+    async def kv(self, bucket: str, model: type[M], ttl_s: float | None = None) -> TypedKV[M]:
+        return TypedKV(await open_bucket(self.js, bucket, ttl_s), model)
 
     async def unsubscribe(self, sub: Any) -> None:
         if sub in self._subs:

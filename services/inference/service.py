@@ -12,6 +12,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from libs.bus import Bus
 from libs.bus.headers import now_ms
+from libs.bus.kv import TypedKV
 from libs.engine import AsyncEngine, EngineConfig, SamplingParams, create_engine
 from schemas import (
     CancelNotice,
@@ -37,6 +38,7 @@ class Inference:
         self.bus = bus
         self.engine = engine
         self.settings = settings
+        self.key = f"{settings.pool}.{bus.replica}"
         # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
         self._cancelled: OrderedDict[str, None] = OrderedDict()
 
@@ -152,7 +154,7 @@ class Inference:
             )
         )
 
-    async def heartbeat_forever(self) -> None:
+    async def heartbeat_forever(self, registry: TypedKV[Heartbeat]) -> None:
         while True:
             m = self.engine.metrics()
             beat = Heartbeat(
@@ -165,7 +167,7 @@ class Inference:
                 ts_ms=now_ms(),
             )
             try:
-                await self.bus.publish(subjects.HEARTBEAT, beat)
+                await registry.put(self.key, beat)
             except Exception as e:  # a reconnecting connection must not end the heartbeat
                 log.warning("heartbeat failed", error=str(e))
             await asyncio.sleep(self.settings.heartbeat_s)
@@ -195,11 +197,14 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
     # One subscription for every cancel: it also catches cancels that overtake their work.
     await bus.subscribe("chat.cancel.*", CancelNotice, service.cancel, span=False)
     await bus.subscribe(subjects.infer(settings.pool, bus.replica), Work, service.handle)
-    hb = asyncio.create_task(service.heartbeat_forever())
+    registry = await bus.kv(subjects.REPLICAS_BUCKET, Heartbeat, ttl_s=subjects.REPLICAS_TTL_S)
+    hb = asyncio.create_task(service.heartbeat_forever(registry))
     gauges.start()
 
     async def cleanup() -> None:
         hb.cancel()
+        # Leave the registry at once, so routers move this replica's conversations now, not at TTL.
+        await registry.delete(service.key)
         gauges.stop()
         await engine.stop()
 

@@ -23,6 +23,9 @@ class ReplicaTable:
     def observe(self, beat: Heartbeat) -> None:
         self._replicas[beat.replica] = Replica(beat, time.monotonic())
 
+    def forget(self, replica: str) -> None:
+        self._replicas.pop(replica, None)
+
     def live(self, model: str | None = None) -> list[Heartbeat]:
         now = time.monotonic()
         return [

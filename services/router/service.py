@@ -31,8 +31,11 @@ class Router:
         # Where each conversation went last, so a move can be explained as a failover.
         self._last: dict[str, str] = {}
 
-    async def heartbeat(self, beat: Heartbeat) -> None:
-        self.replicas.observe(beat)
+    async def registry_changed(self, key: str, beat: Heartbeat | None) -> None:
+        if beat is None:
+            self.replicas.forget(key.split(".", 1)[1])
+        else:
+            self.replicas.observe(beat)
 
     def _model(self, work: Work) -> ModelSpec:
         name = (work.model or self.settings.default_model).split(":")[0]
@@ -102,7 +105,12 @@ class Router:
 
 async def setup(bus: Bus, settings: RouterSettings) -> Callable[[], Awaitable[None]] | None:
     router = Router(settings)
-    # Every router replica needs every heartbeat: a plain subscription, not a queue group.
-    await bus.subscribe(subjects.HEARTBEAT, Heartbeat, router.heartbeat, span=False)
+    registry = await bus.kv(subjects.REPLICAS_BUCKET, Heartbeat, ttl_s=subjects.REPLICAS_TTL_S)
+    # Every router replica watches every replica's heartbeat (a watch, not a queue group).
+    await registry.watch(router.registry_changed)
     await bus.stage(subjects.ROUTE, router.route)
-    return None
+
+    async def cleanup() -> None:
+        registry.stop()
+
+    return cleanup

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from libs.bus import BusError
+from libs.bus.headers import now_ms
+from schemas import ErrorCode, Heartbeat, Work
+from services.router.service import Router, classify_mode
+from services.router.settings import ModelSpec, PoolSpec, RouterSettings
+
+
+def beat(replica: str, pool: str = "default", ctx: int = 8192) -> Heartbeat:
+    return Heartbeat(replica=replica, pool=pool, model="SmolLM2-135M-Instruct", max_model_len=ctx, ts_ms=now_ms())
+
+
+def work(chat_id: str | None = "c1", prompt_tokens: int = 100, **kw: object) -> Work:
+    return Work(
+        rid="r", tenant="t", user="u", key_id="k", chat_id=chat_id, text="hello", prompt_tokens=prompt_tokens, **kw
+    )  # type: ignore[arg-type]
+
+
+def router(**kw: object) -> Router:
+    models = [
+        ModelSpec(
+            name="SmolLM2-135M-Instruct",
+            pools=[PoolSpec(name="2k", context_length=2048), PoolSpec(name="8k", context_length=8192)],
+        )
+    ]
+    return Router(RouterSettings(models=models, wait_for_replica_s=0.2, **kw))  # type: ignore[arg-type]
+
+
+async def test_sticky_by_conversation_and_failover() -> None:
+    r = router()
+    for name in ("a", "b", "c"):
+        r.replicas.observe(beat(name))
+    first = (await r.route(work("chat-1"))).work.route
+    assert first is not None
+    for _ in range(5):
+        again = (await r.route(work("chat-1"))).work.route
+        assert again is not None and again.replica == first.replica and "sticky" in again.reason
+    # Conversations spread over replicas.
+    chosen = {(await r.route(work(f"chat-{i}"))).work.route.replica for i in range(30)}  # type: ignore[union-attr]
+    assert chosen == {"a", "b", "c"}
+    r.replicas.forget(first.replica)
+    moved = (await r.route(work("chat-1"))).work.route
+    assert moved is not None and moved.replica != first.replica
+    assert f"failover: replica {first.replica} is gone" in moved.reason
+
+
+async def test_smallest_pool_that_fits() -> None:
+    r = router()
+    r.replicas.observe(beat("small", "2k", 2048))
+    r.replicas.observe(beat("big", "8k", 8192))
+    assert (await r.route(work(prompt_tokens=500))).work.route.pool == "2k"  # type: ignore[union-attr]
+    assert (await r.route(work(prompt_tokens=3000))).work.route.pool == "8k"  # type: ignore[union-attr]
+    with pytest.raises(BusError) as e:
+        await r.route(work(prompt_tokens=9000))
+    assert e.value.code == ErrorCode.bad_request
+
+
+async def test_modes_and_no_replica() -> None:
+    r = router()
+    with pytest.raises(BusError) as e:
+        await r.route(work())
+    assert e.value.code == ErrorCode.unavailable
+    r.replicas.observe(beat("a"))
+    fwd = await r.route(work(model="SmolLM2-135M-Instruct:reasoning"))
+    assert fwd.work.route.mode == "reasoning" and fwd.work.sampling.max_tokens >= 768  # type: ignore[union-attr]
+    assert (await r.route(work(mode="fast"))).work.route.mode == "fast"  # type: ignore[union-attr]
+    assert classify_mode("Prove that the square root of 2 is irrational") == "reasoning"
+    assert classify_mode("hi there") == "fast"
