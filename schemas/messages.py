@@ -140,6 +140,7 @@ class RawChunk(BaseModel):
     rid: str
     seq: int
     text: str = ""
+    kind: Literal["delta", "thinking"] = "delta"
     finished: bool = False
     finish_reason: FinishReason | None = None
     usage: Usage | None = None

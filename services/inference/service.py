@@ -6,9 +6,10 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import structlog
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from libs.bus import Bus
 from libs.bus.headers import now_ms
@@ -28,9 +29,37 @@ from schemas import (
     subjects,
 )
 from services.inference.metrics import EngineGauges, start_metrics_server
+from services.inference.phases import ANSWER_OPEN, THINK_OPEN, answer_request_id, params_of, thinking_budget
 from services.inference.settings import InferenceSettings
 
 log = structlog.get_logger()
+
+
+@dataclass
+class Generation:
+    """What one request produced so far; owned by its handler."""
+
+    rid: str
+    t0: float
+    seq: int = 0
+    thinking: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    decode_s: float = 0.0
+    finish: str = "error"
+
+    def usage(self) -> Usage:
+        tpot = self.decode_s / (self.completion_tokens - 1) if self.completion_tokens > 1 else None
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            completion_tokens=self.completion_tokens,
+            ttft_ms=None if self.ttft_s is None else self.ttft_s * 1000,
+            tpot_ms=None if tpot is None else tpot * 1000,
+        )
 
 
 class Inference:
@@ -47,108 +76,136 @@ class Inference:
         while len(self._cancelled) > 4096:
             self._cancelled.popitem(last=False)
         self.engine.cancel(notice.rid)
+        self.engine.cancel(answer_request_id(notice.rid))
+
+    async def _phase(
+        self,
+        gen: Generation,
+        kind: str,
+        request_id: str,
+        prompt: str,
+        params: SamplingParams,
+        span: Span,
+        first_phase: bool,
+    ) -> str:
+        """Stream one engine request as `kind` chunks; returns the finish reason."""
+        raw = subjects.stream_raw(gen.rid)
+        out = gen.thinking if kind == "thinking" else gen.answer
+        finish = "error"
+        async for chunk in self.engine.generate(request_id, prompt, params):
+            if chunk.text:
+                out.append(chunk.text)
+                await self.bus.publish(raw, RawChunk(rid=gen.rid, seq=gen.seq, text=chunk.text, kind=kind))  # type: ignore[arg-type]
+                gen.seq += 1
+            if chunk.finished:
+                finish = chunk.finish_reason or "stop"
+                if chunk.usage is not None:
+                    u = chunk.usage
+                    gen.completion_tokens += u.completion_tokens
+                    if first_phase:
+                        gen.prompt_tokens, gen.cached_tokens, gen.ttft_s = u.prompt_tokens, u.cached_tokens, u.ttft_s
+                        if gen.ttft_s is not None:
+                            span.add_event("gen_ai.first_token", {"ttft_ms": gen.ttft_s * 1000})
+                    if u.tpot_s is not None:
+                        gen.decode_s += u.tpot_s * max(u.completion_tokens - 1, 0)
+                break
+        return finish
 
     async def handle(self, work: Work) -> None:
-        t0, started = time.perf_counter(), now_ms()
-        rid = work.rid
+        gen = Generation(rid=work.rid, t0=time.perf_counter(), prompt_tokens=work.prompt_tokens)
+        started = now_ms()
         # safety_out subscribes to stream.raw.<rid> before it answers, so no delta is published unheard.
         ack = await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck, timeout=5.0)
-        raw = subjects.stream_raw(rid)
         s = work.sampling
-        params = SamplingParams(
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            seed=s.seed,
-            max_tokens=s.max_tokens,
-            stop=list(s.stop),
-        )
         model = self.engine.model_name
-        attrs = {
+        reasoning = work.route is not None and work.route.mode == "reasoning"
+        attrs: dict[str, str | int | float] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.system": "switchyard",
             "gen_ai.request.model": model,
             "gen_ai.request.max_tokens": s.max_tokens,
             "gen_ai.request.temperature": s.temperature,
             "gen_ai.request.top_p": s.top_p,
-            "switchyard.rid": rid,
+            "switchyard.rid": work.rid,
             "switchyard.replica": self.bus.replica,
+            "switchyard.mode": "reasoning" if reasoning else "fast",
         }
         if s.seed is not None:
             attrs["gen_ai.request.seed"] = s.seed
-        usage: Usage | None = None
-        finish: str = "error"
         error: ErrorInfo | None = None
-        seq = 0
-        text_parts: list[str] = []
-        final_text = ""
         with self.bus.tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attrs) as span:
             try:
-                if rid in self._cancelled:
-                    finish = "cancelled"
+                if work.rid in self._cancelled:
+                    gen.finish = "cancelled"
+                elif reasoning:
+                    think_prompt = work.prompt + THINK_OPEN
+                    budget = thinking_budget(s)
+                    gen.finish = await self._phase(
+                        gen, "thinking", work.rid, think_prompt, params_of(s, budget, ["\n\n"]), span, True
+                    )
+                    if gen.finish in ("stop", "length"):
+                        answer_prompt = think_prompt + "".join(gen.thinking).rstrip() + ANSWER_OPEN
+                        gen.finish = await self._phase(
+                            gen,
+                            "delta",
+                            answer_request_id(work.rid),
+                            answer_prompt,
+                            params_of(s, max(1, s.max_tokens - budget)),
+                            span,
+                            False,
+                        )
                 else:
-                    async for chunk in self.engine.generate(rid, work.prompt, params):
-                        if seq == 0 and chunk.token_ids:
-                            span.add_event("gen_ai.first_token", {"ttft_ms": (time.perf_counter() - t0) * 1000})
-                        if chunk.finished:
-                            finish = chunk.finish_reason or "stop"
-                            if chunk.usage is not None:
-                                u = chunk.usage
-                                usage = Usage(
-                                    prompt_tokens=u.prompt_tokens,
-                                    cached_tokens=u.cached_tokens,
-                                    completion_tokens=u.completion_tokens,
-                                    ttft_ms=None if u.ttft_s is None else u.ttft_s * 1000,
-                                    tpot_ms=None if u.tpot_s is None else u.tpot_s * 1000,
-                                )
-                            final_text = chunk.text
-                            text_parts.append(chunk.text)
-                            break
-                        if chunk.text:
-                            text_parts.append(chunk.text)
-                            await self.bus.publish(raw, RawChunk(rid=rid, seq=seq, text=chunk.text))
-                            seq += 1
+                    gen.finish = await self._phase(gen, "delta", work.rid, work.prompt, params_of(s), span, True)
             except Exception as e:
                 log.exception("generation failed")
+                gen.finish = "error"
                 error = ErrorInfo.of(ErrorCode.internal, f"generation failed: {e}")
                 span.set_status(Status(StatusCode.ERROR, str(e)))
-            usage = usage or Usage(prompt_tokens=work.prompt_tokens)
+            usage = gen.usage()
             span.set_attributes(
                 {
                     "gen_ai.usage.input_tokens": usage.prompt_tokens,
                     "gen_ai.usage.output_tokens": usage.completion_tokens,
                     "gen_ai.usage.cache_read_input_tokens": usage.cached_tokens,
-                    "gen_ai.response.finish_reasons": [finish],
+                    "gen_ai.response.finish_reasons": [gen.finish],
                     "gen_ai.response.model": model,
                 }
             )
             await self.bus.publish(
-                raw,
+                subjects.stream_raw(work.rid),
                 RawChunk(
-                    rid=rid, seq=seq, text=final_text, finished=True, finish_reason=finish, usage=usage, error=error
+                    rid=work.rid,
+                    seq=gen.seq,
+                    finished=True,
+                    finish_reason=gen.finish,
+                    usage=usage,
+                    error=error,  # type: ignore[arg-type]
                 ),
-            )  # type: ignore[arg-type]
+            )
         await self.bus.log_stage(
             StageRecord(
-                rid=rid,
+                rid=work.rid,
                 stage="inference",
                 tenant=work.tenant,
                 started_ms=started,
-                duration_ms=(time.perf_counter() - t0) * 1000,
+                duration_ms=(time.perf_counter() - gen.t0) * 1000,
                 status="error" if error else "ok",
                 error=error,
                 decision={
-                    "finish_reason": finish,
+                    "finish_reason": gen.finish,
                     "checker": ack.replica,
                     "completion_tokens": usage.completion_tokens,
                     "record": {
                         "model": model,
                         "replica": self.bus.replica,
-                        "finish_reason": finish,
+                        "finish_reason": gen.finish,
                         "usage": usage.model_dump(),
                         "sampling": s.model_dump(),
                         "prompt_tokens": usage.prompt_tokens,
-                        "raw_output": "".join(text_parts),
+                        "raw_output": "".join(gen.answer),
+                        "thinking": "".join(gen.thinking),
+                        "ttft_ms": usage.ttft_ms,
+                        "tpot_ms": usage.tpot_ms,
                     },
                 },
             )

@@ -46,10 +46,12 @@ class Stream:
 
     work: Work
     guard: StreamGuard
+    thinking: StreamGuard
     started_ms: int
     t0: float
     next_seq: int = 0
     closed: bool = False
+    thinking_done: bool = False
     redactions: list[dict[str, Any]] = field(default_factory=list)
     sub: Any = None
     watchdog: asyncio.Task[None] | None = None
@@ -65,6 +67,7 @@ class SafetyOut:
         st = Stream(
             work=work,
             guard=StreamGuard(holdback_chars=self.settings.holdback_chars),
+            thinking=StreamGuard(holdback_chars=self.settings.holdback_chars),
             started_ms=now_ms(),
             t0=time.perf_counter(),
         )
@@ -87,9 +90,16 @@ class SafetyOut:
             err = ErrorInfo.of(ErrorCode.deadline_exceeded, "the answer did not finish before the request deadline")
             await self._finish(st, "error", Usage(prompt_tokens=st.work.prompt_tokens), "error", err)
 
-    async def _release(self, st: Stream, text: str) -> None:
+    async def _release(self, st: Stream, text: str, kind: str = "delta") -> None:
         if text:
-            await self.bus.emit(ChatEvent(rid=st.work.rid, type="delta", text=text))
+            await self.bus.emit(ChatEvent(rid=st.work.rid, type=kind, text=text))  # type: ignore[arg-type]
+
+    async def _flush_thinking(self, st: Stream) -> None:
+        if st.thinking.full_text and not st.thinking_done:
+            st.thinking_done = True
+            rel = st.thinking.finish()
+            st.redactions += [r.__dict__ for r in rel.redactions]
+            await self._release(st, rel.text, "thinking")
 
     async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
         if st.closed:
@@ -97,7 +107,16 @@ class SafetyOut:
         if chunk.seq != st.next_seq:
             log.warning("raw stream gap", expected=st.next_seq, got=chunk.seq)
         st.next_seq = chunk.seq + 1
-        rel = st.guard.feed(chunk.text) if chunk.text else None
+        if chunk.kind == "thinking":
+            # Thinking is shown to the user too, so it passes the same redaction, on its own window.
+            trel = st.thinking.feed(chunk.text)
+            st.redactions += [r.__dict__ for r in trel.redactions]
+            await self._release(st, trel.text, "thinking")
+            if not chunk.finished:
+                return
+        else:
+            await self._flush_thinking(st)
+        rel = st.guard.feed(chunk.text) if chunk.text and chunk.kind == "delta" else None
         if rel is not None:
             st.redactions += [r.__dict__ for r in rel.redactions]
             await self._release(st, rel.text)
@@ -120,6 +139,7 @@ class SafetyOut:
                 return
         if not chunk.finished:
             return
+        await self._flush_thinking(st)
         rel = st.guard.finish()
         st.redactions += [r.__dict__ for r in rel.redactions]
         await self._release(st, rel.text)
@@ -191,6 +211,7 @@ class SafetyOut:
                         "finish_reason": finish,
                         "output": st.guard.full_text,
                         "released": st.guard.released_text,
+                        "thinking": st.thinking.full_text,
                         "usage": usage.model_dump(),
                         "model": work.route.model if work.route else None,
                         "mode": work.route.mode if work.route else None,

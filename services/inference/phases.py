@@ -1,0 +1,40 @@
+"""Generation phases. Fast mode is one phase; reasoning mode first thinks (streamed as `thinking`),
+then answers with the thinking in its context. Both phases share the prompt, so the answer phase is
+served from the prefix cache the thinking phase filled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.engine import SamplingParams
+from schemas import Sampling
+
+THINK_OPEN = "Let me think this through step by step.\n"
+ANSWER_OPEN = "\n\nFinal answer: "
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: str  # 'thinking' | 'delta'
+    request_id: str
+    params: SamplingParams
+
+
+def params_of(s: Sampling, max_tokens: int | None = None, extra_stop: list[str] | None = None) -> SamplingParams:
+    return SamplingParams(
+        temperature=s.temperature,
+        top_p=s.top_p,
+        top_k=s.top_k,
+        seed=s.seed,
+        max_tokens=max_tokens or s.max_tokens,
+        stop=[*s.stop, *(extra_stop or [])],
+    )
+
+
+def thinking_budget(s: Sampling) -> int:
+    # A third of the budget for thinking, the rest for the answer.
+    return max(16, s.max_tokens // 3)
+
+
+def answer_request_id(rid: str) -> str:
+    return f"{rid}#answer"
