@@ -87,7 +87,11 @@ class Work(BaseModel):
     mode: Mode | None = None
     sampling: Sampling = Field(default_factory=Sampling)
     created_ms: int = 0
+    # False for replays and evaluations: the answer is logged but no conversation changes.
     persist: bool = True
+    # Replays: the original request, and 'inference' (the logged prompt as it was) or 'pipeline'.
+    replay_of: str | None = None
+    replay_mode: Literal["inference", "pipeline"] | None = None
     # context
     prompt_messages: list[ChatMessage] = Field(default_factory=list)
     prompt: str = ""

@@ -40,11 +40,14 @@ class ToolsStage:
     async def handle(self, work: Work) -> Forward:
         if work.route is None:
             raise BusError(ErrorCode.internal, "tools stage got work without a route")
+        nxt = subjects.infer(work.route.pool, work.route.replica)
+        if work.replay_mode == "inference":
+            # The logged prompt already holds the original tool results: replay it as it was.
+            return Forward(subject=nxt, work=work, decision={"planned": [], "replay": "prompt as logged"})
         ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.
         calls = await asyncio.to_thread(self.planner.plan, work.text, ctx)
-        nxt = subjects.infer(work.route.pool, work.route.replica)
         if not calls:
             return Forward(subject=nxt, work=work, decision={"planned": []})
         for c in calls:
