@@ -59,7 +59,8 @@ class NativeEngine:
     async def start(self) -> None:
         if self._thread is not None:
             return
-        await asyncio.to_thread(self._load)
+        if self.runner is None:
+            await asyncio.to_thread(self._load)
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
         self._thread.start()
