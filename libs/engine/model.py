@@ -43,9 +43,10 @@ class KVCache:
         self.num_blocks = num_blocks
         self.block_size = block_size
         shape = (cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
-        # empty, not zeros: pages are only touched when a block is first written.
-        self.k = torch.empty(shape, dtype=dtype)
-        self.v = torch.empty(shape, dtype=dtype)
+        # zeros, not empty: padded attention reads unwritten slots (masked out), and masking
+        # cannot neutralise a NaN that uninitialised memory may hold.
+        self.k = torch.zeros(shape, dtype=dtype)
+        self.v = torch.zeros(shape, dtype=dtype)
 
     @staticmethod
     def bytes_per_block(cfg: LlamaConfig, block_size: int, dtype: torch.dtype) -> int:

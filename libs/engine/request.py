@@ -101,6 +101,8 @@ class TextStream:
         self.stopped = False
 
     def push(self, token_ids: list[int], final: bool = False) -> str:
+        if self.stopped:
+            return ""
         # EOS tokens carry no visible text.
         visible = [t for t in token_ids if t not in self._eos]
         text = self._pending + self._dec.push(visible)
