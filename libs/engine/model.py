@@ -59,7 +59,8 @@ Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
     if isinstance(w, tuple):
-        return torch._weight_int8pack_mm(x, w[0], w[1])
+        # The int8 kernel is only fast with bf16 activations; everything around it stays fp32.
+        return torch._weight_int8pack_mm(x.to(torch.bfloat16), w[0], w[1]).to(x.dtype)
     return F.linear(x, w)
 
 

@@ -17,7 +17,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 1
+_CACHE_VERSION = 3
 
 
 @dataclass
@@ -96,20 +96,22 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
     """Cast to the serving dtype. Norm weights stay fp32-compatible via the compute dtype."""
-    compute = torch.bfloat16 if dtype in ("bf16", "int8") else torch.float32
+    # int8 keeps fp32 activations and only feeds its matmuls bf16 (the fast int8 kernel
+    # path); on AVX2-only CPUs bf16 elementwise ops are slow.
+    compute = torch.bfloat16 if dtype == "bf16" else torch.float32
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
         if dtype == "int8" and is_matrix:
             q, s = quantize_int8(t)
             out[name + ".q"] = q
-            out[name + ".scale"] = s.to(compute)
+            out[name + ".scale"] = s.to(torch.bfloat16)
         else:
             out[name] = t.to(compute)
     if dtype == "int8" and "output.weight" not in tensors:
         q, s = quantize_int8(tensors["token_embd.weight"])
         out["output.weight.q"] = q
-        out["output.weight.scale"] = s.to(compute)
+        out["output.weight.scale"] = s.to(torch.bfloat16)
     return out
 
 
