@@ -17,6 +17,7 @@ class ToolOutput:
     output: str
     data: Any = None
     sources: list[str] = field(default_factory=list)
+    status: str = "ok"  # a tool may itself report 'error'/'timeout' yet keep partial data (sandbox)
 
 
 class Tool(Protocol):

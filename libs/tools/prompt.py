@@ -18,10 +18,7 @@ PREAMBLE = (
 def _neutralise(text: str) -> str:
     # A document or web page could contain our own delimiters to "close" the data block early and
     # smuggle text into instruction position; defang any tag that looks like ours.
-    return (
-        text.replace("<tool_result", "<\u200btool_result")
-        .replace("</tool_result", "<\u200b/tool_result")
-    )
+    return text.replace("<tool_result", "<\u200btool_result").replace("</tool_result", "<\u200b/tool_result")
 
 
 def results_to_prompt(results: list[ToolResult]) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from libs.tools.base import Tool, ToolError
 from libs.tools.orders import OrdersDB, OrdersTool
+from libs.tools.sandbox import CodeTool
 from libs.tools.settings import ToolSettings
 from libs.tools.types import ToolCall, ToolContext, ToolResult
 
@@ -28,6 +29,7 @@ class ToolRunner:
         self.tools: dict[str, Tool] = {}
         self.timeouts: dict[str, float] = {}
         self._register(OrdersTool(self._orders_db), settings.orders_timeout_s)
+        self._register(CodeTool(settings), settings.code_timeout_s)
 
     def _register(self, tool: Tool, timeout_s: float) -> None:
         self.tools[tool.name] = tool
@@ -76,7 +78,7 @@ class ToolRunner:
             # One broken tool must not take down the request; the model is told it failed.
             log.exception("tool %s failed (rid=%s)", call.name, ctx.rid)
             return result("error", f"{call.name} failed: {type(e).__name__}")
-        return result("ok", out.output, out.data, out.sources)
+        return result(out.status, out.output, out.data, out.sources)
 
     async def aclose(self) -> None:
         self._orders_db.close()
