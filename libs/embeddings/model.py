@@ -82,7 +82,8 @@ class Embedder:
                 ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
                 mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
                 types = torch.zeros_like(ids)
-                hidden = self._model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+                out_t = self._model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+                hidden = out_t.last_hidden_state
                 m = mask.unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
