@@ -8,17 +8,15 @@ text planted in a document cannot make it call a tool.
 
 from __future__ import annotations
 
-import logging
 import re
 import uuid
 from typing import Any
 
 import numpy as np
 
+from libs.tools import embed
 from libs.tools.settings import ToolSettings
 from libs.tools.types import ToolCall, ToolContext
-
-log = logging.getLogger(__name__)
 
 ORDER_ID = re.compile(r"\b([A-Za-z]\d{4,6})\b")
 ORDER_INTENT = re.compile(
@@ -72,11 +70,15 @@ INTENTS: dict[str, list[str]] = {
         "what is the delivery status of the thing I bought",
         "track my parcel",
         "what did I buy last week",
+        "has my stuff been sent",
+        "is it on its way to me",
     ],
     "docs": [
         "what is your return policy",
         "can I get my money back",
         "the item arrived broken, what are my options",
+        "can I send back something that doesn't fit",
+        "the product came cracked",
         "how long does shipping take",
         "is there a warranty on this product",
         "how do you handle my personal information",
@@ -115,25 +117,26 @@ class ToolPlanner:
     def __init__(self, settings: ToolSettings, *, use_embeddings: bool = True) -> None:
         self.settings = settings
         self.use_embeddings = use_embeddings
-        self.threshold = 0.6
+        self.threshold = 0.55  # small talk scores < 0.35 against every intent; paraphrases > 0.6
         self._embedder: Any = None
         self._intent_vecs: dict[str, np.ndarray] | None = None
 
     # -- embeddings -------------------------------------------------------------------------------
+    def warmup(self) -> bool:
+        """Load the embedding model now rather than on the first message; False if unavailable."""
+        return self._load_embeddings()
+
     def _load_embeddings(self) -> bool:
         if not self.use_embeddings:
             return False
         if self._intent_vecs is None:
-            try:
-                from libs.embeddings import get_embedder
-
-                self._embedder = get_embedder()
-                self._intent_vecs = {k: self._embedder.embed(v) for k, v in INTENTS.items()}
-            except Exception:
-                # Planning must work without the model (tests, minimal installs): fall back to rules.
-                log.warning("embeddings unavailable; planner uses rules only", exc_info=True)
+            # Blocks on first use: plan() is synchronous and the service warms it up at startup.
+            self._embedder = embed.get(block=True)
+            if self._embedder is None:
+                # Planning must work without the model (minimal installs): rules only.
                 self.use_embeddings = False
                 return False
+            self._intent_vecs = {k: self._embedder.embed(v) for k, v in INTENTS.items()}
         return True
 
     def _similar_intents(self, clauses: list[str]) -> list[tuple[int, str]]:

@@ -8,10 +8,12 @@ import time
 from typing import Any
 
 from libs.tools.base import Tool, ToolError
+from libs.tools.docs import DocsTool
 from libs.tools.orders import OrdersDB, OrdersTool
 from libs.tools.sandbox import CodeTool
 from libs.tools.settings import ToolSettings
 from libs.tools.types import ToolCall, ToolContext, ToolResult
+from libs.tools.web import WebTool
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +30,19 @@ class ToolRunner:
         self._orders_db = OrdersDB(settings.orders_db, settings.orders_sql)
         self.tools: dict[str, Tool] = {}
         self.timeouts: dict[str, float] = {}
+        self.docs = DocsTool(settings)
         self._register(OrdersTool(self._orders_db), settings.orders_timeout_s)
+        self._register(self.docs, settings.docs_timeout_s)
         self._register(CodeTool(settings), settings.code_timeout_s)
+        self._register(WebTool(settings), settings.web_timeout_s)
 
     def _register(self, tool: Tool, timeout_s: float) -> None:
         self.tools[tool.name] = tool
         self.timeouts[tool.name] = timeout_s
+
+    async def warmup(self) -> None:
+        """Load the embedding model and index the policies before the first request (seconds on CPU)."""
+        await asyncio.to_thread(self.docs.warmup)
 
     def specs(self) -> list[dict[str, Any]]:
         return [
