@@ -5,10 +5,10 @@ forked copy of a multi-threaded server. Stdlib only, so it starts fast with `-S`
 
 Isolated mode (needs root / CAP_SYS_ADMIN): new network namespace (no interfaces but a down
 loopback: no network), new PID namespace (when its init dies the kernel kills every process in
-it, so fork bombs cannot outlive the run), private mounts with fresh tmpfs on /tmp, /var/tmp and
-/dev/shm (the only writable places, size-limited), then a switch to a throwaway uid so the
-process limit counts only this run and nothing root-owned is writable. rlimits cap CPU, memory,
-processes, file size and open files.
+it, so fork bombs cannot outlive the run), private mounts (fresh size-limited tmpfs on /tmp and
+/dev/shm as the only writable places; non-system top-level directories such as /root, /home and
+the repository hidden), then a switch to a throwaway uid so the process limit counts only this
+run and nothing root-owned is writable. rlimits cap CPU, memory, processes, file size and open files.
 Plain mode: rlimits only, in the host's namespaces; used only when explicitly allowed.
 """
 
@@ -53,6 +53,13 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: s
     )
 
 
+# Top-level directories the interpreter and libc need; every other one (/root, /home, /work, /var,
+# /opt, /mnt, ...) is covered by an empty tmpfs so user code can neither read nor write it.
+SYSTEM_DIRS = frozenset(
+    {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "tmp"}
+)
+
+
 def _first_closed_ancestor(path: str) -> str | None:
     """The highest directory on `path` that other users cannot traverse (e.g. /root), if any."""
     parts = path.strip("/").split("/")
@@ -63,23 +70,32 @@ def _first_closed_ancestor(path: str) -> str | None:
     return None
 
 
-def _expose(paths: list[str]) -> None:
-    # The interpreter may live under a directory the sandbox uid cannot enter (pyenv under /root):
-    # cover that directory with an empty tmpfs (hiding everything else in it) and bind-mount just the
-    # interpreter tree back, read-only, at the same path so absolute paths (RPATH, pyvenv.cfg) work.
-    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths}
-    masked: set[str] = set()
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _hide_and_expose(expose: list[str]) -> None:
+    # Hide the host's non-system directories, and any directory the sandbox uid cannot enter on the
+    # way to the interpreter (pyenv under /root). Then bind-mount just the interpreter trees back,
+    # read-only, at their own paths so absolute paths (RPATH, pyvenv.cfg) keep working.
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in expose}  # before anything is hidden
+    hide = {
+        "/" + name
+        for name in os.listdir("/")
+        if name not in SYSTEM_DIRS and os.path.isdir("/" + name) and not os.path.islink("/" + name)
+    }
+    hide.update(a for a in map(_first_closed_ancestor, expose) if a)
+    hidden: list[str] = []
+    for d in sorted(hide, key=lambda d: d.count("/")):
+        if any(_under(d, h) for h in hidden):
+            continue  # already gone under an outer tmpfs
+        _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        hidden.append(d)
     for p, fd in fds.items():
-        top = _first_closed_ancestor(p)
-        if top is None:
-            continue
-        if top not in masked:
-            _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-            masked.add(top)
-        os.makedirs(p, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
-        _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
-    for fd in fds.values():
+        if any(_under(p, h) for h in hidden):
+            os.makedirs(p, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
 
 
@@ -119,9 +135,9 @@ def run_isolated(cfg: dict) -> int:
         "unshare",
     )
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back to the host
-    _expose(cfg["expose"])
+    _hide_and_expose(cfg["expose"])
     tmpfs_opts = f"mode=1777,size={cfg['tmpfs_mb']}m"
-    for d in ("/tmp", "/var/tmp", "/dev/shm"):
+    for d in ("/tmp", "/dev/shm"):
         if os.path.isdir(d):
             _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_opts)
     uid = int(cfg["uid"])

@@ -139,6 +139,18 @@ async def test_cannot_write_outside_its_folder(tool: CodeTool, tmp_path: Path):
         assert not t.exists(), f"sandbox wrote {t}"
 
 
+async def test_host_files_are_hidden(tool: CodeTool, isolated: bool):
+    if not isolated:
+        pytest.skip("no mount namespace on this host")
+    secret = REPO_ROOT / "pyproject.toml"
+    code = (
+        f"try:\n    print(open({str(secret)!r}).read()[:20])\n"
+        "except OSError as e:\n    print('hidden', type(e).__name__)\n"
+    )
+    out = await tool.run({"code": code}, CTX)
+    assert out.data["stdout"].startswith("hidden")
+
+
 async def test_big_file_is_limited(tool: CodeTool):
     code = "with open('big.bin', 'wb') as f:\n    f.write(b'x' * (20 * 1024 * 1024))\nprint('wrote it')\n"
     out = await tool.run({"code": code}, CTX)
