@@ -8,6 +8,7 @@ text planted in a document cannot make it call a tool.
 
 from __future__ import annotations
 
+import ast
 import re
 import uuid
 from typing import Any
@@ -29,7 +30,7 @@ ORDER_INTENT = re.compile(
 DOCS_INTENT = re.compile(
     r"\b(?:polic(?:y|ies)|returns?|returning|refunds?|exchanges?|warrant(?:y|ies)|guarantee|damaged?|"
     r"broken|defective|faulty|shipping\s+(?:costs?|fees?|times?|options?|rates?)|free shipping|"
-    r"privacy|personal data|gdpr|delete my (?:data|account)|restocking|cancellation|terms)\b",
+    r"privacy|personal data|gdpr|delete my (?:data|account)|restocking|cancel\w*|terms)\b",
     re.I,
 )
 FILE_INTENT = re.compile(
@@ -44,18 +45,22 @@ WEB_INTENT = re.compile(
 )
 WEB_QUERY = re.compile(
     r"(?:search|look\s+up|google|browse|check)\s+(?:the\s+)?(?:web|internet|online)\s+(?:for|about|on)\s+(.+)"
-    r"|(?:search|look\s+up|google)\s+(?:for\s+)?(.+?)\s+(?:on|from)\s+the\s+(?:web|internet)"
+    r"|(?:search|look\s+up|google)\s+(?:for\s+)?(.+?)\s+(?:(?:on|from)\s+the\s+(?:web|internet)|online)"
     r"|web search\s+(?:for\s+)?(.+)",
     re.I,
 )
 CODE_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.S)
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
+# "a function that returns X" is about code, not the returns policy.
+CODE_RETURNS = re.compile(
+    r"\b(?:function|method|def|lambda|script|program|code)\b.*?\b(?:that|which|and|to)\s+returns?\b", re.I
+)
 PYTHON_WORD = re.compile(r"\b(?:python|py|run|execute|eval(?:uate)?)\b", re.I)
 CALC_WORD = re.compile(r"\b(?:compute|calculate|evaluate|what(?:'s|\s+is)|how much is|solve)\b", re.I)
 ARITH = re.compile(r"[-+(]*\s*\d[\d.,_]*(?:\s*(?:\*\*|[-+*/%^x\u00d7])\s*[(\s]*\d[\d.,_]*\)*)+\)*")
 # Splits "X, and what about Y" into clauses, but not "returns and refunds".
 CLAUSE_SPLIT = re.compile(
-    r"[.?!;\n]+\s*|,?\s+(?:and|also|plus|then)\s+(?=(?:also\s+)?(?:what|what's|how|when|where|why|which|who|"
+    r"(?:[.?!]+(?=\s|$)|[;\n])+\s*|,?\s+(?:and|also|plus|then)\s+(?=(?:also\s+)?(?:what|what's|how|when|where|why|which|who|"
     r"can|could|would|will|do|does|did|is|are|tell|show|give|search|look|find|run|compute|calculate|"
     r"check|please|i|i'd|is there)\b)|,\s+(?=(?:what|how|when|where|why|which|can|could|do|does|is|are)\b)",
     re.I,
@@ -100,8 +105,20 @@ def split_clauses(text: str) -> list[str]:
     return [c.strip(" ,") for c in CLAUSE_SPLIT.split(text) if c and c.strip(" ,")]
 
 
+WORD_OPS = [
+    (r"multiplied by|times", "*"),
+    (r"divided by|over", "/"),
+    (r"plus", "+"),
+    (r"minus", "-"),
+    (r"to the power of|raised to", "**"),
+    (r"mod(?:ulo)?", "%"),
+]
+
+
 def arithmetic_code(clause: str) -> str | None:
     """`compute 17*23` -> `print(17*23)`; None when the clause holds no arithmetic."""
+    for words, op in WORD_OPS:
+        clause = re.sub(rf"(?<=[\d)])\s+(?:{words})\s+(?=[\d(])", f" {op} ", clause, flags=re.I)
     m = ARITH.search(clause)
     if not m:
         return None
@@ -110,7 +127,34 @@ def arithmetic_code(clause: str) -> str | None:
     expr = re.sub(r"(?<=\d)\s*x\s*(?=\d)", "*", expr)
     if not re.fullmatch(r"[\d\s.+\-*/%()_]+", expr):
         return None
+    try:
+        # Dates and phone numbers look like subtraction; only well-formed expressions count.
+        compile(expr, "<expr>", "eval")
+    except SyntaxError:
+        return None
     return f"print({expr})"
+
+
+def with_visible_result(code: str) -> str:
+    """Notebook semantics: a snippet ending in a bare expression prints it, as users expect."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code  # let the sandbox report the error
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return code
+    last = tree.body[-1]
+    value = last.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "print":
+        return code
+    lines = code.splitlines()
+    end_line = lines[(last.end_lineno or last.lineno) - 1]
+    if last.col_offset != 0 or end_line[last.end_col_offset or 0 :].strip():
+        return code  # shares a line with other statements; leave it alone
+    segment = ast.get_source_segment(code, last)
+    if segment is None:
+        return code
+    return "\n".join([*lines[: last.lineno - 1], f"print({segment})"])
 
 
 class ToolPlanner:
@@ -169,11 +213,11 @@ class ToolPlanner:
         for m in CODE_FENCE.finditer(text):
             lang, body = m.group(1).lower(), m.group(2)
             if lang in ("python", "py", "python3") or (not lang and PYTHON_WORD.search(text)):
-                add("code", {"code": body.strip("\n")})
+                add("code", {"code": with_visible_result(body.strip("\n"))})
             prose = prose.replace(m.group(0), " ")
         if PYTHON_WORD.search(prose):
             for m in INLINE_CODE.finditer(prose):
-                add("code", {"code": m.group(1).strip()})
+                add("code", {"code": with_visible_result(m.group(1).strip())})
                 prose = prose.replace(m.group(0), " ")
 
         ids = sorted({m.upper() for m in ORDER_ID.findall(prose)}, key=prose.upper().find)
@@ -188,7 +232,9 @@ class ToolPlanner:
                 hit = True
                 if not ids:
                     add("orders", {})
-            if DOCS_INTENT.search(clause) or (ctx.files and self._mentions_files(clause, ctx)):
+            if DOCS_INTENT.search(CODE_RETURNS.sub(" ", clause)) or (
+                ctx.files and self._mentions_files(clause, ctx)
+            ):
                 hit = True
                 add("docs", {"query": clause})
             if WEB_INTENT.search(clause):

@@ -1,6 +1,7 @@
 import pytest
 
 from libs.tools import FileDoc, ToolContext, ToolPlanner, ToolSettings
+from libs.tools.planner import with_visible_result
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 
@@ -80,3 +81,40 @@ def test_instructions_inside_files_do_not_cause_tool_calls(planner):
     calls = planner.plan("summarize my notes file", ctx)
     assert names(calls) == ["docs"]
     assert planner.plan("hi there", ctx) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Where is my order A1002 and can I return it?",
+            [("orders", {"order_id": "A1002"}), ("docs", {"query": "can I return it"})],
+        ),
+        ("can I cancel my order?", [("orders", {}), ("docs", {"query": "can I cancel my order"})]),
+        ("calculate (3.5 + 4) * 2", [("code", {"code": "print((3.5 + 4) * 2)"})]),
+        ("What is 17 times 23?", [("code", {"code": "print(17 * 23)"})]),
+        ("what's 2^10?", [("code", {"code": "print(2**10)"})]),
+        ("what is the date 2026-12-02", []),
+        ("My phone number is 555-1234", []),
+        ("write a python function that returns the max of a list", []),
+        ("Run `sum(range(10))` in python", [("code", {"code": "print(sum(range(10)))"})]),
+        ("google espresso machines on the web", [("web", {"query": "espresso machines"})]),
+        ("look up NATS queue groups online", [("web", {"query": "NATS queue groups"})]),
+        ("where's my package?", [("orders", {})]),
+    ],
+)
+def test_rule_cases(planner, text, expected):
+    assert [(c.name, c.arguments) for c in planner.plan(text, CTX)] == expected
+
+
+def test_notebook_style_last_expression_is_printed():
+    assert with_visible_result("x = 2\nx * 21") == "x = 2\nprint(x * 21)"
+    assert with_visible_result("print(1)") == "print(1)"
+    assert with_visible_result("for i in range(3):\n    i") == "for i in range(3):\n    i"
+    assert with_visible_result("x = (1 +") == "x = (1 +"
+
+
+def test_max_calls_is_respected():
+    planner = ToolPlanner(ToolSettings(max_calls=2), use_embeddings=False)
+    calls = planner.plan("Where are A1001, A1002, A1003 and A1004?", CTX)
+    assert len(calls) == 2
