@@ -76,8 +76,10 @@ class DocsTool:
         self._lock = threading.Lock()
 
     def warmup(self) -> None:
+        if not self.settings.docs_use_embeddings:
+            return
         emb = embed.get(block=True)
-        if emb is not None and self.settings.docs_use_embeddings:
+        if emb is not None:
             with self._lock:
                 self.policies.vectors(emb)
 

@@ -31,23 +31,29 @@ class ToolRunner:
         self.tools: dict[str, Tool] = {}
         self.timeouts: dict[str, float] = {}
         self.docs = DocsTool(settings)
-        self._register(OrdersTool(self._orders_db), settings.orders_timeout_s)
-        self._register(self.docs, settings.docs_timeout_s)
-        self._register(CodeTool(settings), settings.code_timeout_s)
-        self._register(WebTool(settings), settings.web_timeout_s)
+        self.register(OrdersTool(self._orders_db), settings.orders_timeout_s)
+        self.register(self.docs, settings.docs_timeout_s)
+        self.code = CodeTool(settings)
+        self.register(self.code, settings.code_timeout_s)
+        self.register(WebTool(settings), settings.web_timeout_s)
 
-    def _register(self, tool: Tool, timeout_s: float) -> None:
+    def register(self, tool: Tool, timeout_s: float) -> None:
+        """Add (or replace) a server-side tool with its time limit."""
         self.tools[tool.name] = tool
         self.timeouts[tool.name] = timeout_s
 
     async def warmup(self) -> None:
-        """Load the embedding model and index the policies before the first request (seconds on CPU)."""
-        await asyncio.to_thread(self.docs.warmup)
+        """Load the embedding model, index the policies and probe sandbox isolation before the first
+        request (seconds on CPU); without it the first requests fall back to keyword search."""
+        await asyncio.gather(asyncio.to_thread(self.docs.warmup), self.code.sandbox.isolation_available())
 
     def specs(self) -> list[dict[str, Any]]:
+        # Once the probe has shown code cannot run here, do not advertise it.
+        hidden = set() if self.code.sandbox.usable() is not False else {self.code.name}
         return [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
             for t in self.tools.values()
+            if t.name not in hidden
         ]
 
     async def run(self, calls: list[ToolCall], ctx: ToolContext) -> list[ToolResult]:

@@ -81,6 +81,12 @@ class Sandbox:
                     self._isolation = out.exit_code == 0 and out.stdout.strip() == "ok"
             return self._isolation
 
+    def usable(self) -> bool | None:
+        """Whether code may run here; None until the isolation probe has run."""
+        if self._isolation is None:
+            return None
+        return self._isolation or self.settings.allow_unisolated_code
+
     async def run(self, code: str) -> RunOutcome:
         isolated = await self.isolation_available()
         if not isolated and not self.settings.allow_unisolated_code:
