@@ -18,7 +18,16 @@ import numpy as np
 
 from libs.tools import embed
 from libs.tools.base import ToolError, ToolOutput
-from libs.tools.search import BM25, Passage, chunk_text, markdown_passages, ranked, rrf, tokenize
+from libs.tools.search import (
+    BM25,
+    Passage,
+    chunk_text,
+    markdown_passages,
+    mentions_file,
+    ranked,
+    rrf,
+    tokenize,
+)
 from libs.tools.settings import ToolSettings
 from libs.tools.types import FileDoc, ToolContext
 
@@ -155,10 +164,8 @@ class DocsTool:
         # "summarize my notes file" matches little by content: hand over the start of a file the
         # user names when none of its passages made the cut.
         extra: list[int] = []
-        low = query.lower()
         for f in files:
-            stem = f.name.rsplit(".", 1)[0].lower()
-            if f.name.lower() not in low and stem not in low:
+            if not mentions_file(query, f.name):
                 continue
             src_prefix = f"file:{f.name}#"
             if any(passages[i].source.startswith(src_prefix) for i in chosen + extra):

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from libs.tools import embed
+from libs.tools.search import mentions_file
 from libs.tools.settings import ToolSettings
 from libs.tools.types import ToolCall, ToolContext
 
@@ -209,12 +210,13 @@ class ToolPlanner:
                 calls.append(ToolCall(id=_new_id(), name=name, arguments=arguments))
 
         # Code first, and cut it out so words inside code ("order", "policy") plan nothing else.
-        prose = text
-        for m in CODE_FENCE.finditer(text):
+        fences = list(CODE_FENCE.finditer(text))
+        prose = CODE_FENCE.sub(" ", text)
+        for m in fences:
             lang, body = m.group(1).lower(), m.group(2)
-            if lang in ("python", "py", "python3") or (not lang and PYTHON_WORD.search(text)):
+            # An unlabelled block runs only when the prose asks for it (it might be a log or data).
+            if lang in ("python", "py", "python3") or (not lang and PYTHON_WORD.search(prose)):
                 add("code", {"code": with_visible_result(body.strip("\n"))})
-            prose = prose.replace(m.group(0), " ")
         if PYTHON_WORD.search(prose):
             for m in INLINE_CODE.finditer(prose):
                 add("code", {"code": with_visible_result(m.group(1).strip())})
@@ -261,8 +263,7 @@ class ToolPlanner:
     def _mentions_files(clause: str, ctx: ToolContext) -> bool:
         if FILE_INTENT.search(clause):
             return True
-        low = clause.lower()
-        return any(f.name.lower() in low or f.name.rsplit(".", 1)[0].lower() in low for f in ctx.files)
+        return any(mentions_file(clause, f.name) for f in ctx.files)
 
     @staticmethod
     def _web_query(clause: str) -> str:

@@ -76,6 +76,15 @@ def rrf(rankings: Sequence[Sequence[int]], k: int = 60) -> list[tuple[int, float
     return sorted(fused.items(), key=lambda x: -x[1])
 
 
+def mentions_file(text: str, filename: str) -> bool:
+    """Whether `text` names the file ("lease.txt" or "lease"), as whole words; tiny stems never match."""
+    low = text.lower()
+    for name in {filename.lower(), filename.rsplit(".", 1)[0].lower()}:
+        if len(name) >= 3 and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", low):
+            return True
+    return False
+
+
 def markdown_passages(text: str, source: str) -> list[Passage]:
     """One passage per `##` section, prefixed with the document title so each stands alone."""
     title_m = re.search(r"^#\s+(.+)$", text, re.M)

@@ -118,3 +118,17 @@ def test_max_calls_is_respected():
     planner = ToolPlanner(ToolSettings(max_calls=2), use_embeddings=False)
     calls = planner.plan("Where are A1001, A1002, A1003 and A1004?", CTX)
     assert len(calls) == 2
+
+
+def test_file_names_match_whole_words_only(planner):
+    ctx = ToolContext(
+        "default", "dev", "r", files=[FileDoc("f1", "a.txt", "x"), FileDoc("f2", "budget.csv", "y")]
+    )
+    assert planner.plan("what a lovely day to be alive", ctx) == []
+    assert [c.name for c in planner.plan("what's the total in budget", ctx)] == ["docs"]
+
+
+def test_unlabelled_block_runs_only_when_asked(planner):
+    log = "Here is my server log:\n```\nERROR eval failed at 12:00\n```\nany idea?"
+    assert [c.name for c in planner.plan(log, CTX)] == []
+    assert [c.name for c in planner.plan("please run this\n```\nprint(3)\n```", CTX)] == ["code"]
