@@ -174,9 +174,12 @@ async def _stop(proc: asyncio.subprocess.Process, isolated: bool) -> None:
             proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 1.0)
-    # Plain mode, or a launcher that did not exit: kill the whole process group.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode is None or not isolated:
+        # A launcher that did not exit, or plain mode (where the program's children share its
+        # process group and nothing else reaps them): kill the whole group. An isolated run that
+        # ended on its own has nothing left: its PID namespace died with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     await proc.wait()
 
 

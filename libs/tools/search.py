@@ -20,10 +20,14 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 def _stem(w: str) -> str:
-    # Crude suffix stripping: enough for "damaged"~"damage", "returns"~"return", "policies"~"policy".
+    # Crude suffix stripping: enough for "damaged"~"damage", "returns"~"return",
+    # "policies"~"policy", "delivery"~"delivered".
     for suf, rep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("e", "")):
         if w.endswith(suf) and len(w) - len(suf) >= 3:
-            return w[: -len(suf)] + rep
+            w = w[: -len(suf)] + rep
+            break
+    if w.endswith("y") and len(w) > 4:
+        w = w[:-1]
     return w
 
 
