@@ -49,6 +49,8 @@ class Run:
     deadline_ms: int = 0
     work: Work | None = None
     events: list[ChatEvent] = field(default_factory=list)
+    # The terminal event once it is known; set before the finish hooks run and before readers see it.
+    final: ChatEvent | None = None
     finished: bool = False
     launched: bool = False
     cancel_reason: str | None = None
@@ -66,7 +68,7 @@ class Run:
 
     @property
     def usage(self) -> Usage:
-        t = self.terminal
+        t = self.final
         return t.usage if t is not None and t.usage is not None else Usage()
 
     @property
@@ -169,7 +171,7 @@ class Streams:
             except ValidationError:
                 log.warning("undecodable chat event", rid=run.rid)
                 return
-            self._receive(run, event)
+            await self._receive(run, event)
 
         # Subscribed on the raw connection, not bus.subscribe: per-request subscriptions must not pile up
         # in the bus's list of long-lived ones, and deltas need no consumer span each.
@@ -184,20 +186,36 @@ class Streams:
 
     # ---- events ----------------------------------------------------------------------------
 
-    def _receive(self, run: Run, event: ChatEvent) -> None:
+    async def _receive(self, run: Run, event: ChatEvent) -> None:
+        if run.final is not None:
+            return
         if run.first_event_s is None:
             self.metrics.ttft.labels(run.api).observe(time.perf_counter() - run.t0)
-        run._push(event)
         if event.type in TERMINAL:
-            self._spawn(self._finish(run))
+            await self._end(run, event)
+        else:
+            run._push(event)
+
+    async def _end(self, run: Run, event: ChatEvent) -> None:
+        """Settle the request (limits) before the client sees the last event: a client that sends its next
+        request the moment it gets `done` must find its stream lease already returned."""
+        if run.final is not None or run.finished:
+            return
+        run.final = event
+        for hook in run.on_finish:
+            try:
+                await hook(run)
+            except Exception:
+                log.exception("finish hook failed", rid=run.rid)
+        run._push(event)
+        self._spawn(self._finish(run))
 
     def _expire(self, run: Run) -> None:
-        if run.finished or run.terminal is not None:
+        if run.final is not None or run.finished:
             return
         info = ErrorInfo.of(ErrorCode.deadline_exceeded, f"no answer within {self.settings.request_timeout_s:g}s")
-        run._push(ChatEvent(rid=run.rid, type="error", error=info))
+        self._spawn(self._end(run, ChatEvent(rid=run.rid, type="error", error=info)))
         self._spawn(self._publish_cancel(run, "deadline_exceeded"))
-        self._spawn(self._finish(run))
 
     async def _publish_cancel(self, run: Run, reason: str) -> None:
         self.metrics.cancels.labels(reason).inc()
@@ -214,7 +232,7 @@ class Streams:
 
     async def cancel(self, run: Run, reason: str) -> None:
         """Stop a running request; the pipeline answers with its last event, or we end it ourselves."""
-        if run.finished or run.terminal is not None or run.cancel_reason is not None:
+        if run.finished or run.final is not None or run.cancel_reason is not None:
             return
         run.cancel_reason = reason
         run.span.add_event("cancel", {"reason": reason})
@@ -223,9 +241,7 @@ class Streams:
         run._timers.append(loop.call_later(self.settings.cancel_wait_s, self._cancel_timeout, run))
 
     def _cancel_timeout(self, run: Run) -> None:
-        if run.terminal is None and not run.finished:
-            run._push(ChatEvent(rid=run.rid, type="done", finish_reason="cancelled", usage=Usage()))
-            self._spawn(self._finish(run))
+        self._spawn(self._end(run, ChatEvent(rid=run.rid, type="done", finish_reason="cancelled", usage=Usage())))
 
     # ---- readers ---------------------------------------------------------------------------
 
@@ -271,11 +287,6 @@ class Streams:
         run.span.set_attribute("switchyard.client_status", status)
         if error is not None:
             run.span.set_status(Status(StatusCode.ERROR, error.message))
-        for hook in run.on_finish:
-            try:
-                await hook(run)
-            except Exception:
-                log.exception("finish hook failed", rid=run.rid)
         with run.activate():
             await self.bus.log_stage(
                 StageRecord(
@@ -328,11 +339,8 @@ class Streams:
         for run in list(self.runs.values()):
             if not run.finished:
                 await self.cancel(run, "gateway_shutdown")
-                run._push(
-                    ChatEvent(
-                        rid=run.rid, type="error", error=ErrorInfo.of(ErrorCode.unavailable, "gateway shutting down")
-                    )
-                )
+                info = ErrorInfo.of(ErrorCode.unavailable, "gateway shutting down")
+                await self._end(run, ChatEvent(rid=run.rid, type="error", error=info))
                 await self._finish(run)
         for run in self.runs.values():
             for timer in run._timers:

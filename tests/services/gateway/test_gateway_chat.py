@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 
 from libs.bus import NatsServer
-from schemas import subjects
-from tests.services.gateway.conftest import Gateway, Responder, gateway
+from schemas import StageRecord, subjects
+from tests.services.gateway.harness import Gateway, Responder, gateway
 from tests.services.gateway.sse_client import parse
 
 
@@ -61,7 +61,11 @@ async def test_pipeline_error_is_an_error_event(gw: Gateway) -> None:
         r = await c.post("/chat", json={"chatId": "c1", "text": "midfail"}, headers=gw.auth())
     events = parse(r.text)
     assert [e.event for e in events] == ["delta", "error"]
-    assert events[1].data == {"type": "content_blocked", "code": "content_blocked", "message": "stopped by output check"}
+    assert events[1].data == {
+        "type": "content_blocked",
+        "code": "content_blocked",
+        "message": "stopped by output check",
+    }
 
 
 async def test_deadline_ends_the_stream(gw: Gateway, responder: Responder) -> None:
@@ -188,3 +192,31 @@ async def test_models_and_metrics(gw: Gateway) -> None:
     assert "switchyard_gateway_stream_duration_seconds" in text
     assert "switchyard_gateway_active_streams" in text
     assert "switchyard_gateway_rate_limited_total" in text or "switchyard_gateway_rate_limited" in text
+
+
+async def test_stage_record_and_one_trace(gw: Gateway, responder: Responder) -> None:
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post(
+            "/chat",
+            json={"chatId": "c7", "text": "hello", "seed": 11},
+            headers={**gw.auth(), "traceparent": traceparent},
+        )
+    rid = r.headers["x-request-id"]
+    # The pipeline's spans join the client's trace through the gateway's server span.
+    assert responder.trace_ids[rid] == "0af7651916cd43dd8448eb211c80319c"
+    record: StageRecord | None = None
+    for _ in range(100):
+        msg = await gw.bus.js.get_last_msg(subjects.LOG_STREAM, subjects.log_stage("gateway"))
+        record = StageRecord.model_validate_json(msg.data or b"{}")
+        if record.rid == rid:
+            break
+        await asyncio.sleep(0.02)
+    assert record is not None and record.rid == rid
+    assert record.stage == "gateway" and record.tenant == "acme" and record.status == "ok"
+    assert record.trace_id == "0af7651916cd43dd8448eb211c80319c"
+    rec = record.decision["record"]
+    assert rec["api"] == "chat" and rec["client_status"] == "complete" and rec["key_id"].startswith("key_")
+    assert rec["request"]["text"] == "hello" and rec["request"]["chat_id"] == "c7"
+    assert rec["request"]["sampling"]["seed"] == 11
+    assert rec["usage"]["prompt_tokens"] == 42

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.services.gateway.conftest import Gateway, Responder
+from tests.services.gateway.harness import Gateway, Responder
 
 CHAT = {"chatId": "c1", "text": "hello"}
 
@@ -104,7 +104,8 @@ async def test_openai_and_anthropic_bad_input(gw: Gateway, responder: Responder)
         for body in bad:
             _shape(await c.post("/v1/chat/completions", json=body, headers=gw.auth()), 400, "bad_request")
         r = await c.post(
-            "/v1/chat/completions", json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
+            "/v1/chat/completions",
+            json={"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]},
             headers=gw.auth(),
         )
         _shape(r, 404, "not_found")

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from tests.services.gateway.conftest import Gateway, Responder
+from tests.services.gateway.harness import Gateway, Responder
 from tests.services.gateway.sse_client import parse
 
 MODEL = "SmolLM2-135M-Instruct"
