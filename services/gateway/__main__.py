@@ -21,6 +21,7 @@ from libs.telemetry import configure_logging, setup_tracing
 from schemas import HealthReply, HealthRequest, SpanBatch, subjects
 from services.gateway.app import create_app
 from services.gateway.core import Gateway
+from services.gateway.replay import ensure_events_stream
 from services.gateway.settings import GatewaySettings
 
 SERVICE = "gateway"
@@ -51,6 +52,8 @@ async def main() -> None:
     await install_configured_keys(settings, keys)
     bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry)
     await bus.ensure_log_stream()
+    if settings.resume_stream:
+        await ensure_events_stream(bus.js, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
 
     async def publish_spans(batch: SpanBatch) -> None:
         first = batch.spans[0]

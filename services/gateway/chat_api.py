@@ -10,12 +10,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from libs.bus import BusError
-from schemas import ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
+from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
+from services.gateway.replay import owned, replay
 from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
 
@@ -99,11 +100,26 @@ async def chat(request: Request) -> StreamingResponse:
     return StreamingResponse(relay_chat(gw, run), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-def _owned_run(gw: Gateway, rid: str, tenant: str) -> Run:
+NOT_KEPT = "stream {rid!r} not found (or no longer kept)"
+
+
+def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
+    """This replica's copy of the stream; another tenant's is treated as absent."""
     run = gw.streams.runs.get(rid)
-    if run is None or run.tenant != tenant:
-        raise ApiError(ErrorCode.not_found, f"stream {rid!r} not found (or no longer kept on this gateway)")
+    if run is not None and run.tenant != tenant:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
     return run
+
+
+async def relay_replay(gw: Gateway, rid: str, after: int) -> AsyncIterator[bytes]:
+    """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
+    timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
+    async for item in replay(gw.bus.js, rid, after, gw.settings.keepalive_s, timeout):
+        if item is None:
+            yield KEEPALIVE
+            continue
+        seq, event = item
+        yield frame(chat_payload(event), event=event.type, id=seq)
 
 
 @router.get("/v1/streams/{rid}")
@@ -111,13 +127,20 @@ async def resume(rid: str, request: Request) -> StreamingResponse:
     """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live."""
     gw = gateway(request)
     key = await authenticate(request, gw.keys)
-    run = _owned_run(gw, rid, key.tenant)
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "-1"
     try:
         after = int(raw)
     except ValueError as e:
         raise ApiError(ErrorCode.bad_request, f"Last-Event-ID must be an event id, got {raw!r}") from e
-    return StreamingResponse(relay_chat(gw, run, after), media_type="text/event-stream", headers=SSE_HEADERS)
+    run = _local_run(gw, rid, key.tenant)
+    if run is not None:
+        body = relay_chat(gw, run, after)
+    elif gw.settings.resume_stream:
+        await owned(gw.bus.js, rid, key.tenant)
+        body = relay_replay(gw, rid, after)
+    else:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @router.post("/v1/streams/{rid}/cancel")
@@ -125,9 +148,16 @@ async def stop(rid: str, request: Request) -> JSONResponse:
     """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
     gw = gateway(request)
     key = await authenticate(request, gw.keys)
-    run = _owned_run(gw, rid, key.tenant)
-    await gw.streams.cancel(run, "stopped")
-    return JSONResponse({"rid": rid, "status": "finished" if run.finished else "cancelling"}, status_code=202)
+    run = _local_run(gw, rid, key.tenant)
+    if run is not None:
+        await gw.streams.cancel(run, "stopped")
+        return JSONResponse({"rid": rid, "status": "finished" if run.finished else "cancelling"}, status_code=202)
+    if not gw.settings.resume_stream:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    # Relayed by another replica: the cancel reaches inference (and that replica's reader) through the bus.
+    await owned(gw.bus.js, rid, key.tenant)
+    await gw.bus.publish(subjects.chat_cancel(rid), CancelNotice(rid=rid, reason="stopped"), rid=rid, tenant=key.tenant)
+    return JSONResponse({"rid": rid, "status": "cancelling"}, status_code=202)
 
 
 @router.get("/v1/conversations/{chat_id}")

@@ -18,6 +18,7 @@ from schemas import ChatMessage, ConversationQuery, ConversationReply, ErrorCode
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
+from services.gateway.replay import mark_owner
 from services.gateway.settings import GatewaySettings
 from services.gateway.streams import Run, Streams
 
@@ -182,6 +183,8 @@ async def start_run(
             sampling=sampling,
             created_ms=run.started_ms,
         )
+        if gw.settings.resume_stream:
+            await mark_owner(gw.bus.nc, rid, key.tenant)
         await gw.streams.launch(run, work)
     except ApiError as e:
         gw.streams.abandon(run, e)

@@ -40,8 +40,12 @@ class GatewaySettings(ServiceSettings):
     # How long a disconnected stream keeps running for a client that reconnects with Last-Event-ID before
     # it is cancelled. 0 cancels at once: nothing keeps decoding for a client that left.
     resume_grace_s: float = 0.0
-    # How long a finished stream's events stay available to `GET /v1/streams/{rid}`.
+    # How long a finished stream's events stay available to `GET /v1/streams/{rid}` on the relaying replica.
     resume_ttl_s: float = 60.0
+    # Any replica can resume any stream: JetStream keeps `chat.events.>` in memory this long.
+    resume_stream: bool = True
+    resume_stream_max_age_s: float = 300.0
+    resume_stream_max_bytes: int = 256 * 1024 * 1024
     keepalive_s: float = 15.0
 
     # Limits. Counters live in a JetStream key-value bucket so every replica enforces one limit.

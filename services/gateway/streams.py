@@ -78,7 +78,8 @@ class Run:
             return "stopped"
         if t is None or t.type == "error":
             return "error"
-        return "complete"
+        # A Stop sent through another replica reaches us only as the pipeline's cancelled answer.
+        return "stopped" if t.finish_reason == "cancelled" else "complete"
 
     def activate(self) -> contextlib.AbstractContextManager[trace.Span]:
         """Make the request's server span current, so bus messages sent now carry its traceparent."""
@@ -196,12 +197,20 @@ class Streams:
         else:
             run._push(event)
 
-    async def _end(self, run: Run, event: ChatEvent) -> None:
+    async def _end(self, run: Run, event: ChatEvent, *, ours: bool = False) -> None:
         """Settle the request (limits) before the client sees the last event: a client that sends its next
-        request the moment it gets `done` must find its stream lease already returned."""
+        request the moment it gets `done` must find its stream lease already returned.
+
+        `ours`: the gateway made this event (deadline, Stop without an answer); it goes on the bus too, so a
+        replica replaying the stream sees the same ending."""
         if run.final is not None or run.finished:
             return
         run.final = event
+        if ours:
+            try:
+                await self.bus.publish(subjects.chat_events(run.rid), event, rid=run.rid, tenant=run.tenant)
+            except Exception as e:
+                log.warning("final event not published", rid=run.rid, error=str(e))
         for hook in run.on_finish:
             try:
                 await hook(run)
@@ -214,7 +223,7 @@ class Streams:
         if run.final is not None or run.finished:
             return
         info = ErrorInfo.of(ErrorCode.deadline_exceeded, f"no answer within {self.settings.request_timeout_s:g}s")
-        self._spawn(self._end(run, ChatEvent(rid=run.rid, type="error", error=info)))
+        self._spawn(self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True))
         self._spawn(self._publish_cancel(run, "deadline_exceeded"))
 
     async def _publish_cancel(self, run: Run, reason: str) -> None:
@@ -241,7 +250,8 @@ class Streams:
         run._timers.append(loop.call_later(self.settings.cancel_wait_s, self._cancel_timeout, run))
 
     def _cancel_timeout(self, run: Run) -> None:
-        self._spawn(self._end(run, ChatEvent(rid=run.rid, type="done", finish_reason="cancelled", usage=Usage())))
+        done = ChatEvent(rid=run.rid, type="done", finish_reason="cancelled", usage=Usage())
+        self._spawn(self._end(run, done, ours=True))
 
     # ---- readers ---------------------------------------------------------------------------
 
@@ -340,7 +350,7 @@ class Streams:
             if not run.finished:
                 await self.cancel(run, "gateway_shutdown")
                 info = ErrorInfo.of(ErrorCode.unavailable, "gateway shutting down")
-                await self._end(run, ChatEvent(rid=run.rid, type="error", error=info))
+                await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
                 await self._finish(run)
         for run in self.runs.values():
             for timer in run._timers:

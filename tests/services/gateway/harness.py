@@ -41,6 +41,7 @@ from schemas import (
     subjects,
 )
 from services.gateway.app import create_app
+from services.gateway.replay import ensure_events_stream
 from services.gateway.settings import GatewaySettings, TierLimits
 
 USAGE = Usage(prompt_tokens=42, cached_tokens=16, completion_tokens=3, ttft_ms=12.5, tpot_ms=4.0)
@@ -209,6 +210,7 @@ async def gateway(
     store = keys or await KeyStore.open(settings.db_url())
     bus = await connect(nats_server, "gateway")
     await bus.ensure_log_stream()
+    await ensure_events_stream(bus.js, 60, 64 * 1024 * 1024)
     app = create_app(settings, bus, store)
     async with serve(app) as url:
         gw = Gateway(url=url, app=app, bus=bus, keys=store, settings=settings)

@@ -220,3 +220,48 @@ async def test_stage_record_and_one_trace(gw: Gateway, responder: Responder) -> 
     assert rec["request"]["text"] == "hello" and rec["request"]["chat_id"] == "c7"
     assert rec["request"]["sampling"]["seed"] == 11
     assert rec["usage"]["prompt_tokens"] == 42
+
+
+async def test_resume_and_stop_through_another_replica(
+    nats_server: NatsServer, responder: Responder, tmp_path: Path
+) -> None:
+    """A client whose replica is gone reconnects to any other one; JetStream replays the stream."""
+    async with (
+        gateway(nats_server, tmp_path / "a", resume_grace_s=5.0) as a,
+        gateway(nats_server, tmp_path / "b") as b,
+    ):
+        _, key = await a.keys.create("acme", "pro")
+        _, key_b = await b.keys.create("acme", "pro")
+        async with httpx.AsyncClient() as c:
+            async with c.stream(
+                "POST", f"{a.url}/chat", json={"chatId": "c9", "text": "slow"}, headers=a.auth(key)
+            ) as r:
+                rid = r.headers["x-request-id"]
+                ids = []
+                async for line in r.aiter_lines():
+                    if line.startswith("id: "):
+                        ids.append(line)
+                    if len(ids) == 2:
+                        break
+            _, stranger = await b.keys.create("globex", "pro")
+            assert (await c.get(f"{b.url}/v1/streams/{rid}", headers=b.auth(stranger))).status_code == 404
+            assert (await c.get(f"{b.url}/v1/streams/nope", headers=b.auth(key_b))).status_code == 404
+            r2 = await c.get(f"{b.url}/v1/streams/{rid}", headers={**b.auth(key_b), "Last-Event-ID": "1"})
+            assert r2.status_code == 200
+            events = parse(r2.text)
+            assert [e.id for e in events] == ["2", "3", "4", "5", "6"]
+            assert [e.event for e in events] == ["delta"] * 4 + ["done"]
+
+            # Stop from replica B reaches the pipeline; the reader on replica A gets the final event.
+            async with c.stream(
+                "POST", f"{a.url}/chat", json={"chatId": "c9", "text": "hang"}, headers=a.auth(key)
+            ) as r:
+                rid = r.headers["x-request-id"]
+                seen = []
+                async for line in r.aiter_lines():
+                    seen.append(line)
+                    if line.startswith("data:") and sum(s.startswith("data:") for s in seen) == 1:
+                        stop = await c.post(f"{b.url}/v1/streams/{rid}/cancel", headers=b.auth(key_b))
+                        assert stop.status_code == 202
+            assert [e.event for e in parse("\n".join(seen))] == ["delta", "done"]
+            assert any(n.rid == rid and n.reason == "stopped" for n in responder.cancels)
