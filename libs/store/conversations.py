@@ -157,6 +157,22 @@ class ConversationStore:
                 q = q.where(turns.c.status.in_(statuses))
             return conv, [_turn(r) for r in (await conn.execute(q)).all()]
 
+    async def history(self, tenant: str, chat_id: str, statuses: tuple[str, ...]) -> list[Turn] | None:
+        """Turns for a prompt, oldest first: [] for a conversation not created yet, None when another
+        tenant owns the id."""
+        async with self.engine.connect() as conn:
+            owner = (await conn.execute(select(conversations.c.tenant).where(conversations.c.id == chat_id))).first()
+            if owner is None:
+                return []
+            if owner[0] != tenant:
+                return None
+            q = (
+                select(turns)
+                .where(turns.c.conversation_id == chat_id, turns.c.status.in_(statuses))
+                .order_by(turns.c.seq)
+            )
+            return [_turn(r) for r in (await conn.execute(q)).all()]
+
     async def save_turn(self, tenant: str, user: str, chat_id: str, turn: Turn) -> tuple[str, bool] | None:
         """Store a finished turn; (turn id, whether it is new). Idempotent on the turn's rid.
 
@@ -191,7 +207,7 @@ class ConversationStore:
             await conn.execute(update(conversations).where(conversations.c.id == chat_id).values(**changes))
             return turn_id, True
 
-    async def list(
+    async def list_conversations(
         self, tenant: str, user: str = "", limit: int = 20, cursor: str | None = None
     ) -> tuple[list[ConversationSummary], str | None]:
         """Newest activity first; keyset pagination on (updated_ms, id) so inserts never shift a page."""
