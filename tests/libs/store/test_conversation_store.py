@@ -52,12 +52,12 @@ async def test_list_rename_delete_search(engine: AsyncEngine) -> None:
     await store.save_turn("acme", "bob", "cb", _turn("rb", "bob's 100% question", "answer_b", ms=2000))
     await store.save_turn("zeta", "zed", "cz", _turn("rz", "question z", "answer z", ms=3000))
 
-    page, cursor = await store.list("acme", "alice", limit=2)
+    page, cursor = await store.list_conversations("acme", "alice", limit=2)
     assert [c.chat_id for c in page] == ["c4", "c3"] and page[0].turns == 1 and cursor
-    page2, cursor2 = await store.list("acme", "alice", limit=2, cursor=cursor)
-    page3, cursor3 = await store.list("acme", "alice", limit=2, cursor=cursor2)
+    page2, cursor2 = await store.list_conversations("acme", "alice", limit=2, cursor=cursor)
+    page3, cursor3 = await store.list_conversations("acme", "alice", limit=2, cursor=cursor2)
     assert [c.chat_id for c in page2 + page3] == ["c2", "c1", "c0"] and cursor3 is None
-    everyone, _ = await store.list("acme", limit=50)
+    everyone, _ = await store.list_conversations("acme", limit=50)
     assert {c.chat_id for c in everyone} == {"c0", "c1", "c2", "c3", "c4", "cb"}
 
     renamed = await store.rename("acme", "c1", "Renamed")
