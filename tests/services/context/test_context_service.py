@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import pytest
 
-from libs.bus import Bus, BusError, NatsServer
-from libs.telemetry import setup_tracing
-from libs.tokenizer import Tokenizer
+from libs.bus import BusError
 from schemas import (
     ChatEvent,
     ConversationQuery,
@@ -23,83 +19,11 @@ from schemas import (
     SaveTurn,
     SaveTurnAck,
     Turn,
-    Usage,
     Work,
     subjects,
 )
 from schemas import conversations as csubj
-from services.context.service import setup
-from services.context.settings import ContextSettings
-
-
-@dataclass
-class Harness:
-    client: Bus
-    forwarded: dict[str, asyncio.Future[Work]]
-    events: dict[str, asyncio.Future[ChatEvent]]
-
-    async def assemble(self, work: Work) -> Work | ChatEvent:
-        """Send work to the context stage; the forwarded work, or the error event for its rid."""
-        loop = asyncio.get_running_loop()
-        self.forwarded[work.rid] = loop.create_future()
-        self.events[work.rid] = loop.create_future()
-
-        async def on_event(ev: ChatEvent) -> None:
-            if not self.events[ev.rid].done():
-                self.events[ev.rid].set_result(ev)
-
-        sub = await self.client.subscribe(subjects.chat_events(work.rid), ChatEvent, on_event)
-        await self.client.nc.flush()
-        await self.client.publish(subjects.CONTEXT, work, rid=work.rid, tenant=work.tenant)
-        done, _ = await asyncio.wait(
-            [self.forwarded[work.rid], self.events[work.rid]], timeout=10, return_when=asyncio.FIRST_COMPLETED
-        )
-        await sub.unsubscribe()
-        assert done, "context neither forwarded nor failed"
-        return done.pop().result()
-
-    async def turn(self, tenant: str, chat_id: str, text: str, answer: str, user: str = "alice") -> Work:
-        rid = uuid.uuid4().hex
-        w = await self.assemble(Work(rid=rid, tenant=tenant, user=user, key_id="k", chat_id=chat_id, text=text))
-        assert isinstance(w, Work)
-        ack = await self.client.request(
-            subjects.SAVE_TURN,
-            SaveTurn(
-                tenant=tenant,
-                user=user,
-                chat_id=chat_id,
-                turn=Turn(id="", rid=rid, user_text=text, answer=answer, status="complete", usage=Usage()),
-            ),
-            SaveTurnAck,
-        )
-        assert ack.turn_id
-        return w
-
-
-@pytest.fixture(scope="module")
-async def harness(
-    nats_server: NatsServer, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[Harness]:
-    service = await Bus.connect(nats_server.url, "context", "t1", setup_tracing("context"))
-    client = await Bus.connect(nats_server.url, "gateway", "t1", setup_tracing("gateway"))
-    await service.ensure_log_stream()
-    settings = ContextSettings(data_dir=str(tmp_path_factory.mktemp("context")), context_budget=2048)
-    cleanup = await setup(service, settings, template=tokenizer)
-    h = Harness(client, {}, {})
-
-    async def collect(w: Work) -> None:
-        fut = h.forwarded.get(w.rid)
-        if fut is not None and not fut.done():
-            fut.set_result(w)
-
-    await client.subscribe(subjects.SAFETY_IN, Work, collect)
-    await client.nc.flush()
-    await service.nc.flush()
-    yield h
-    await service.quiesce()
-    await cleanup()
-    await service.close()
-    await client.drain()
+from tests.services.context.harness import Harness
 
 
 async def test_open_get_and_tenant_isolation(harness: Harness) -> None:
