@@ -27,12 +27,15 @@ class RequestSummary(BaseModel):
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    # Set on a replay: the rid of the request it re-ran.
+    replay_of: str | None = None
 
 
 class RequestListQuery(BaseModel):
     tenant: str | None = None
     status: str | None = None
     model: str | None = None
+    replay_of: str | None = None
     since_ms: int | None = None
     until_ms: int | None = None
     limit: int = Field(50, ge=1, le=500)

@@ -53,8 +53,11 @@ requests = Table(
     Column("prompt_tokens", Integer),
     Column("cached_tokens", Integer),
     Column("completion_tokens", Integer),
+    # The rid this request replays (gateway record key `replay_of`, api "replay").
+    Column("replay_of", String()),
     Column("record", JSON, nullable=False),
     Index("ix_requests_created", "created_ms"),
+    Index("ix_requests_replay_of", "replay_of"),
     Index("ix_requests_tenant_created", "tenant", "created_ms"),
     Index("ix_requests_trace", "trace_id"),
 )
@@ -146,12 +149,14 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
 
     model = record.get("model")
     api = record.get("api")
+    replay_of = record.get("replay_of")
     return {
         "tenant": str(record.get("tenant") or ""),
         "trace_id": str(record.get("trace_id") or ""),
         "status": status[:32],
         "model": str(model)[:200] if model else None,
         "api": str(api)[:32] if api else None,
+        "replay_of": str(replay_of) if replay_of else None,
         "created_ms": int(created),
         "latency_ms": (max(ends) - created) if ends else None,
         "ttft_ms": _num(usage.get("ttft_ms")),
@@ -232,7 +237,7 @@ class RecordStore:
     async def list_requests(self, q: RequestListQuery) -> tuple[list[RequestSummary], str | None]:
         c = requests.c
         sel = select(requests)
-        for col, value in ((c.tenant, q.tenant), (c.status, q.status), (c.model, q.model)):
+        for col, value in ((c.tenant, q.tenant), (c.status, q.status), (c.model, q.model), (c.replay_of, q.replay_of)):
             if value:
                 sel = sel.where(col == value)
         if q.since_ms is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from opentelemetry import trace
@@ -51,10 +52,15 @@ class Context:
         conversations: ConversationStore,
         knowledge: KnowledgeStore,
         renderer: PromptRenderer,
+        memory_items: int = 50,
+        tools: list[dict[str, Any]] | None = None,
     ):
         self.conversations = conversations
         self.knowledge = knowledge
         self.renderer = renderer
+        self.memory_items = memory_items
+        # Tool definitions rendered first in every system block; none are defined yet.
+        self.tools = tools or []
 
     async def _parts(self, work: Work) -> PromptParts:
         memory_q = self.knowledge.memories(work.tenant, work.user)
@@ -80,8 +86,10 @@ class Context:
             history=history,
             instructions=instructions.text,
             client_system="\n\n".join(s for s in (client_system, work.system or "") if s),
-            memory=memory,
+            # The newest facts, still in saved order so the block only grows at its end.
+            memory=memory[-self.memory_items :] if self.memory_items else [],
             files=chat_files,
+            tools=self.tools,
         )
 
     async def assemble(self, work: Work) -> Forward:
@@ -161,9 +169,8 @@ async def setup(
     if template is None:
         # Reading the GGUF metadata takes seconds; do not stall the loop (heartbeats, pings) meanwhile.
         template = await asyncio.to_thread(load_template, settings)
-    ctx = Context(
-        conversations, knowledge, PromptRenderer(template, settings.context_budget, settings.prompt_file_chars)
-    )
+    renderer = PromptRenderer(template, settings.context_budget, settings.prompt_file_chars)
+    ctx = Context(conversations, knowledge, renderer, settings.prompt_memory_items)
     await bus.stage(subjects.CONTEXT, ctx.assemble)
     await bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, ctx.open, queue="context")
     await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")

@@ -18,6 +18,8 @@ class ContextSettings(ServiceSettings):
     # Largest uploaded file kept, and how much of one attached file goes into a prompt.
     max_file_chars: int = 200_000
     prompt_file_chars: int = 8_000
+    # Saved facts rendered into a prompt: the oldest ones past this many are left out.
+    prompt_memory_items: int = 50
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "context")

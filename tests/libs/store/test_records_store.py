@@ -135,6 +135,10 @@ async def test_list_filters_newest_first(engine: AsyncEngine) -> None:
     assert [s.rid for s in window[0]] == ["q2", "q1"]
     assert [s.rid for s in (await store.list_requests(RequestListQuery(status="running")))[0]] == ["z1"]
     assert len((await store.list_requests(RequestListQuery(model="smollm2-135m", limit=100)))[0]) == 7
+    replay = _stage("q7", "gateway", 20_000, 1.0, decision={"record": {"api": "replay", "replay_of": "q3"}})
+    await store.apply([replay])
+    replays, _ = await store.list_requests(RequestListQuery(replay_of="q3"))
+    assert [(s.rid, s.api, s.replay_of) for s in replays] == [("q7", "replay", "q3")]
 
 
 async def test_feedback_replaces_a_users_rating(engine: AsyncEngine) -> None:
