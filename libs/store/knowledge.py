@@ -152,6 +152,12 @@ class KnowledgeStore:
             res = await conn.execute(delete(files).where(files.c.id == file_id, files.c.tenant == tenant))
             return bool(res.rowcount)
 
+    async def delete_chat_files(self, tenant: str, chat_id: str) -> int:
+        """Drop the files attached to a conversation being deleted; the user's library stays."""
+        async with self.engine.begin() as conn:
+            res = await conn.execute(delete(files).where(files.c.tenant == tenant, files.c.chat_id == chat_id))
+            return int(res.rowcount or 0)
+
     # ---- tenant instructions --------------------------------------------------------------
 
     async def instructions(self, tenant: str) -> Instructions:

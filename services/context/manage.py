@@ -79,6 +79,7 @@ class Manager:
     async def delete(self, q: ConversationQuery) -> DeleteAck:
         if not await self.conversations.delete(q.tenant, q.chat_id):
             raise _missing("conversation", q.chat_id)
+        await self.knowledge.delete_chat_files(q.tenant, q.chat_id)
         return DeleteAck(id=q.chat_id)
 
     async def search(self, q: ConversationSearch) -> SearchReply:

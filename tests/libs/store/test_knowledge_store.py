@@ -35,9 +35,14 @@ async def test_files_scoped_by_tenant(engine: AsyncEngine) -> None:
     assert len(await store.list_files("acme")) == 3
     assert [(i.name, t) for i, t in await store.chat_files("acme", "c1")] == [("notes.txt", "hello world")]
     assert await store.chat_files("other", "c1") == []
-    assert await store.delete_file("other", f1.id) is False
-    assert await store.delete_file("acme", f1.id) is True
+    f3 = await store.add_file("acme", "alice", "more.txt", "more", chat_id="c1")
+    assert await store.delete_chat_files("other", "c1") == 0
+    assert await store.delete_file("other", f3.id) is False
+    assert await store.delete_file("acme", f3.id) is True
+    assert await store.get_file("acme", f3.id) is None
+    assert await store.delete_chat_files("acme", "c1") == 1
     assert await store.get_file("acme", f1.id) is None
+    assert await store.get_file("acme", f2.id) is not None
 
 
 async def test_instructions_upsert(engine: AsyncEngine) -> None:
