@@ -29,12 +29,15 @@ class Harness:
         sub = await self.client.subscribe(subjects.chat_events(work.rid), ChatEvent, on_event)
         await self.client.nc.flush()
         await self.client.publish(subjects.CONTEXT, work, rid=work.rid, tenant=work.tenant)
-        done, _ = await asyncio.wait(
-            [self.forwarded[work.rid], self.events[work.rid]], timeout=10, return_when=asyncio.FIRST_COMPLETED
-        )
+        futures: list[asyncio.Future[Work] | asyncio.Future[ChatEvent]] = [
+            self.forwarded[work.rid],
+            self.events[work.rid],
+        ]
+        done, _ = await asyncio.wait(futures, timeout=10, return_when=asyncio.FIRST_COMPLETED)
         await sub.unsubscribe()
         assert done, "context neither forwarded nor failed"
-        return done.pop().result()
+        result: Work | ChatEvent = done.pop().result()
+        return result
 
     async def turn(self, tenant: str, chat_id: str, text: str, answer: str, user: str = "alice") -> Work:
         rid = uuid.uuid4().hex
