@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -91,13 +92,13 @@ class Conversation:
     updated_ms: int
 
 
-def _conv(row: object) -> Conversation:
-    m = row._mapping  # type: ignore[attr-defined]
+def _conv(row: Any) -> Conversation:
+    m = row._mapping
     return Conversation(m["id"], m["tenant"], m["user"], m["title"], m["created_ms"], m["updated_ms"])
 
 
-def _turn(row: object) -> Turn:
-    m = row._mapping  # type: ignore[attr-defined]
+def _turn(row: Any) -> Turn:
+    m = row._mapping
     return Turn(
         id=m["id"],
         rid=m["rid"],

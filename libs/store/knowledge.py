@@ -4,6 +4,7 @@ tenant's standing instructions. Every read and write is scoped by tenant (and us
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -52,15 +53,14 @@ instructions = Table(
 )
 
 
-def _file_info(m: object) -> FileInfo:
-    r = m._mapping  # type: ignore[attr-defined]
+def _file_info(row: Any, chars: int) -> FileInfo:
     return FileInfo(
-        id=r["id"],
-        name=r["name"],
-        media_type=r["media_type"],
-        chars=len(r["text"]) if "text" in r else int(r["chars"]),
-        chat_id=r["chat_id"],
-        created_ms=r["created_ms"],
+        id=row.id,
+        name=row.name,
+        media_type=row.media_type,
+        chars=chars,
+        chat_id=row.chat_id,
+        created_ms=row.created_ms,
     )
 
 
@@ -126,7 +126,7 @@ class KnowledgeStore:
     async def get_file(self, tenant: str, file_id: str) -> tuple[FileInfo, str] | None:
         async with self.engine.connect() as conn:
             row = (await conn.execute(select(files).where(files.c.id == file_id, files.c.tenant == tenant))).first()
-        return None if row is None else (_file_info(row), row.text)
+        return None if row is None else (_file_info(row, len(row.text)), row.text)
 
     async def list_files(self, tenant: str, user: str = "", chat_id: str | None = None) -> list[FileInfo]:
         c = files.c
@@ -138,14 +138,14 @@ class KnowledgeStore:
             q = q.where(c.chat_id == chat_id)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(q.order_by(c.seq))).all()
-        return [_file_info(r) for r in rows]
+        return [_file_info(r, r.chars) for r in rows]
 
     async def chat_files(self, tenant: str, chat_id: str) -> list[tuple[FileInfo, str]]:
         """Files attached to one conversation with their text, in upload order (a stable prompt)."""
         q = select(files).where(files.c.tenant == tenant, files.c.chat_id == chat_id).order_by(files.c.seq)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(q)).all()
-        return [(_file_info(r), r.text) for r in rows]
+        return [(_file_info(r, len(r.text)), r.text) for r in rows]
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         async with self.engine.begin() as conn:
