@@ -263,3 +263,40 @@ async def test_unreadable_message_does_not_block(nats_server: NatsServer, tmp_pa
     await logger.stop()
     await store.engine.dispose()
     await client.drain()
+
+
+async def test_a_failing_record_is_retried_then_dropped_without_blocking_others(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison = "poison-" + uuid.uuid4().hex[:8]
+    attempts: list[int] = []
+    real_apply = RecordStore.apply
+
+    async def flaky_apply(self: RecordStore, items: list[object]) -> None:
+        if any(isinstance(i, StageRecord) and i.rid == poison for i in items):
+            attempts.append(len(items))
+            raise RuntimeError("database says no")
+        await real_apply(self, items)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RecordStore, "apply", flaky_apply)
+    client = await _client(nats_server)
+    logger = Logger(nats_server, tmp_path)
+    logger.settings.max_deliver = 2
+    await logger.start()
+    good = uuid.uuid4().hex
+    await client.log_stage(_record(poison))
+    await client.log_stage(_record(good))
+    store = logger.store()
+    await _eventually(lambda: _exists(store, good))
+    assert logger.bus is not None
+
+    async def settled() -> bool:
+        assert logger.bus is not None
+        info = await logger.bus.js.consumer_info(subjects.LOG_STREAM, logger.settings.durable)
+        return info.num_ack_pending == 0 and info.num_pending == 0 and len(attempts) >= 2
+
+    await _eventually(settled)
+    assert not await _exists(store, poison)
+    await logger.stop()
+    await store.engine.dispose()
+    await client.drain()
