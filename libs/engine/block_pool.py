@@ -1,0 +1,134 @@
+"""Fixed-size KV blocks with reference counts, a free queue and a prefix-cache index.
+
+Ownership: this pool is the only place that changes a block's ref count, hash or free-queue
+membership. Callers hold plain lists of block ids.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class NoFreeBlocksError(RuntimeError):
+    """Raised by allocate() when fewer free blocks remain than requested."""
+
+
+@dataclass
+class Block:
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: int | None = None  # set once the block is full and registered in the cache
+
+
+def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
+    """Chain hash: a block's identity includes everything before it, so equal hashes mean an
+    equal prefix, not merely equal block contents."""
+    return hash((parent_hash, tuple(token_ids)))
+
+
+def block_hashes_for(token_ids: Sequence[int], block_size: int, start: list[int] | None = None) -> list[int]:
+    """Hashes of every full block of token_ids, extending an already computed prefix list."""
+    hashes = list(start or [])
+    for i in range(len(hashes), len(token_ids) // block_size):
+        parent = hashes[-1] if hashes else None
+        hashes.append(hash_block(parent, token_ids[i * block_size : (i + 1) * block_size]))
+    return hashes
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        # Free blocks in eviction order: the front is evicted first (least recently freed).
+        # Invariant: a block is in _free iff its ref_cnt == 0.
+        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._cached: dict[int, int] = {}  # block_hash -> block_id
+
+    # -- queries -------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def can_allocate(self, n: int) -> bool:
+        return n <= len(self._free)
+
+    def lookup(self, hashes: Sequence[int]) -> list[int]:
+        """Block ids of the longest run of leading hashes present in the cache."""
+        if not self.enable_prefix_caching:
+            return []
+        found: list[int] = []
+        for h in hashes:
+            bid = self._cached.get(h)
+            if bid is None:
+                break
+            found.append(bid)
+        return found
+
+    def free_ids_in_order(self) -> list[int]:
+        return list(self._free)
+
+    # -- mutations -----------------------------------------------------------------------
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise NoFreeBlocksError(f"need {n} blocks, {len(self._free)} free")
+        ids: list[int] = []
+        for _ in range(n):
+            bid, _none = self._free.popitem(last=False)
+            blk = self.blocks[bid]
+            if blk.block_hash is not None:
+                # Evicting: its contents are about to be overwritten.
+                if self._cached.get(blk.block_hash) == bid:
+                    del self._cached[blk.block_hash]
+                blk.block_hash = None
+            blk.ref_cnt = 1
+            ids.append(bid)
+        return ids
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """Take a reference on cached blocks that a new request reuses."""
+        for bid in ids:
+            blk = self.blocks[bid]
+            if blk.ref_cnt == 0:
+                del self._free[bid]
+            blk.ref_cnt += 1
+
+    def free(self, ids: Sequence[int]) -> None:
+        """Drop one reference on each block. Pass a request's blocks in order: the tail is
+        queued for eviction first, because a later block is only useful with all before it."""
+        for bid in reversed(ids):
+            blk = self.blocks[bid]
+            assert blk.ref_cnt > 0, f"double free of block {bid}"
+            blk.ref_cnt -= 1
+            if blk.ref_cnt == 0:
+                if blk.block_hash is None:
+                    # Holds nothing reusable: hand it out before any cached block.
+                    self._free[bid] = None
+                    self._free.move_to_end(bid, last=False)
+                else:
+                    self._free[bid] = None
+
+    def cache_block(self, bid: int, block_hash: int) -> None:
+        """Register a full block's contents for reuse by later requests."""
+        if not self.enable_prefix_caching:
+            return
+        blk = self.blocks[bid]
+        if blk.block_hash is not None:
+            return
+        if block_hash in self._cached:
+            return  # an identical block was computed concurrently; keep the first
+        blk.block_hash = block_hash
+        self._cached[block_hash] = bid
+
+    def reset_prefix_cache(self) -> None:
+        for h, bid in list(self._cached.items()):
+            if self.blocks[bid].ref_cnt == 0:
+                self.blocks[bid].block_hash = None
+                del self._cached[h]

@@ -1,0 +1,239 @@
+"""The native engine: a step loop in a dedicated thread, streaming chunks to asyncio callers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import torch
+
+from libs.engine.block_pool import BlockPool
+from libs.engine.model import KVCache, LlamaModel
+from libs.engine.request import Request, TextStream
+from libs.engine.runner import ModelRunner
+from libs.engine.sampler import sample
+from libs.engine.scheduler import ScheduledSeq, Scheduler
+from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk
+from libs.engine.weights import load_weights
+from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+# Measured on the 2-core CPU box (see docs/benchmarks.md): the fastest weight format here.
+AUTO_DTYPE = "bf16"
+_KV_BYTES_DEFAULT = 1 << 30
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[StreamChunk]
+    text: TextStream
+
+
+class NativeEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model_path = config.model_path or default_model_path()
+        self.tokenizer: Tokenizer = load_tokenizer(self.model_path)
+        self.model_name = self.tokenizer.model_name
+        self.max_model_len = min(config.max_model_len, self.tokenizer.context_length)
+        self.dtype = AUTO_DTYPE if config.dtype == "auto" else config.dtype
+        self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        self._cancel_lock = threading.Lock()
+        self._cancels: set[str] = set()
+        self._wake = threading.Event()
+        self._streams: dict[str, _Stream] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._m = EngineMetrics()
+        self.scheduler: Scheduler | None = None
+        self.runner: ModelRunner | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        if self.runner is None:
+            await asyncio.to_thread(self._load)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        cache_dir = self.config.cache_dir or os.path.join("var", "cache", "engine")
+        cfg, tensors = load_weights(self.model_path, self.dtype, cache_dir)
+        model = LlamaModel(cfg, tensors, self.dtype)
+        self.build_with_model(model)
+
+    def build_with_model(self, model: LlamaModel) -> None:
+        """Size the KV cache and wire scheduler and runner around an already-built model."""
+        c = self.config
+        bs = c.block_size
+        self.max_model_len = min(self.max_model_len, model.cfg.max_position)
+        num_blocks = c.num_blocks
+        if num_blocks <= 0:
+            per_block = KVCache.bytes_per_block(model.cfg, bs, model.compute_dtype)
+            budget = int(os.environ.get("SWITCHYARD_KV_CACHE_BYTES", _KV_BYTES_DEFAULT))
+            want = c.max_num_seqs * -(-self.max_model_len // bs)
+            num_blocks = max(min(want, budget // per_block), -(-self.max_model_len // bs) + 1)
+        # A sequence can never grow past what the whole pool holds.
+        self.max_model_len = min(self.max_model_len, num_blocks * bs)
+        pool = BlockPool(num_blocks, bs, c.enable_prefix_caching)
+        self.scheduler = Scheduler(pool, c.max_num_seqs, c.max_num_batched_tokens)
+        self.runner = ModelRunner(model, KVCache(model.cfg, num_blocks, bs, model.compute_dtype))
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+
+    # -- public API ----------------------------------------------------------------------
+    async def generate(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams
+    ) -> AsyncIterator[StreamChunk]:
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids or len(ids) >= self.max_model_len or self._thread is None:
+            yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
+            return
+        req = Request(
+            request_id,
+            ids,
+            params,
+            self.tokenizer.eos_token_ids,
+            max_len=self.max_model_len,
+        )
+        stream = _Stream(
+            asyncio.get_running_loop(),
+            asyncio.Queue(),
+            TextStream(self.tokenizer, params.stop, self.tokenizer.eos_token_ids),
+        )
+        self._streams[request_id] = stream
+        self._inbox.put(req)
+        self._wake.set()
+        finished = False
+        try:
+            while not finished:
+                chunk = await stream.queue.get()
+                finished = chunk.finished
+                yield chunk
+        finally:
+            if not finished:
+                # The consumer went away: stop spending steps on it.
+                self.cancel(request_id)
+
+    def cancel(self, request_id: str) -> None:
+        with self._cancel_lock:
+            self._cancels.add(request_id)
+        self._wake.set()
+
+    def metrics(self) -> EngineMetrics:
+        m = self._m
+        if self.scheduler is not None:
+            s = self.scheduler
+            m.running = len(s.running)
+            m.waiting = len(s.waiting)
+            m.kv_blocks_used = s.pool.num_used
+            m.kv_blocks_free = s.pool.num_free
+            m.prefix_cache_queries_tokens = s.stats.prefix_cache_queries_tokens
+            m.prefix_cache_hits_tokens = s.stats.prefix_cache_hits_tokens
+            m.preemptions = s.stats.preemptions
+        return EngineMetrics(**vars(m))
+
+    # -- step loop (engine thread) ---------------------------------------------------------
+    def _emit(self, req: Request, chunk: StreamChunk) -> None:
+        st = self._streams.get(req.request_id)
+        if st is not None:
+            st.loop.call_soon_threadsafe(st.queue.put_nowait, chunk)
+        if chunk.finished:
+            self._streams.pop(req.request_id, None)
+
+    def _finish(self, req: Request, reason: str, new_ids: list[int] | None = None) -> None:
+        assert self.scheduler is not None
+        self.scheduler.finish(req, reason)
+        st = self._streams.get(req.request_id)
+        text = st.text.push(new_ids or [], final=True) if st is not None and reason != "cancelled" else ""
+        self._emit(
+            req,
+            StreamChunk(req.request_id, text, new_ids or [], True, reason, req.usage()),
+        )
+
+    def _drain_control(self) -> None:
+        assert self.scheduler is not None
+        while True:
+            try:
+                self.scheduler.add(self._inbox.get_nowait())
+            except queue.Empty:
+                break
+        with self._cancel_lock:
+            cancels, self._cancels = self._cancels, set()
+        for rid in cancels:
+            req = self.scheduler.find(rid)
+            if req is not None:
+                self._finish(req, "cancelled")
+
+    def _loop(self) -> None:
+        assert self.scheduler is not None
+        torch.set_grad_enabled(False)
+        # Invariant at the top of each iteration: every cancel and new request that arrived
+        # before the previous step ended is applied before the next batch is formed.
+        while not self._stopping:
+            self._drain_control()
+            if not self.scheduler.has_work():
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            seqs = self.scheduler.schedule()
+            if not seqs:
+                self._wake.wait(0.01)
+                self._wake.clear()
+                continue
+            try:
+                self._step(seqs)
+            except Exception:
+                log.exception("engine step failed")
+                for s in seqs:
+                    if s.request.finish_reason is None:
+                        self._finish(s.request, "error")
+        for st_rid in list(self._streams):
+            req = self.scheduler.find(st_rid)
+            if req is not None:
+                self._finish(req, "cancelled")
+
+    def _step(self, seqs: list[ScheduledSeq]) -> None:
+        assert self.scheduler is not None and self.runner is not None
+        logits = self.runner.run(seqs)
+        sampling = [s for s in seqs if s.samples]
+        tokens = sample(
+            logits,
+            [s.request.params for s in sampling],
+            [s.request.generator for s in sampling],
+        )
+        for s in seqs:
+            self.scheduler.advance(s)
+        m = self._m
+        m.steps += 1
+        m.last_batch_size = len(seqs)
+        m.max_batch_size_seen = max(m.max_batch_size_seen, len(seqs))
+        m.generated_tokens += len(tokens)
+        for s, tok in zip(sampling, tokens, strict=True):
+            req = s.request
+            req.append_token(tok)
+            st = self._streams.get(req.request_id)
+            reason = req.check_length_or_eos()
+            if reason is not None:
+                self._finish(req, reason, [tok])
+                continue
+            text = st.text.push([tok]) if st is not None else ""
+            if st is not None and st.text.stopped:
+                self.scheduler.finish(req, "stop")
+                self._emit(req, StreamChunk(req.request_id, text, [tok], True, "stop", req.usage()))
+                continue
+            self._emit(req, StreamChunk(req.request_id, text, [tok]))

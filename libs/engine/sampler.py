@@ -1,0 +1,32 @@
+"""Next-token selection: greedy, temperature, top-k, top-p, with a generator per request."""
+
+from __future__ import annotations
+
+import torch
+
+from libs.engine.types import SamplingParams
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams], gens: list[torch.Generator | None]) -> list[int]:
+    """logits: [S, V] fp32, one row per sampling request."""
+    greedy = logits.argmax(dim=-1).tolist()
+    out: list[int] = []
+    for i, p in enumerate(params):
+        if p.temperature <= 0.0:
+            out.append(int(greedy[i]))
+            continue
+        row = logits[i] / p.temperature
+        if p.top_k > 0 and p.top_k < row.shape[-1]:
+            kth = torch.topk(row, p.top_k).values[-1]
+            row = row.masked_fill(row < kth, float("-inf"))
+        probs = torch.softmax(row, dim=-1)
+        if p.top_p < 1.0:
+            sp, idx = torch.sort(probs, descending=True)
+            # Keep the smallest head whose mass reaches top_p (always at least one token).
+            drop = (sp.cumsum(-1) - sp) >= p.top_p
+            sp = sp.masked_fill(drop, 0.0)
+            choice = torch.multinomial(sp / sp.sum(), 1, generator=gens[i])
+            out.append(int(idx[choice]))
+        else:
+            out.append(int(torch.multinomial(probs, 1, generator=gens[i])))
+    return out

@@ -1,0 +1,88 @@
+"""The engine's public data types. Torch-free so that importing them is cheap."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from libs.tokenizer import Tokenizer
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 0.0  # 0 => greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 => off
+    seed: int | None = None
+    max_tokens: int = 256
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens served from the prefix cache
+    completion_tokens: int
+    ttft_s: float | None
+    tpot_s: float | None  # mean time per output token after the first
+
+
+@dataclass
+class StreamChunk:
+    request_id: str
+    text: str  # new text since the previous chunk (stop strings never leak)
+    token_ids: list[int]  # new token ids
+    finished: bool = False
+    finish_reason: str | None = None  # 'stop' | 'length' | 'cancelled' | 'error'
+    usage: Usage | None = None  # set on the final chunk
+
+
+@dataclass
+class EngineConfig:
+    kind: str = "native"  # 'native' | 'tensorrt_llm'
+    model_path: str | None = None  # None => default_model_path()
+    device: str = "cpu"
+    dtype: str = "auto"  # 'fp32' | 'bf16' | 'int8' | 'auto' (the fastest measured here)
+    block_size: int = 16
+    num_blocks: int = 0  # 0 => size from max_num_seqs * context (capped by kv_cache_bytes)
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 512
+    enable_prefix_caching: bool = True
+    cache_dir: str | None = None  # converted-weights cache; None => ./var/cache/engine
+    max_model_len: int = 8192
+
+
+@dataclass
+class EngineMetrics:
+    running: int = 0
+    waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_free: int = 0
+    prefix_cache_queries_tokens: int = 0
+    prefix_cache_hits_tokens: int = 0
+    preemptions: int = 0
+    last_batch_size: int = 0
+    max_batch_size_seen: int = 0
+    steps: int = 0
+    generated_tokens: int = 0
+
+
+@runtime_checkable
+class AsyncEngine(Protocol):
+    model_name: str
+    tokenizer: Tokenizer
+    max_model_len: int
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def generate(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams
+    ) -> AsyncIterator[StreamChunk]: ...
+
+    def cancel(self, request_id: str) -> None: ...
+
+    def metrics(self) -> EngineMetrics: ...

@@ -1,0 +1,146 @@
+"""GGUF -> torch weights, with an on-disk cache of the converted tensors.
+
+Dequantizing every Q4_1 tensor with the `gguf` package's numpy code takes seconds; the cache
+(keyed by the file's content hash and the target dtype) makes a restart a single torch.load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+_CACHE_VERSION = 3
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_eps: float
+    max_position: int
+    tie_embeddings: bool
+
+
+def _field(reader: Any, key: str, default: Any = None) -> Any:
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's Q/K row permutation so that HF's rotate-half RoPE applies.
+
+    convert_hf_to_gguf reorders each head's rows from [half0, half1] to interleaved pairs;
+    inverting it lets our attention match transformers bit-for-bit in layout.
+    """
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+    """Dequantize a Llama GGUF into float32 tensors named by GGUF's own tensor names."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(path, "r")
+    arch = _field(reader, "general.architecture", "llama")
+    n_head = int(_field(reader, f"{arch}.attention.head_count"))
+    n_kv = int(_field(reader, f"{arch}.attention.head_count_kv", n_head))
+    hidden = int(_field(reader, f"{arch}.embedding_length"))
+    tensors: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        arr = dequantize(t.data, t.tensor_type)
+        # GGUF lists dims fastest-first; numpy data is already [out, in] row-major.
+        arr = np.asarray(arr, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
+        if t.name.endswith("attn_q.weight"):
+            arr = _unpermute(arr, n_head)
+        elif t.name.endswith("attn_k.weight"):
+            arr = _unpermute(arr, n_kv)
+        tensors[t.name] = torch.from_numpy(np.array(arr, copy=True))
+    head_dim = int(_field(reader, f"{arch}.rope.dimension_count", hidden // n_head))
+    cfg = LlamaConfig(
+        vocab_size=int(tensors["token_embd.weight"].shape[0]),
+        hidden_size=hidden,
+        intermediate_size=int(_field(reader, f"{arch}.feed_forward_length")),
+        num_layers=int(_field(reader, f"{arch}.block_count")),
+        num_heads=n_head,
+        num_kv_heads=n_kv,
+        head_dim=head_dim,
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        max_position=int(_field(reader, f"{arch}.context_length", 2048)),
+        tie_embeddings="output.weight" not in tensors,
+    )
+    return cfg, tensors
+
+
+def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-row int8, the layout torch._weight_int8pack_mm expects."""
+    scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
+    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return q.contiguous(), scale.contiguous()
+
+
+def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
+    """Cast to the serving dtype. Norm weights stay fp32-compatible via the compute dtype."""
+    # int8 keeps fp32 activations and only feeds its matmuls bf16 (the fast int8 kernel
+    # path); on AVX2-only CPUs bf16 elementwise ops are slow.
+    compute = torch.bfloat16 if dtype == "bf16" else torch.float32
+    out: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        is_matrix = t.dim() == 2 and name != "token_embd.weight"
+        if dtype == "int8" and is_matrix:
+            q, s = quantize_int8(t)
+            out[name + ".q"] = q
+            out[name + ".scale"] = s.to(torch.bfloat16)
+        else:
+            out[name] = t.to(compute)
+    if dtype == "int8" and "output.weight" not in tensors:
+        q, s = quantize_int8(tensors["token_embd.weight"])
+        out["output.weight.q"] = q
+        out["output.weight.scale"] = s.to(torch.bfloat16)
+    return out
+
+
+def _file_key(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()[:24]
+
+
+def load_weights(
+    path: str, dtype: str, cache_dir: str | None
+) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+    """Converted weights for `path` in `dtype`, from the disk cache when present."""
+    cache_file = None
+    if cache_dir:
+        cache_file = os.path.join(cache_dir, f"{_file_key(path)}-{dtype}-v{_CACHE_VERSION}.pt")
+        if os.path.exists(cache_file):
+            try:
+                blob = torch.load(cache_file, map_location="cpu", weights_only=True)
+                return LlamaConfig(**blob["config"]), blob["tensors"]
+            except Exception:  # a torn or stale cache file is just a miss
+                log.warning("ignoring unreadable weight cache %s", cache_file, exc_info=True)
+    cfg, raw = read_gguf(path)
+    tensors = convert(raw, dtype)
+    if cache_file:
+        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
+        tmp = f"{cache_file}.{os.getpid()}.tmp"
+        torch.save({"config": asdict(cfg), "tensors": tensors}, tmp)
+        os.replace(tmp, cache_file)  # atomic: concurrent starters never read half a file
+    return cfg, tensors

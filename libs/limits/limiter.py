@@ -1,0 +1,164 @@
+"""Per-tenant token buckets (requests/minute, tokens/minute) and concurrent-stream leases.
+
+One JSON entry per tenant in a JetStream key-value bucket, updated with compare-and-set on the entry's
+revision: two gateways that race re-read and retry, so they enforce one limit between them. Streams are
+leases that expire, so a gateway that dies mid-stream cannot leak a tenant's concurrency forever.
+Tokens are debited after the answer (their count is unknown before); a tenant that overdraws waits
+until the bucket refills above zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import nats.js.errors
+import structlog
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+log = structlog.get_logger()
+
+
+class Limits(Protocol):
+    requests_per_minute: float
+    tokens_per_minute: float
+    concurrent_streams: int
+
+
+@dataclass(frozen=True)
+class Refusal:
+    limit: str  # requests_per_minute | tokens_per_minute | concurrent_streams
+    message: str
+    retry_after_s: float
+
+
+@dataclass
+class _State:
+    req: float
+    tok: float
+    ts_ms: int
+    leases: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, limits: Limits, now_ms: int) -> _State:
+        return cls(float(limits.requests_per_minute), float(limits.tokens_per_minute), now_ms)
+
+    def refill(self, limits: Limits, now_ms: int) -> None:
+        elapsed = max(0, now_ms - self.ts_ms) / 60_000
+        self.req = min(float(limits.requests_per_minute), self.req + elapsed * limits.requests_per_minute)
+        self.tok = min(float(limits.tokens_per_minute), self.tok + elapsed * limits.tokens_per_minute)
+        self.ts_ms = now_ms
+        self.leases = {rid: exp for rid, exp in self.leases.items() if exp > now_ms}
+
+    def dump(self) -> bytes:
+        return json.dumps({"req": self.req, "tok": self.tok, "ts": self.ts_ms, "leases": self.leases}).encode()
+
+    @classmethod
+    def load(cls, raw: bytes) -> _State:
+        d: dict[str, Any] = json.loads(raw)
+        return cls(float(d["req"]), float(d["tok"]), int(d["ts"]), {k: int(v) for k, v in d.get("leases", {}).items()})
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _key(tenant: str) -> str:
+    # Tenant names may hold characters a KV key cannot; a digest is always a valid, fixed-length key.
+    return "t_" + hashlib.sha256(tenant.encode()).hexdigest()[:32]
+
+
+class Limiter:
+    def __init__(self, kv: KeyValue, attempts: int = 25):
+        self.kv = kv
+        self.attempts = attempts
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, bucket: str) -> Limiter:
+        try:
+            kv = await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            # Idle tenants' entries age out; a full bucket is the same as an absent entry.
+            kv = await js.create_key_value(bucket=bucket, history=1, ttl=3600)
+        return cls(kv)
+
+    async def _read(self, tenant: str, limits: Limits, now: int) -> tuple[_State, int]:
+        try:
+            entry = await self.kv.get(_key(tenant))
+        except nats.js.errors.KeyNotFoundError:
+            return _State.fresh(limits, now), 0
+        if entry.value is None:
+            return _State.fresh(limits, now), entry.revision or 0
+        state = _State.load(entry.value)
+        state.refill(limits, now)
+        return state, entry.revision or 0
+
+    async def _write(self, tenant: str, state: _State, revision: int) -> bool:
+        try:
+            if revision == 0:
+                await self.kv.create(_key(tenant), state.dump())
+            else:
+                await self.kv.update(_key(tenant), state.dump(), last=revision)
+            return True
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+
+    async def _backoff(self, attempt: int) -> None:
+        await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+
+    async def admit(self, tenant: str, rid: str, limits: Limits, lease_s: float) -> Refusal | None:
+        """Take one request and one stream lease, or say which limit refuses and for how long."""
+        try:
+            for attempt in range(self.attempts):
+                now = _now_ms()
+                state, revision = await self._read(tenant, limits, now)
+                if len(state.leases) >= limits.concurrent_streams:
+                    soonest = min(state.leases.values()) - now
+                    return Refusal(
+                        "concurrent_streams",
+                        f"rate limit: {limits.concurrent_streams} concurrent streams for this tier are in use",
+                        max(1.0, min(soonest / 1000, 5.0)),
+                    )
+                if state.req < 1:
+                    wait = (1 - state.req) * 60 / limits.requests_per_minute
+                    return Refusal(
+                        "requests_per_minute",
+                        f"rate limit: {limits.requests_per_minute:g} requests per minute for this tier",
+                        wait,
+                    )
+                if state.tok <= 0:
+                    wait = (1 - state.tok) * 60 / limits.tokens_per_minute
+                    return Refusal(
+                        "tokens_per_minute",
+                        f"rate limit: {limits.tokens_per_minute:g} tokens per minute for this tier",
+                        wait,
+                    )
+                state.req -= 1
+                state.leases[rid] = now + int(lease_s * 1000)
+                if await self._write(tenant, state, revision):
+                    return None
+                await self._backoff(attempt)
+            log.warning("rate limit contention: admitting without a lease", tenant=tenant)
+        except Exception as e:
+            # The limiter guards the pipeline; it must not take the gateway down with the KV store.
+            log.warning("rate limiter unavailable: admitting", error=str(e))
+        return None
+
+    async def settle(self, tenant: str, rid: str, tokens: int, limits: Limits) -> None:
+        """Release the stream lease and debit the tokens the request used."""
+        try:
+            for attempt in range(self.attempts):
+                state, revision = await self._read(tenant, limits, _now_ms())
+                state.leases.pop(rid, None)
+                state.tok -= tokens
+                if await self._write(tenant, state, revision):
+                    return
+                await self._backoff(attempt)
+        except Exception as e:
+            log.warning("rate limiter unavailable: usage not debited", error=str(e))

@@ -1,0 +1,299 @@
+"""Conversations and their turns.
+
+A conversation's id is the client's chat id, so ids are global: a tenant that asks for an id another
+tenant owns gets `None` back (the service answers not_found), never the other tenant's data.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from libs.store.db import create_all
+from libs.store.sql import decode_cursor, encode_cursor, insert_ignore, like_pattern, now_ms
+from schemas import ConversationSummary, SearchHit, Turn, Usage
+
+metadata = MetaData()
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", String(), primary_key=True),
+    Column("tenant", String(), nullable=False),
+    Column("user", String(), nullable=False, default=""),
+    Column("title", String()),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Index("ix_conversations_tenant_updated", "tenant", "updated_ms"),
+)
+
+turns = Table(
+    "turns",
+    metadata,
+    # Insertion order is the thread's order; timestamps can tie within a millisecond.
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("id", String(), nullable=False, unique=True),
+    Column("conversation_id", String(), ForeignKey("conversations.id", ondelete="CASCADE"), nullable=False),
+    Column("rid", String(), nullable=False, unique=True),
+    Column("user_text", Text, nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("usage", JSON, nullable=False),
+    Column("model", String()),
+    Column("created_ms", BigInteger, nullable=False),
+    Index("ix_turns_conversation", "conversation_id", "seq"),
+)
+
+TITLE_CHARS = 60
+
+
+def title_from(answer: str, user_text: str) -> str | None:
+    """A short title: the first line of the first answer (the user's text when the answer is empty)."""
+    for source in (answer, user_text):
+        for line in source.splitlines():
+            line = re.sub(r"^[#>*\-\s`]+|[*_`]+", "", line).strip()
+            if line:
+                if len(line) <= TITLE_CHARS:
+                    return line
+                cut = line[:TITLE_CHARS].rsplit(" ", 1)[0]
+                return cut.rstrip(" ,.;:") + "…"
+    return None
+
+
+@dataclass
+class Conversation:
+    id: str
+    tenant: str
+    user: str
+    title: str | None
+    created_ms: int
+    updated_ms: int
+
+
+def _conv(row: Any) -> Conversation:
+    m = row._mapping
+    return Conversation(m["id"], m["tenant"], m["user"], m["title"], m["created_ms"], m["updated_ms"])
+
+
+def _turn(row: Any) -> Turn:
+    m = row._mapping
+    return Turn(
+        id=m["id"],
+        rid=m["rid"],
+        user_text=m["user_text"],
+        answer=m["answer"],
+        status=m["status"],
+        usage=Usage.model_validate(m["usage"] or {}),
+        model=m["model"],
+        created_ms=m["created_ms"],
+    )
+
+
+class ConversationStore:
+    def __init__(self, engine: AsyncEngine):
+        self.engine = engine
+
+    async def init(self) -> None:
+        await create_all(self.engine, metadata)
+
+    # ---- conversations ---------------------------------------------------------------------
+
+    async def _find(self, conn: AsyncConnection, tenant: str, chat_id: str) -> Conversation | None:
+        row = (await conn.execute(select(conversations).where(conversations.c.id == chat_id))).first()
+        if row is None:
+            return None
+        conv = _conv(row)
+        return conv if conv.tenant == tenant else None
+
+    async def _open(self, conn: AsyncConnection, tenant: str, chat_id: str, user: str) -> Conversation | None:
+        now = now_ms()
+        await conn.execute(
+            insert_ignore(conn, conversations, ["id"]).values(
+                id=chat_id, tenant=tenant, user=user, title=None, created_ms=now, updated_ms=now
+            )
+        )
+        return await self._find(conn, tenant, chat_id)
+
+    async def open(self, tenant: str, chat_id: str, user: str = "") -> Conversation | None:
+        """The tenant's conversation, created when absent; None when another tenant owns the id."""
+        async with self.engine.begin() as conn:
+            return await self._open(conn, tenant, chat_id, user)
+
+    async def get(self, tenant: str, chat_id: str) -> Conversation | None:
+        async with self.engine.connect() as conn:
+            return await self._find(conn, tenant, chat_id)
+
+    async def turns(
+        self, tenant: str, chat_id: str, statuses: tuple[str, ...] | None = None
+    ) -> tuple[Conversation, list[Turn]] | None:
+        """The conversation and its turns, oldest first (only `statuses` when given)."""
+        async with self.engine.connect() as conn:
+            conv = await self._find(conn, tenant, chat_id)
+            if conv is None:
+                return None
+            q = select(turns).where(turns.c.conversation_id == chat_id).order_by(turns.c.seq)
+            if statuses is not None:
+                q = q.where(turns.c.status.in_(statuses))
+            return conv, [_turn(r) for r in (await conn.execute(q)).all()]
+
+    async def history(self, tenant: str, chat_id: str, statuses: tuple[str, ...]) -> list[Turn] | None:
+        """Turns for a prompt, oldest first: [] for a conversation not created yet, None when another
+        tenant owns the id."""
+        async with self.engine.connect() as conn:
+            owner = (await conn.execute(select(conversations.c.tenant).where(conversations.c.id == chat_id))).first()
+            if owner is None:
+                return []
+            if owner[0] != tenant:
+                return None
+            q = (
+                select(turns)
+                .where(turns.c.conversation_id == chat_id, turns.c.status.in_(statuses))
+                .order_by(turns.c.seq)
+            )
+            return [_turn(r) for r in (await conn.execute(q)).all()]
+
+    async def save_turn(self, tenant: str, user: str, chat_id: str, turn: Turn) -> tuple[str, bool] | None:
+        """Store a finished turn; (turn id, whether it is new). Idempotent on the turn's rid.
+
+        Creates the conversation when absent and titles it from its first answer. None when another
+        tenant owns the chat id.
+        """
+        async with self.engine.begin() as conn:
+            conv = await self._open(conn, tenant, chat_id, user)
+            if conv is None:
+                return None
+            existing = (await conn.execute(select(turns.c.id).where(turns.c.rid == turn.rid))).first()
+            if existing is not None:
+                return str(existing[0]), False
+            turn_id = turn.id or uuid.uuid4().hex
+            created = turn.created_ms or now_ms()
+            await conn.execute(
+                insert_ignore(conn, turns, ["rid"]).values(
+                    id=turn_id,
+                    conversation_id=chat_id,
+                    rid=turn.rid,
+                    user_text=turn.user_text,
+                    answer=turn.answer,
+                    status=turn.status,
+                    usage=turn.usage.model_dump(),
+                    model=turn.model,
+                    created_ms=created,
+                )
+            )
+            changes: dict[str, object] = {"updated_ms": max(created, conv.updated_ms)}
+            if conv.title is None and turn.status != "error":
+                changes["title"] = title_from(turn.answer, turn.user_text)
+            await conn.execute(update(conversations).where(conversations.c.id == chat_id).values(**changes))
+            return turn_id, True
+
+    async def list_conversations(
+        self, tenant: str, user: str = "", limit: int = 20, cursor: str | None = None
+    ) -> tuple[list[ConversationSummary], str | None]:
+        """Newest activity first; keyset pagination on (updated_ms, id) so inserts never shift a page."""
+        c = conversations.c
+        n_turns = select(func.count()).select_from(turns).where(turns.c.conversation_id == c.id).scalar_subquery()
+        q = select(conversations, n_turns.label("n")).where(c.tenant == tenant)
+        if user:
+            q = q.where(c.user == user)
+        after = decode_cursor(cursor, 2)
+        if after is not None:
+            q = q.where(or_(c.updated_ms < after[0], and_(c.updated_ms == after[0], c.id < after[1])))
+        q = q.order_by(c.updated_ms.desc(), c.id.desc()).limit(limit + 1)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(q)).all()
+        items = [
+            ConversationSummary(
+                chat_id=r.id, title=r.title, created_ms=r.created_ms, updated_ms=r.updated_ms, turns=r.n
+            )
+            for r in rows[:limit]
+        ]
+        nxt = encode_cursor(items[-1].updated_ms, items[-1].chat_id) if len(rows) > limit else None
+        return items, nxt
+
+    async def rename(self, tenant: str, chat_id: str, title: str) -> Conversation | None:
+        async with self.engine.begin() as conn:
+            res = await conn.execute(
+                update(conversations)
+                .where(conversations.c.id == chat_id, conversations.c.tenant == tenant)
+                .values(title=title)
+            )
+            if res.rowcount == 0:
+                return None
+            return await self._find(conn, tenant, chat_id)
+
+    async def delete(self, tenant: str, chat_id: str) -> bool:
+        async with self.engine.begin() as conn:
+            if await self._find(conn, tenant, chat_id) is None:
+                return False
+            # Explicit, not only ON DELETE CASCADE: SQLite enforces it only with foreign_keys=ON.
+            await conn.execute(delete(turns).where(turns.c.conversation_id == chat_id))
+            await conn.execute(delete(conversations).where(conversations.c.id == chat_id))
+            return True
+
+    async def search(self, tenant: str, q: str, user: str = "", limit: int = 20) -> list[SearchHit]:
+        """Case-insensitive substring search over titles, questions and answers; newest first."""
+        pat = like_pattern(q)
+        c, t = conversations.c, turns.c
+        scope = [c.tenant == tenant] + ([c.user == user] if user else [])
+        by_turn = (
+            select(c.id, c.title, t.id.label("turn_id"), t.user_text, t.answer, t.created_ms)
+            .select_from(turns.join(conversations, t.conversation_id == c.id))
+            .where(
+                *scope,
+                or_(func.lower(t.user_text).like(pat, escape="\\"), func.lower(t.answer).like(pat, escape="\\")),
+            )
+            .order_by(t.seq.desc())
+            .limit(limit)
+        )
+        by_title = (
+            select(c.id, c.title, c.updated_ms)
+            .where(*scope, func.lower(c.title).like(pat, escape="\\"))
+            .order_by(c.updated_ms.desc())
+            .limit(limit)
+        )
+        async with self.engine.connect() as conn:
+            turn_rows = (await conn.execute(by_turn)).all()
+            title_rows = (await conn.execute(by_title)).all()
+        hits = [
+            SearchHit(chat_id=r.id, title=r.title, snippet=r.title or "", created_ms=r.updated_ms) for r in title_rows
+        ]
+        for r in turn_rows:
+            text = r.user_text if q.lower() in r.user_text.lower() else r.answer
+            hits.append(
+                SearchHit(
+                    chat_id=r.id, title=r.title, turn_id=r.turn_id, snippet=snippet(text, q), created_ms=r.created_ms
+                )
+            )
+        hits.sort(key=lambda h: h.created_ms, reverse=True)
+        return hits[:limit]
+
+
+def snippet(text: str, q: str, width: int = 80) -> str:
+    i = text.lower().find(q.lower())
+    if i < 0:
+        return text[:width]
+    start = max(0, i - width // 2)
+    end = min(len(text), i + len(q) + width // 2)
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")

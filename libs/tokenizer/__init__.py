@@ -1,0 +1,7 @@
+"""GGUF-backed tokenizer: byte-level BPE, special tokens and chat template. No torch here."""
+
+from libs.tokenizer.incremental import IncrementalDecoder
+from libs.tokenizer.paths import default_model_path
+from libs.tokenizer.tokenizer import Tokenizer, load_tokenizer
+
+__all__ = ["IncrementalDecoder", "Tokenizer", "default_model_path", "load_tokenizer"]

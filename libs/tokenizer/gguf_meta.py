@@ -1,0 +1,57 @@
+"""Read the tokenizer-relevant metadata of a GGUF file without touching its tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gguf import GGUFReader
+
+
+@dataclass
+class TokenizerMeta:
+    model: str
+    pre: str | None
+    tokens: list[str]
+    token_types: list[int]
+    merges: list[str]
+    bos_token_id: int | None
+    eos_token_id: int | None
+    pad_token_id: int | None
+    add_bos: bool
+    chat_template: str | None
+    model_name: str
+    context_length: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def read_tokenizer_meta(path: str) -> TokenizerMeta:
+    reader = GGUFReader(path, "r")
+    arch = _field(reader, "general.architecture", "llama")
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    extra = {}
+    eot = _field(reader, "tokenizer.ggml.eot_token_id")
+    if eot is not None:
+        extra["eot_token_id"] = int(eot)
+    return TokenizerMeta(
+        model=_field(reader, "tokenizer.ggml.model", "gpt2"),
+        pre=_field(reader, "tokenizer.ggml.pre"),
+        tokens=list(_field(reader, "tokenizer.ggml.tokens", [])),
+        token_types=[int(t) for t in _field(reader, "tokenizer.ggml.token_type", [])],
+        merges=list(_field(reader, "tokenizer.ggml.merges", [])),
+        bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=eos,
+        pad_token_id=_field(reader, "tokenizer.ggml.padding_token_id"),
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        chat_template=_field(reader, "tokenizer.chat_template"),
+        model_name=str(_field(reader, "general.name", "model")),
+        context_length=int(_field(reader, f"{arch}.context_length", 2048)),
+        extra=extra,
+    )

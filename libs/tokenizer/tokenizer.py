@@ -1,0 +1,154 @@
+"""Byte-level BPE tokenizer and chat template, built only from a GGUF file's metadata."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as HFTokenizer
+
+from libs.tokenizer.gguf_meta import TokenizerMeta, read_tokenizer_meta
+
+_CONTROL = 3
+_USER_DEFINED = 4
+
+# llama.cpp's pre-tokenizer regexes, by `tokenizer.ggml.pre`. Unlisted names fall back to GPT-2's.
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_SPLITS = {
+    "llama-bpe": _LLAMA3_SPLIT,
+    "llama3": _LLAMA3_SPLIT,
+    "smaug-bpe": _LLAMA3_SPLIT,
+    "qwen2": _QWEN2_SPLIT,
+}
+# Vocabularies trained with every digit as its own pre-token (SmolLM's HF tokenizer does this).
+_INDIVIDUAL_DIGITS = {"smollm"}
+
+
+def _build_backend(meta: TokenizerMeta) -> HFTokenizer:
+    if meta.model != "gpt2":
+        raise ValueError(f"only byte-level BPE (gpt2) GGUF tokenizers are supported, got {meta.model!r}")
+    vocab = {tok: i for i, tok in enumerate(meta.tokens)}
+    merges = [tuple(m.split(" ", 1)) for m in meta.merges]
+    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False)  # type: ignore[arg-type]
+    tk = HFTokenizer(bpe)
+    pre: list[Any] = []
+    if meta.pre in _INDIVIDUAL_DIGITS:
+        pre.append(pre_tokenizers.Digits(individual_digits=True))
+    pre.append(pre_tokenizers.Split(Regex(_SPLITS.get(meta.pre or "", _GPT2_SPLIT)), behavior="isolated"))
+    pre.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    tk.pre_tokenizer = pre_tokenizers.Sequence(pre)
+    tk.decoder = decoders.ByteLevel()
+    specials = [
+        AddedToken(t, special=True, normalized=False)
+        for t, ty in zip(meta.tokens, meta.token_types, strict=False)
+        if ty == _CONTROL
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False)
+        for t, ty in zip(meta.tokens, meta.token_types, strict=False)
+        if ty == _USER_DEFINED
+    ]
+    tk.add_special_tokens(specials)
+    if user:
+        tk.add_tokens(user)
+    return tk
+
+
+def _raise(msg: str) -> None:
+    raise ValueError(msg)
+
+
+class Tokenizer:
+    """Encode/decode and chat-template rendering for one GGUF model."""
+
+    def __init__(self, meta: TokenizerMeta) -> None:
+        self._meta = meta
+        self._backend = _build_backend(meta)
+        self.vocab_size = len(meta.tokens)
+        self.model_name = meta.model_name
+        self.context_length = meta.context_length
+        self.bos_token_id = meta.bos_token_id
+        self.eos_token_id = meta.eos_token_id
+        self.add_bos = meta.add_bos
+        self.bos_token = meta.tokens[meta.bos_token_id] if meta.bos_token_id is not None else ""
+        self.eos_token = meta.tokens[meta.eos_token_id] if meta.eos_token_id is not None else ""
+        eos: set[int] = set()
+        if meta.eos_token_id is not None:
+            eos.add(int(meta.eos_token_id))
+        if "eot_token_id" in meta.extra:
+            eos.add(int(meta.extra["eot_token_id"]))
+        # Chat models end a turn with their template's end marker; treat it as EOS too.
+        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+            tid = self._backend.token_to_id(marker)
+            if tid is not None and meta.chat_template and marker in meta.chat_template:
+                eos.add(tid)
+        self.eos_token_ids: set[int] = eos
+        self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == _CONTROL}
+        self._template = None
+        if meta.chat_template:
+            env = ImmutableSandboxedEnvironment(
+                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+            )
+            env.globals["raise_exception"] = _raise
+            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            self._template = env.from_string(meta.chat_template)
+        self._lock = threading.Lock()
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self._backend.encode(text, add_special_tokens=False).ids
+        if self.add_bos and self.bos_token_id is not None:
+            ids = [int(self.bos_token_id), *ids]
+        return ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._backend.id_to_token(token_id)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        if self._template is None:
+            # No template in the file: a plain transcript still gives the model something usable.
+            body = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+            return body + ("assistant: " if add_generation_prompt else "")
+        return self._template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
+
+
+_CACHE: dict[str, Tokenizer] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def load_tokenizer(gguf_path: str | None = None) -> Tokenizer:
+    """The tokenizer of a GGUF file (default: the bundled SmolLM2), built once per path."""
+    if gguf_path is None:
+        from libs.tokenizer.paths import default_model_path
+
+        gguf_path = default_model_path()
+    with _CACHE_LOCK:
+        tok = _CACHE.get(gguf_path)
+        if tok is None:
+            tok = Tokenizer(read_tokenizer_meta(gguf_path))
+            _CACHE[gguf_path] = tok
+        return tok

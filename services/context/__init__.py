@@ -1,0 +1,1 @@
+"""Context: assembles each request's prompt (instructions, memory, files, history) and keeps conversations."""

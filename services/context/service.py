@@ -1,0 +1,183 @@
+"""Context handlers: prompt assembly for the pipeline, and the conversation subjects the gateway and
+safety_out call. Management subjects (lists, memory, files, instructions) live in `manage.py`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from opentelemetry import trace
+
+from libs.bus import Bus, BusError
+from libs.store.conversations import ConversationStore
+from libs.store.db import make_engine
+from libs.store.knowledge import KnowledgeStore
+from schemas import (
+    ConversationQuery,
+    ConversationReply,
+    ErrorCode,
+    Forward,
+    SaveTurn,
+    SaveTurnAck,
+    Work,
+    subjects,
+)
+from services.context.facts import fact_to_remember
+from services.context.manage import Manager
+from services.context.prompt import (
+    ChatTemplate,
+    PromptParts,
+    PromptRenderer,
+    PromptTooLong,
+    group_client_messages,
+    turns_to_history,
+)
+from services.context.settings import ContextSettings
+
+log = structlog.get_logger()
+
+# Turns that go back into a prompt: an errored turn has no answer worth repeating.
+HISTORY_STATUSES = ("complete", "stopped")
+
+
+def not_found(chat_id: str) -> BusError:
+    return BusError(ErrorCode.not_found, f"conversation {chat_id} not found")
+
+
+class Context:
+    def __init__(
+        self,
+        conversations: ConversationStore,
+        knowledge: KnowledgeStore,
+        renderer: PromptRenderer,
+        memory_items: int = 50,
+        tools: list[dict[str, Any]] | None = None,
+    ):
+        self.conversations = conversations
+        self.knowledge = knowledge
+        self.renderer = renderer
+        self.memory_items = memory_items
+        # Tool definitions rendered first in every system block; none are defined yet.
+        self.tools = tools or []
+
+    async def _parts(self, work: Work) -> PromptParts:
+        memory_q = self.knowledge.memories(work.tenant, work.user)
+        instructions_q = self.knowledge.instructions(work.tenant)
+        if work.chat_id:
+            turns, chat_files, memory, instructions = await asyncio.gather(
+                self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES),
+                self.knowledge.chat_files(work.tenant, work.chat_id),
+                memory_q,
+                instructions_q,
+            )
+            if turns is None:
+                # The chat id belongs to another tenant; answering as if it did not exist reveals nothing.
+                raise not_found(work.chat_id)
+            history = turns_to_history(turns)
+            client_system = ""
+        else:
+            memory, instructions = await asyncio.gather(memory_q, instructions_q)
+            chat_files = []
+            client_system, history = group_client_messages(work.messages)
+        return PromptParts(
+            user_text=work.text,
+            history=history,
+            instructions=instructions.text,
+            client_system="\n\n".join(s for s in (client_system, work.system or "") if s),
+            # The newest facts, still in saved order so the block only grows at its end.
+            memory=memory[-self.memory_items :] if self.memory_items else [],
+            files=chat_files,
+            tools=self.tools,
+        )
+
+    async def assemble(self, work: Work) -> Forward:
+        parts = await self._parts(work)
+        try:
+            # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
+            r = await asyncio.to_thread(self.renderer.render, parts, work.sampling.max_tokens)
+        except PromptTooLong as e:
+            raise BusError(ErrorCode.payload_too_large, str(e)) from e
+        out = work.model_copy(
+            update={
+                "prompt_messages": r.messages,
+                "prompt": r.prompt,
+                "prompt_tokens": r.tokens,
+                "history_turns": r.history_turns,
+                "trimmed_turns": r.trimmed_turns,
+            }
+        )
+        span = trace.get_current_span()
+        span.set_attribute("switchyard.prompt_tokens", r.tokens)
+        span.set_attribute("switchyard.history_turns", r.history_turns)
+        span.set_attribute("switchyard.trimmed_turns", r.trimmed_turns)
+        decision = {
+            "history_turns": r.history_turns,
+            "trimmed_turns": r.trimmed_turns,
+            "prompt_tokens": r.tokens,
+            "budget": self.renderer.budget,
+            "memory_items": len(parts.memory),
+            "files": [info.id for info, _ in parts.files],
+            "instructions": bool(parts.instructions),
+            "record": {"prompt": r.prompt, "chat_id": work.chat_id},
+        }
+        if r.trimmed_turns:
+            log.info("history trimmed", trimmed_turns=r.trimmed_turns, kept=r.history_turns)
+        return Forward(subject=subjects.SAFETY_IN, work=out, decision=decision)
+
+    async def open(self, q: ConversationQuery) -> ConversationReply:
+        """The tenant's conversation (created when absent), without its turns."""
+        conv = await self.conversations.open(q.tenant, q.chat_id, q.user)
+        if conv is None:
+            raise not_found(q.chat_id)
+        return ConversationReply(chat_id=conv.id, title=conv.title, created_ms=conv.created_ms)
+
+    async def get(self, q: ConversationQuery) -> ConversationReply:
+        got = await self.conversations.turns(q.tenant, q.chat_id)
+        if got is None:
+            raise not_found(q.chat_id)
+        conv, turns = got
+        return ConversationReply(chat_id=conv.id, title=conv.title, created_ms=conv.created_ms, turns=turns)
+
+    async def save_turn(self, req: SaveTurn) -> SaveTurnAck:
+        saved = await self.conversations.save_turn(req.tenant, req.user, req.chat_id, req.turn)
+        if saved is None:
+            raise not_found(req.chat_id)
+        turn_id, new = saved
+        # Only a turn that passed the safety checks and completed may teach the assistant a fact.
+        fact = fact_to_remember(req.turn.user_text) if new and req.turn.status == "complete" else None
+        if fact:
+            await self.knowledge.remember(req.tenant, req.user, fact, source_rid=req.turn.rid)
+            log.info("fact remembered", chat_id=req.chat_id)
+        return SaveTurnAck(turn_id=turn_id)
+
+
+def load_template(settings: ContextSettings) -> ChatTemplate:
+    from libs.tokenizer import load_tokenizer
+
+    return load_tokenizer(settings.model_path)
+
+
+async def setup(
+    bus: Bus, settings: ContextSettings, template: ChatTemplate | None = None
+) -> Callable[[], Awaitable[None]]:
+    engine = make_engine(settings.db_url())
+    conversations, knowledge = ConversationStore(engine), KnowledgeStore(engine)
+    await conversations.init()
+    await knowledge.init()
+    if template is None:
+        # Reading the GGUF metadata takes seconds; do not stall the loop (heartbeats, pings) meanwhile.
+        template = await asyncio.to_thread(load_template, settings)
+    renderer = PromptRenderer(template, settings.context_budget, settings.prompt_file_chars)
+    ctx = Context(conversations, knowledge, renderer, settings.prompt_memory_items)
+    await bus.stage(subjects.CONTEXT, ctx.assemble)
+    await bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, ctx.open, queue="context")
+    await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")
+    await bus.subscribe(subjects.SAVE_TURN, SaveTurn, ctx.save_turn, queue="context")
+    await Manager(conversations, knowledge, settings.max_file_chars).subscribe(bus)
+
+    async def cleanup() -> None:
+        await engine.dispose()
+
+    return cleanup

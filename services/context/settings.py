@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from libs.bus import ServiceSettings
+from libs.store.db import database_url
+
+
+class ContextSettings(ServiceSettings):
+    model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_CONTEXT_")
+
+    # None: a SQLite file `<data_dir>/context.db`.
+    database_url: str | None = None
+    # The GGUF whose chat template and tokenizer render prompts; None: SWITCHYARD_MODEL_PATH or the bundled model.
+    model_path: str | None = None
+    # Prompt tokens plus sampling.max_tokens must fit here; history is trimmed to make them.
+    context_budget: int = 2048
+    # Largest uploaded file kept, and how much of one attached file goes into a prompt.
+    max_file_chars: int = 200_000
+    prompt_file_chars: int = 8_000
+    # Saved facts rendered into a prompt: the oldest ones past this many are left out.
+    prompt_memory_items: int = 50
+
+    def db_url(self) -> str:
+        return database_url(self.database_url, self.data_dir, "context")

@@ -1,0 +1,225 @@
+"""`POST /v1/messages`, compatible with the official Anthropic SDK: its streaming event sequence and the
+non-streaming message. Thinking events become a thinking content block before the text."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from services.gateway.auth import authenticate
+from services.gateway.body import read_json
+from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
+from services.gateway.errors import ApiError, error_response
+from services.gateway.relay import terminal_error, wait_events
+from services.gateway.sse import SSE_HEADERS, frame
+from services.gateway.streams import Run
+
+router = APIRouter()
+
+STOP = {"stop": "end_turn", "length": "max_tokens", "cancelled": "end_turn", "blocked": "refusal", "error": "end_turn"}
+
+
+class Block(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+
+class MessagesRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[Block] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    thinking: dict[str, Any] | None = None
+
+
+def _text(content: str | list[Block]) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for block in content:
+        if block.type == "text" and block.text is not None:
+            texts.append(block.text)
+        elif block.type not in ("thinking", "redacted_thinking"):  # earlier thinking is dropped, as Claude does
+            raise ApiError(ErrorCode.bad_request, f"content block type {block.type!r} is not supported; send text")
+    return "".join(texts)
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    # Anthropic counts cache reads apart from input tokens.
+    return {
+        "input_tokens": max(0, usage.prompt_tokens - usage.cached_tokens),
+        "output_tokens": usage.completion_tokens,
+        "cache_read_input_tokens": usage.cached_tokens,
+        "cache_creation_input_tokens": 0,
+    }
+
+
+def _event(kind: str, **data: Any) -> bytes:
+    return frame({"type": kind, **data}, event=kind)
+
+
+class _Blocks:
+    """Opens a content block when the kind of content changes and closes the one before."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.kind: str | None = None
+
+    def switch(self, kind: str) -> list[bytes]:
+        if kind == self.kind:
+            return []
+        out = self.close()
+        self.index += 1
+        self.kind = kind
+        block = (
+            {"type": "thinking", "thinking": "", "signature": ""}
+            if kind == "thinking"
+            else {"type": "text", "text": ""}
+        )
+        out.append(_event("content_block_start", index=self.index, content_block=block))
+        return out
+
+    def close(self) -> list[bytes]:
+        if self.kind is None:
+            return []
+        self.kind = None
+        return [_event("content_block_stop", index=self.index)]
+
+
+async def stream_events(gw: Gateway, run: Run, model: str) -> AsyncIterator[bytes]:
+    gw.streams.attach(run)
+    completed = False
+    blocks = _Blocks()
+    try:
+        message: dict[str, Any] = {
+            "id": f"msg_{run.rid}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage_json(Usage()),
+        }
+        yield _event("message_start", message=message)
+        yield _event("ping")
+        async for item in run.follow(-1, gw.settings.keepalive_s):
+            if item is None:
+                yield _event("ping")
+                continue
+            event = item[1]
+            if event.type == "thinking":
+                for b in blocks.switch("thinking"):
+                    yield b
+                yield _event(
+                    "content_block_delta", index=blocks.index, delta={"type": "thinking_delta", "thinking": event.text}
+                )
+            elif event.type == "delta":
+                for b in blocks.switch("text"):
+                    yield b
+                yield _event(
+                    "content_block_delta", index=blocks.index, delta={"type": "text_delta", "text": event.text}
+                )
+            elif event.type == "done":
+                if blocks.index < 0:
+                    for b in blocks.switch("text"):
+                        yield b
+                for b in blocks.close():
+                    yield b
+                yield _event(
+                    "message_delta",
+                    delta={"stop_reason": STOP.get(event.finish_reason or "stop", "end_turn"), "stop_sequence": None},
+                    usage=usage_json(event.usage or Usage()),
+                )
+                yield _event("message_stop")
+            elif event.type == "error" and event.error is not None:
+                yield _event("error", error=event.error.model_dump(mode="json"))
+        completed = True
+    finally:
+        gw.streams.detach(run, completed)
+
+
+def message(run: Run, model: str, events: list[ChatEvent]) -> dict[str, Any]:
+    thinking = "".join(e.text for e in events if e.type == "thinking")
+    content: list[dict[str, Any]] = []
+    if thinking:
+        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
+    content.append({"type": "text", "text": "".join(e.text for e in events if e.type == "delta")})
+    done = events[-1]
+    return {
+        "id": f"msg_{run.rid}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": STOP.get(done.finish_reason or "stop", "end_turn"),
+        "stop_sequence": None,
+        "usage": usage_json(done.usage or Usage()),
+    }
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    body = await read_json(request, MessagesRequest, gw.settings.max_body_bytes)
+    model, mode = resolve_model(gw.settings, body.model)
+    assert model is not None
+    if body.thinking and body.thinking.get("type") == "enabled":
+        mode = mode or "reasoning"
+    if body.messages[-1].role != "user":
+        raise ApiError(ErrorCode.bad_request, "messages must end with a user message")
+    text = check_text(gw.settings, _text(body.messages[-1].content), "the last user message")
+    earlier = [ChatMessage(role=m.role, content=_text(m.content)) for m in body.messages[:-1]]
+    system = _text(body.system) if body.system is not None else None
+    run = await start_run(
+        gw,
+        request,
+        key,
+        api="anthropic",
+        route="POST /v1/messages",
+        text=text,
+        messages=earlier,
+        system=system or None,
+        model=model,
+        mode=mode,
+        sampling=sampling(
+            gw.settings,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            max_tokens=body.max_tokens,
+            stop=body.stop_sequences,
+        ),
+    )
+    if body.stream:
+        first = await wait_events(gw, run, request, first_only=True)
+        err = terminal_error(first)
+        if err is not None:
+            return error_response(err, request.url.path)
+        return StreamingResponse(stream_events(gw, run, model), media_type="text/event-stream", headers=SSE_HEADERS)
+    events = await wait_events(gw, run, request)
+    if not events or events[-1].type not in ("done", "error"):
+        return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
+    err = terminal_error(events)
+    if err is not None:
+        return error_response(err, request.url.path)
+    return JSONResponse(message(run, model, events))

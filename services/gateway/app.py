@@ -1,0 +1,83 @@
+"""The FastAPI application: routes, the request-id middleware and the one error shape."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import structlog
+from fastapi import FastAPI
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from libs.bus import Bus
+from libs.store.keys import KeyStore
+from schemas import ErrorCode, ErrorInfo
+from services.gateway import anthropic_api, chat_api, errors, openai_api, ops_api
+from services.gateway.core import Gateway
+from services.gateway.metrics import Metrics
+from services.gateway.settings import GatewaySettings
+
+log = structlog.get_logger()
+
+
+class RequestIdMiddleware:
+    """Gives every request its rid, returns it as `x-request-id` on every response (errors included),
+    counts responses by route and status, and turns a crash into the error shape rather than a bare 500."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = uuid.uuid4().hex
+        scope.setdefault("state", {})["rid"] = rid
+        status = 500
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                MutableHeaders(scope=message)["x-request-id"] = rid
+            await send(message)
+
+        structlog.contextvars.bind_contextvars(rid=rid)
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error", path=scope.get("path"))
+            if not started:
+                body = json.dumps({"error": ErrorInfo.of(ErrorCode.internal, "internal error").model_dump()}).encode()
+                await send_with_id(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+        finally:
+            structlog.contextvars.unbind_contextvars("rid")
+            route = scope.get("route")
+            self.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()
+
+
+def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
+    gw = Gateway(settings=settings, bus=bus, keys=keys)
+    app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gateway = gw
+    errors.install(app)
+    app.include_router(chat_api.router)
+    app.include_router(openai_api.router)
+    app.include_router(anthropic_api.router)
+    app.include_router(ops_api.router)
+    app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
+    return app

@@ -1,0 +1,66 @@
+"""Reading a JSON body strictly: type, size, encoding and shape each fail with their own status, before
+anything is published or stored."""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+from schemas import ErrorCode
+from services.gateway.errors import ApiError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ApiError(ErrorCode.payload_too_large, f"request body over {max_bytes} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    # Counted while reading, so a chunked body without Content-Length cannot exhaust memory either.
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise ApiError(ErrorCode.payload_too_large, f"request body over {max_bytes} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _check_content_type(request: Request) -> None:
+    ctype = request.headers.get("content-type", "")
+    media = ctype.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(ErrorCode.unsupported_media_type, f"expected Content-Type application/json, got {ctype!r}")
+
+
+def _describe(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg", "invalid")))
+    return "invalid request: " + "; ".join(parts)
+
+
+async def read_json(request: Request, model: type[M], max_bytes: int) -> M:
+    _check_content_type(request)
+    raw = await read_body(request, max_bytes)
+    if not raw.strip():
+        raise ApiError(ErrorCode.bad_request, "empty request body")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ApiError(ErrorCode.bad_request, f"request body is not valid UTF-8 (byte {e.start})") from e
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ApiError(ErrorCode.bad_request, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    if not isinstance(data, dict):
+        raise ApiError(ErrorCode.bad_request, "request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ApiError(ErrorCode.bad_request, _describe(e)) from e

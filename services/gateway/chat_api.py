@@ -1,0 +1,178 @@
+"""The simple protocol: `POST /chat` streams SSE; conversations; resuming and stopping a stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from libs.bus import BusError
+from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
+from schemas.messages import Mode
+from services.gateway.auth import authenticate
+from services.gateway.body import read_json
+from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
+from services.gateway.errors import ApiError
+from services.gateway.replay import owned, replay
+from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
+from services.gateway.streams import Run
+
+router = APIRouter()
+
+CHAT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    chat_id: str = Field(alias="chatId", pattern=CHAT_ID_PATTERN)
+    text: str
+    model: str | None = None
+    mode: Mode | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+
+
+def chat_payload(event: ChatEvent) -> dict[str, Any]:
+    """The `data` of one /chat SSE event."""
+    if event.type in ("delta", "thinking"):
+        return {"text": event.text}
+    if event.type == "tool":
+        return event.tool.model_dump(mode="json") if event.tool is not None else {}
+    if event.type == "done":
+        usage = event.usage.model_dump(mode="json") if event.usage is not None else {}
+        return {**usage, "finish_reason": event.finish_reason, "model": event.model, "rid": event.rid}
+    if event.error is not None:
+        return event.error.model_dump(mode="json")
+    return {"message": "unknown error", "code": ErrorCode.internal.value, "type": "api_error"}
+
+
+async def relay_chat(gw: Gateway, run: Run, after: int = -1) -> AsyncIterator[bytes]:
+    """Every event as `id: <seq>` / `event: <type>` / `data: <json>`; ends after done or error."""
+    gw.streams.attach(run)
+    completed = False
+    try:
+        async for item in run.follow(after, gw.settings.keepalive_s):
+            if item is None:
+                yield KEEPALIVE
+                continue
+            seq, event = item
+            yield frame(chat_payload(event), event=event.type, id=seq)
+        completed = True
+    finally:
+        gw.streams.detach(run, completed)
+
+
+@router.post("/chat")
+async def chat(request: Request) -> StreamingResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    body = await read_json(request, ChatRequest, gw.settings.max_body_bytes)
+    text = check_text(gw.settings, body.text)
+    model, mode = resolve_model(gw.settings, body.model)
+    run = await start_run(
+        gw,
+        request,
+        key,
+        api="chat",
+        route="POST /chat",
+        text=text,
+        chat_id=body.chat_id,
+        model=model,
+        mode=body.mode or mode,
+        sampling=sampling(
+            gw.settings,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            max_tokens=body.max_tokens,
+            seed=body.seed,
+            stop=body.stop,
+        ),
+    )
+    return StreamingResponse(relay_chat(gw, run), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+NOT_KEPT = "stream {rid!r} not found (or no longer kept)"
+
+
+def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
+    """This replica's copy of the stream; another tenant's is treated as absent."""
+    run = gw.streams.runs.get(rid)
+    if run is not None and run.tenant != tenant:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    return run
+
+
+async def relay_replay(gw: Gateway, rid: str, after: int) -> AsyncIterator[bytes]:
+    """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
+    timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
+    async for item in replay(gw.bus.js, rid, after, gw.settings.keepalive_s, timeout):
+        if item is None:
+            yield KEEPALIVE
+            continue
+        seq, event = item
+        yield frame(chat_payload(event), event=event.type, id=seq)
+
+
+@router.get("/v1/streams/{rid}")
+async def resume(rid: str, request: Request) -> StreamingResponse:
+    """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live."""
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "-1"
+    try:
+        after = int(raw)
+    except ValueError as e:
+        raise ApiError(ErrorCode.bad_request, f"Last-Event-ID must be an event id, got {raw!r}") from e
+    run = _local_run(gw, rid, key.tenant)
+    if run is not None:
+        body = relay_chat(gw, run, after)
+    elif gw.settings.resume_stream:
+        await owned(gw.bus.js, rid, key.tenant)
+        body = relay_replay(gw, rid, after)
+    else:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.post("/v1/streams/{rid}/cancel")
+async def stop(rid: str, request: Request) -> JSONResponse:
+    """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    run = _local_run(gw, rid, key.tenant)
+    if run is not None:
+        await gw.streams.cancel(run, "stopped")
+        return JSONResponse({"rid": rid, "status": "finished" if run.finished else "cancelling"}, status_code=202)
+    if not gw.settings.resume_stream:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    # Relayed by another replica: the cancel reaches inference (and that replica's reader) through the bus.
+    await owned(gw.bus.js, rid, key.tenant)
+    await gw.bus.publish(subjects.chat_cancel(rid), CancelNotice(rid=rid, reason="stopped"), rid=rid, tenant=key.tenant)
+    return JSONResponse({"rid": rid, "status": "cancelling"}, status_code=202)
+
+
+@router.get("/v1/conversations/{chat_id}")
+async def conversation(chat_id: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    try:
+        reply = await gw.bus.request(
+            subjects.CONVERSATION_GET,
+            ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
+            ConversationReply,
+            tenant=key.tenant,
+        )
+    except BusError as e:
+        if e.code == ErrorCode.not_found:
+            raise ApiError(ErrorCode.not_found, f"conversation {chat_id!r} not found") from e
+        raise ApiError.from_bus(e) from e
+    return JSONResponse(reply.model_dump(mode="json"))

@@ -1,0 +1,196 @@
+"""What every chat API shares: the gateway's state, model names, and starting a request on the bus."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from opentelemetry import context as otel_context
+
+from libs.bus import Bus, BusError
+from libs.bus import headers as H
+from libs.limits import Limiter
+from libs.store.keys import ApiKey, KeyStore
+from schemas import ChatMessage, ConversationQuery, ConversationReply, ErrorCode, Sampling, Work, subjects
+from schemas.messages import Api, Mode
+from services.gateway.errors import ApiError
+from services.gateway.metrics import Metrics
+from services.gateway.replay import mark_owner
+from services.gateway.settings import GatewaySettings
+from services.gateway.streams import Run, Streams
+
+MODES: tuple[Mode, ...] = ("fast", "reasoning")
+
+
+@dataclass
+class Gateway:
+    settings: GatewaySettings
+    bus: Bus
+    keys: KeyStore
+    metrics: Metrics = field(default_factory=Metrics)
+    streams: Streams = field(init=False)
+    _limiter: Limiter | None = None
+    _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.streams = Streams(self.bus, self.settings, self.metrics)
+
+    async def limiter(self) -> Limiter | None:
+        """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan."""
+        if not self.settings.rate_limits:
+            return None
+        async with self._limiter_lock:
+            if self._limiter is None:
+                self._limiter = await Limiter.open(self.bus.js, self.settings.limits_bucket)
+        return self._limiter
+
+
+def gateway(request: Request) -> Gateway:
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+def request_id(request: Request) -> str:
+    rid: str = request.scope["state"]["rid"]
+    return rid
+
+
+def resolve_model(settings: GatewaySettings, name: str | None) -> tuple[str | None, Mode | None]:
+    """`<model>[:fast|:reasoning]` → (model, mode); an unknown model is 404 as in the OpenAI API."""
+    if not name:
+        return None, None
+    base, _, suffix = name.partition(":")
+    mode: Mode | None = None
+    if suffix:
+        if suffix not in MODES:
+            raise ApiError(ErrorCode.bad_request, f"unknown mode suffix {suffix!r} (use :fast or :reasoning)")
+        mode = "fast" if suffix == "fast" else "reasoning"
+    if base not in settings.models:
+        raise ApiError(ErrorCode.not_found, f"model {base!r} does not exist; GET /v1/models lists them")
+    return base, mode
+
+
+def sampling(
+    settings: GatewaySettings,
+    *,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    max_tokens: int | None = None,
+    seed: int | None = None,
+    stop: list[str] | str | None = None,
+) -> Sampling:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    values: dict[str, Any] = {
+        "temperature": 0.0 if temperature is None else temperature,
+        "top_p": 1.0 if top_p is None else top_p,
+        "top_k": top_k or 0,
+        "max_tokens": max_tokens or settings.default_max_tokens,
+        # Assigned when the client leaves it open, so every logged request replays exactly.
+        "seed": seed if seed is not None else secrets.randbelow(2**31),
+        "stop": stops,
+    }
+    try:
+        return Sampling.model_validate(values)
+    except ValueError as e:
+        raise ApiError(ErrorCode.bad_request, f"invalid sampling parameters: {e}") from e
+
+
+def check_text(settings: GatewaySettings, text: str, what: str = "text") -> str:
+    if not text.strip():
+        raise ApiError(ErrorCode.bad_request, f"{what} is empty")
+    if len(text) > settings.max_text_chars:
+        raise ApiError(ErrorCode.payload_too_large, f"{what} is over {settings.max_text_chars} characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(ErrorCode.bad_request, f"{what} is not valid Unicode (lone surrogate)") from e
+    return text
+
+
+def _parent_context(request: Request) -> otel_context.Context | None:
+    """Continue the client's trace when it sent a W3C traceparent."""
+    if "traceparent" not in request.headers:
+        return None
+    return H.extract_trace({k: v for k, v in request.headers.items() if k in ("traceparent", "tracestate")})
+
+
+async def open_conversation(gw: Gateway, key: ApiKey, chat_id: str) -> ConversationReply:
+    try:
+        return await gw.bus.request(
+            subjects.CONVERSATION_OPEN,
+            ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
+            ConversationReply,
+            tenant=key.tenant,
+        )
+    except BusError as e:
+        if e.code == ErrorCode.not_found:
+            # Another tenant's chat id is indistinguishable from one that does not exist: 404, never 403.
+            raise ApiError(ErrorCode.not_found, f"conversation {chat_id!r} not found") from e
+        raise ApiError.from_bus(e) from e
+
+
+async def start_run(
+    gw: Gateway,
+    request: Request,
+    key: ApiKey,
+    *,
+    api: Api,
+    route: str,
+    text: str,
+    chat_id: str | None = None,
+    messages: list[ChatMessage] | None = None,
+    system: str | None = None,
+    model: str | None = None,
+    mode: Mode | None = None,
+    sampling: Sampling,
+) -> Run:
+    """Admit, open the conversation, take the limits, subscribe to the events, then publish the work."""
+    rid = request_id(request)
+    run = gw.streams.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
+    try:
+        with run.activate():
+            if chat_id is not None:
+                await open_conversation(gw, key, chat_id)
+            limiter = await gw.limiter()
+            if limiter is not None:
+                limits = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
+                refusal = await limiter.admit(key.tenant, rid, limits, lease_s=gw.settings.request_timeout_s + 30)
+                if refusal is not None:
+                    gw.metrics.rate_limited.labels(refusal.limit).inc()
+                    raise ApiError(ErrorCode.rate_limited, refusal.message, retry_after=refusal.retry_after_s)
+
+                async def settle(r: Run) -> None:
+                    usage = r.usage
+                    await limiter.settle(key.tenant, r.rid, usage.prompt_tokens + usage.completion_tokens, limits)
+
+                run.on_finish.append(settle)
+        work = Work(
+            rid=rid,
+            tenant=key.tenant,
+            user=key.user,
+            key_id=key.id,
+            api=api,
+            chat_id=chat_id,
+            text=text,
+            messages=messages or [],
+            system=system,
+            model=model,
+            mode=mode,
+            sampling=sampling,
+            created_ms=run.started_ms,
+        )
+        if gw.settings.resume_stream:
+            await mark_owner(gw.bus.nc, rid, key.tenant)
+        await gw.streams.launch(run, work)
+    except ApiError as e:
+        gw.streams.abandon(run, e)
+        raise
+    except Exception as e:
+        err = ApiError.from_bus(e) if isinstance(e, BusError) else ApiError(ErrorCode.unavailable, f"bus: {e}")
+        gw.streams.abandon(run, err)
+        raise err from e
+    return run

@@ -1,0 +1,93 @@
+"""One error shape on every route: `{"error": {"type", "code", "message"}}` with the contract's status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from libs.bus import BusError
+from schemas import ErrorCode, ErrorInfo, http_status
+
+
+class ApiError(Exception):
+    def __init__(self, code: ErrorCode, message: str, *, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status or http_status(code)
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_bus(cls, e: BusError) -> ApiError:
+        return cls(e.code, e.message)
+
+    def info(self) -> ErrorInfo:
+        return ErrorInfo.of(self.code, self.message)
+
+
+def error_body(info: ErrorInfo, *, anthropic: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": info.model_dump(mode="json")}
+    if anthropic:
+        # The Anthropic shape adds a top-level type; the rest is the same object.
+        body = {"type": "error", **body}
+    return body
+
+
+def error_response(e: ApiError, path: str = "") -> JSONResponse:
+    headers = {}
+    if e.retry_after is not None:
+        headers["Retry-After"] = str(max(1, int(e.retry_after + 0.999)))
+    return JSONResponse(
+        error_body(e.info(), anthropic=path.startswith("/v1/messages")), status_code=e.status, headers=headers
+    )
+
+
+_BY_STATUS = {
+    400: ErrorCode.bad_request,
+    401: ErrorCode.unauthorized,
+    403: ErrorCode.forbidden,
+    404: ErrorCode.not_found,
+    413: ErrorCode.payload_too_large,
+    415: ErrorCode.unsupported_media_type,
+    429: ErrorCode.rate_limited,
+    503: ErrorCode.unavailable,
+    504: ErrorCode.deadline_exceeded,
+}
+
+
+def _validation_message(e: RequestValidationError) -> str:
+    parts = []
+    for err in e.errors()[:3]:
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg", "invalid")))
+    return "invalid request: " + "; ".join(parts)
+
+
+def install(app: FastAPI) -> None:
+    async def on_api_error(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, ApiError)
+        return error_response(e, request.url.path)
+
+    async def on_http(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, StarletteHTTPException)
+        code = _BY_STATUS.get(e.status_code, ErrorCode.bad_request if e.status_code < 500 else ErrorCode.internal)
+        message = "no such route" if e.status_code == 404 else str(e.detail)
+        return error_response(ApiError(code, message, status=e.status_code), request.url.path)
+
+    async def on_validation(request: Request, e: Exception) -> JSONResponse:
+        # FastAPI answers 422; the contract says bad input is 400 in the one shape.
+        assert isinstance(e, RequestValidationError)
+        return error_response(ApiError(ErrorCode.bad_request, _validation_message(e)), request.url.path)
+
+    async def on_bus(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, BusError)
+        return error_response(ApiError.from_bus(e), request.url.path)
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(BusError, on_bus)

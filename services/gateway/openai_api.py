@@ -1,0 +1,224 @@
+"""`POST /v1/chat/completions`, compatible with the official OpenAI SDK (streaming and not)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from services.gateway.auth import authenticate
+from services.gateway.body import read_json
+from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
+from services.gateway.errors import ApiError, error_response
+from services.gateway.relay import terminal_error, wait_events
+from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
+from services.gateway.streams import Run
+
+router = APIRouter()
+
+FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "blocked": "content_filter", "error": "stop"}
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class OpenAIMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str
+    messages: list[OpenAIMessage] = Field(min_length=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    reasoning_effort: str | None = None
+
+
+def _text(message: OpenAIMessage) -> str:
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    texts = []
+    for part in message.content:
+        if part.type != "text" or part.text is None:
+            raise ApiError(ErrorCode.bad_request, f"content part type {part.type!r} is not supported; send text")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def split_messages(messages: list[OpenAIMessage]) -> tuple[str | None, list[ChatMessage], str]:
+    """(system, earlier turns, the new user text); the last message must be the user's."""
+    system = [_text(m) for m in messages if m.role in ("system", "developer")]
+    turns = [m for m in messages if m.role not in ("system", "developer")]
+    if not turns or turns[-1].role != "user":
+        raise ApiError(ErrorCode.bad_request, "messages must end with a user message")
+    earlier = []
+    for m in turns[:-1]:
+        if m.role == "tool":
+            raise ApiError(ErrorCode.bad_request, "tool messages are not supported; tools run inside Switchyard")
+        earlier.append(ChatMessage(role="user" if m.role == "user" else "assistant", content=_text(m)))
+    return ("\n\n".join(system) or None), earlier, _text(turns[-1])
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+class _Chunks:
+    def __init__(self, run: Run, model: str, include_usage: bool):
+        self.base = {
+            "id": f"chatcmpl-{run.rid}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": None,
+        }
+        self.include_usage = include_usage
+
+    def choice(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk: dict[str, Any] = {
+            **self.base,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if self.include_usage:
+            chunk["usage"] = None
+        return frame(chunk)
+
+    def usage(self, usage: Usage) -> bytes:
+        return frame({**self.base, "choices": [], "usage": usage_json(usage)})
+
+
+async def stream_chunks(gw: Gateway, run: Run, model: str, include_usage: bool) -> AsyncIterator[bytes]:
+    chunks = _Chunks(run, model, include_usage)
+    gw.streams.attach(run)
+    completed = False
+    try:
+        yield chunks.choice({"role": "assistant", "content": ""})
+        async for item in run.follow(-1, gw.settings.keepalive_s):
+            if item is None:
+                yield KEEPALIVE
+                continue
+            event = item[1]
+            if event.type == "delta":
+                yield chunks.choice({"content": event.text})
+            elif event.type == "thinking":
+                # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
+                yield chunks.choice({"reasoning_content": event.text})
+            elif event.type == "done":
+                yield chunks.choice({}, FINISH.get(event.finish_reason or "stop", "stop"))
+                if include_usage:
+                    yield chunks.usage(event.usage or Usage())
+            elif event.type == "error" and event.error is not None:
+                yield frame({"error": event.error.model_dump(mode="json")})
+        yield frame("[DONE]")
+        completed = True
+    finally:
+        gw.streams.detach(run, completed)
+
+
+def completion(run: Run, model: str, events: list[ChatEvent]) -> dict[str, Any]:
+    text = "".join(e.text for e in events if e.type == "delta")
+    thinking = "".join(e.text for e in events if e.type == "thinking")
+    done = events[-1]
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if thinking:
+        message["reasoning_content"] = thinking
+    return {
+        "id": f"chatcmpl-{run.rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": FINISH.get(done.finish_reason or "stop"),
+            }
+        ],
+        "usage": usage_json(done.usage or Usage()),
+    }
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    body = await read_json(request, CompletionRequest, gw.settings.max_body_bytes)
+    if body.n != 1:
+        raise ApiError(ErrorCode.bad_request, "only n=1 is supported")
+    model, mode = resolve_model(gw.settings, body.model)
+    assert model is not None
+    if body.reasoning_effort and body.reasoning_effort not in ("none", "minimal"):
+        mode = mode or "reasoning"
+    system, earlier, text = split_messages(body.messages)
+    check_text(gw.settings, text, "the last user message")
+    run = await start_run(
+        gw,
+        request,
+        key,
+        api="openai",
+        route="POST /v1/chat/completions",
+        text=text,
+        messages=earlier,
+        system=system,
+        model=model,
+        mode=mode,
+        sampling=sampling(
+            gw.settings,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            max_tokens=body.max_completion_tokens or body.max_tokens,
+            seed=body.seed,
+            stop=body.stop,
+        ),
+    )
+    if body.stream:
+        # Hold the status line until the first event: a request refused by the pipeline (policy, deadline)
+        # then gets its real status and the SDK raises its own exception type.
+        first = await wait_events(gw, run, request, first_only=True)
+        err = terminal_error(first)
+        if err is not None:
+            return error_response(err, request.url.path)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(
+            stream_chunks(gw, run, model, include_usage), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+    events = await wait_events(gw, run, request)
+    if not events or events[-1].type not in ("done", "error"):
+        return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
+    err = terminal_error(events)
+    if err is not None:
+        return error_response(err, request.url.path)
+    return JSONResponse(completion(run, model, events))

@@ -1,0 +1,91 @@
+"""Operations: liveness, readiness of every stage, metrics, the model list, and request records."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from libs.bus import BusError
+from schemas import HealthReply, HealthRequest, RequestQuery, RequestRecordReply, SpanRecord, subjects
+from services.gateway.auth import authenticate, authenticate_admin
+from services.gateway.core import gateway
+from services.gateway.errors import ApiError
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    gw = gateway(request)
+    stages = [s for s in subjects.STAGES if s != "gateway"]
+
+    async def probe(stage: str) -> dict[str, Any]:
+        try:
+            reply = await gw.bus.request(
+                subjects.health(stage), HealthRequest(), HealthReply, timeout=gw.settings.readyz_timeout_s
+            )
+        except BusError as e:
+            return {"ok": False, "detail": e.message}
+        return {"ok": reply.ok, "replica": reply.replica, "detail": reply.detail}
+
+    results = dict(zip(stages, await asyncio.gather(*(probe(s) for s in stages)), strict=True))
+    missing = [s for s, r in results.items() if not r["ok"]]
+    if missing:
+        return JSONResponse({"status": "unavailable", "missing": missing, "stages": results}, status_code=503)
+    return JSONResponse({"status": "ready", "stages": results})
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(gateway(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict[str, Any]:
+    gw = gateway(request)
+    await authenticate(request, gw.keys)
+    return {
+        "object": "list",
+        "data": [{"id": m, "object": "model", "created": 0, "owned_by": "switchyard"} for m in gw.settings.models],
+    }
+
+
+def span_tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
+    """Spans nested by parent; a span whose parent is absent (another trace, or not logged) is a root."""
+    nodes = {s.span_id: {**s.model_dump(mode="json"), "children": []} for s in spans}
+    roots: list[dict[str, Any]] = []
+    for s in sorted(spans, key=lambda s: s.start_ns):
+        node = nodes[s.span_id]
+        parent = nodes.get(s.parent_id) if s.parent_id else None
+        if parent is not None and parent is not node:
+            parent["children"].append(node)
+        else:
+            roots.append(node)
+    return roots
+
+
+@router.get("/v1/admin/requests/{rid}")
+async def admin_request(rid: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    await authenticate_admin(request, gw.keys)
+    try:
+        reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
+    except BusError as e:
+        raise ApiError.from_bus(e) from e
+    return JSONResponse(
+        {
+            "rid": reply.rid,
+            "record": reply.record,
+            "spans": [s.model_dump(mode="json") for s in reply.spans],
+            "tree": span_tree(reply.spans),
+        }
+    )

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import SettingsConfigDict
+
+from libs.bus import ServiceSettings
+from libs.store.db import database_url
+
+
+class TierLimits(BaseModel):
+    requests_per_minute: float
+    tokens_per_minute: float
+    concurrent_streams: int
+
+
+def _default_tiers() -> dict[str, TierLimits]:
+    return {
+        "free": TierLimits(requests_per_minute=20, tokens_per_minute=20_000, concurrent_streams=2),
+        "pro": TierLimits(requests_per_minute=600, tokens_per_minute=1_000_000, concurrent_streams=32),
+    }
+
+
+class GatewaySettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="SWITCHYARD_GATEWAY_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, validation_alias=AliasChoices("SWITCHYARD_PORT", "port"))
+    dev_api_key: str | None = Field(None, validation_alias=AliasChoices("SWITCHYARD_API_KEY", "dev_api_key"))
+    admin_api_key: str | None = Field(None, validation_alias=AliasChoices("SWITCHYARD_ADMIN_KEY", "admin_api_key"))
+    database_url: str | None = None
+
+    request_timeout_s: float = 120.0
+    max_body_bytes: int = 1_000_000
+    max_text_chars: int = 32_000
+    models: list[str] = Field(default_factory=lambda: ["SmolLM2-135M-Instruct"])
+    default_max_tokens: int = 256
+    readyz_timeout_s: float = 1.5
+    # After a Stop or a disconnect, how long to wait for the pipeline's final event before closing the record.
+    cancel_wait_s: float = 5.0
+    # How long a disconnected stream keeps running for a client that reconnects with Last-Event-ID before
+    # it is cancelled. 0 cancels at once: nothing keeps decoding for a client that left.
+    resume_grace_s: float = 0.0
+    # How long a finished stream's events stay available to `GET /v1/streams/{rid}` on the relaying replica.
+    resume_ttl_s: float = 60.0
+    # Any replica can resume any stream: JetStream keeps `chat.events.>` in memory this long.
+    resume_stream: bool = True
+    resume_stream_max_age_s: float = 300.0
+    resume_stream_max_bytes: int = 256 * 1024 * 1024
+    keepalive_s: float = 15.0
+
+    # Limits. Counters live in a JetStream key-value bucket so every replica enforces one limit.
+    rate_limits: bool = True
+    limits_bucket: str = "switchyard_limits"
+    tiers: dict[str, TierLimits] = Field(default_factory=_default_tiers)
+    # Admission: streams one gateway process relays at once; beyond it, 503 before any work queues up.
+    max_active_streams: int = 256
+
+    def db_url(self) -> str:
+        return database_url(self.database_url, self.data_dir, "gateway")

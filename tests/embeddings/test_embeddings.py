@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+
+from libs.embeddings import MAX_TOKENS, get_embedder, model_dir
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return get_embedder()
+
+
+def test_model_is_bundled() -> None:
+    assert (model_dir() / "model.safetensors").is_file()
+
+
+def test_cached_instance(embedder) -> None:
+    assert get_embedder() is embedder
+
+
+def test_shape_dtype_and_norm(embedder) -> None:
+    texts = ["hello", "a somewhat longer sentence about shipping", "x " * 2000]
+    v = embedder.embed(texts)
+    assert v.shape == (3, 384) == (len(texts), embedder.dim)
+    assert v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert embedder.embed([]).shape == (0, 384)
+    assert MAX_TOKENS == 256
+
+
+def test_order_and_batching_independent(embedder) -> None:
+    texts = [f"message number {i} about {'cats' if i % 2 else 'invoices'}" for i in range(70)]
+    whole = embedder.embed(texts)
+    single = np.vstack([embedder.embed([t]) for t in texts[:5]])
+    np.testing.assert_allclose(whole[:5], single, atol=1e-5)
+
+
+def test_similar_closer_than_unrelated(embedder) -> None:
+    a, b, c = embedder.embed(
+        [
+            "How do I return a damaged item for a refund?",
+            "My package arrived broken, can I get my money back?",
+            "What is the boiling point of water on a mountain?",
+        ]
+    )
+    assert float(a @ b) > float(a @ c) + 0.2
+    assert float(a @ b) > float(b @ c) + 0.2

@@ -1,0 +1,101 @@
+"""The async surface: concurrent streams, cancel, stop strings, sampling options."""
+
+import asyncio
+import random
+
+import pytest
+
+from libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
+from libs.engine.request import TextStream
+from tests.engine.conftest import make_engine
+
+
+async def _collect(eng, rid, prompt, params) -> tuple[str, list[int], StreamChunk]:
+    text, ids = "", []
+    async for c in eng.generate(rid, prompt, params):
+        text += c.text
+        ids += c.token_ids
+        if c.finished:
+            return text, ids, c
+    raise AssertionError("stream ended without a final chunk")
+
+
+@pytest.fixture
+async def tiny_engine(tiny):
+    eng = make_engine(tiny, block_size=4, num_blocks=256)
+    await eng.start()
+    yield eng
+    await eng.stop()
+
+
+def _prompt(n, seed):
+    rng = random.Random(seed)
+    return [rng.randrange(100, 40000) for _ in range(n)]
+
+
+async def test_concurrent_streams_and_usage(tiny_engine):
+    params = SamplingParams(max_tokens=12)
+    results = await asyncio.gather(*(_collect(tiny_engine, f"s{i}", _prompt(8 + i, i), params) for i in range(6)))
+    for _text, ids, final in results:
+        assert len(ids) == 12
+        assert final.finish_reason == "length"
+        u = final.usage
+        assert u is not None and u.completion_tokens == 12 and u.ttft_s is not None and u.tpot_s is not None
+    m = tiny_engine.metrics()
+    assert m.max_batch_size_seen >= 2
+    assert m.running == 0 and m.kv_blocks_used == 0
+
+
+async def test_cancel_frees_blocks_at_next_step(tiny_engine):
+    chunks = []
+    async for c in tiny_engine.generate("c", _prompt(10, 7), SamplingParams(max_tokens=10_000)):
+        chunks.append(c)
+        if len(chunks) == 2:
+            tiny_engine.cancel("c")
+        if c.finished:
+            break
+    assert chunks[-1].finish_reason == "cancelled"
+    assert len(chunks) <= 4  # at most the step already in flight
+    await asyncio.sleep(0.05)
+    assert tiny_engine.metrics().kv_blocks_used == 0
+
+
+async def test_abandoned_stream_is_cancelled(tiny_engine):
+    agen = tiny_engine.generate("gone", _prompt(10, 8), SamplingParams(max_tokens=10_000))
+    await agen.__anext__()
+    await agen.aclose()
+    for _ in range(100):
+        if tiny_engine.metrics().running == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert tiny_engine.metrics().running == 0
+
+
+async def test_seeded_sampling_is_reproducible(tiny_engine):
+    p = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, seed=123, max_tokens=10)
+    a = await _collect(tiny_engine, "x1", _prompt(6, 9), p)
+    b = await _collect(tiny_engine, "x2", _prompt(6, 9), p)
+    c = await _collect(tiny_engine, "x3", _prompt(6, 9), SamplingParams(temperature=1.0, seed=7, max_tokens=10))
+    assert a[1] == b[1]
+    assert c[1] != a[1]
+
+
+async def test_empty_prompt_is_an_error(tiny_engine):
+    _t, _ids, final = await _collect(tiny_engine, "e", [], SamplingParams())
+    assert final.finish_reason == "error"
+
+
+def test_stop_strings_never_leak(tokenizer):
+    ids = tokenizer.encode("Hello there. END of story")
+    ts = TextStream(tokenizer, ["END"], set())
+    out = "".join(ts.push([i]) for i in ids)
+    assert out == "Hello there. "
+    assert ts.stopped
+    ts2 = TextStream(tokenizer, ["ENDX"], set())
+    out2 = "".join(ts2.push([i]) for i in ids) + ts2.push([], final=True)
+    assert out2 == "Hello there. END of story"
+
+
+def test_create_engine_kinds():
+    with pytest.raises(ValueError):
+        create_engine(EngineConfig(kind="nope"))

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from libs.store.knowledge import KnowledgeStore
+
+
+async def test_memory_per_user_and_idempotent_per_request(engine: AsyncEngine) -> None:
+    store = KnowledgeStore(engine)
+    await store.init()
+    a = await store.remember("acme", "alice", "likes tea", source_rid="r1")
+    again = await store.remember("acme", "alice", "likes tea", source_rid="r1")
+    assert again.id == a.id
+    await store.remember("acme", "alice", "lives in Oslo")
+    await store.remember("acme", "bob", "likes coffee")
+    assert [m.text for m in await store.memories("acme", "alice")] == ["likes tea", "lives in Oslo"]
+    assert await store.memories("other", "alice") == []
+    assert await store.forget("other", "alice", a.id) is False
+    assert await store.forget("acme", "alice", a.id) is True
+    assert [m.text for m in await store.memories("acme", "alice")] == ["lives in Oslo"]
+
+
+async def test_files_scoped_by_tenant(engine: AsyncEngine) -> None:
+    store = KnowledgeStore(engine)
+    await store.init()
+    f1 = await store.add_file("acme", "alice", "notes.txt", "hello world", chat_id="c1")
+    f2 = await store.add_file("acme", "alice", "lib.md", "# lib", media_type="text/markdown")
+    await store.add_file("acme", "bob", "bob.txt", "bob")
+    assert f1.chars == 11
+    got = await store.get_file("acme", f1.id)
+    assert got is not None and got[1] == "hello world" and got[0].chat_id == "c1"
+    assert await store.get_file("other", f1.id) is None
+    assert [f.id for f in await store.list_files("acme", "alice")] == [f1.id, f2.id]
+    assert [f.chars for f in await store.list_files("acme", "alice")] == [11, 5]
+    assert len(await store.list_files("acme")) == 3
+    assert [(i.name, t) for i, t in await store.chat_files("acme", "c1")] == [("notes.txt", "hello world")]
+    assert await store.chat_files("other", "c1") == []
+    f3 = await store.add_file("acme", "alice", "more.txt", "more", chat_id="c1")
+    assert await store.delete_chat_files("other", "c1") == 0
+    assert await store.delete_file("other", f3.id) is False
+    assert await store.delete_file("acme", f3.id) is True
+    assert await store.get_file("acme", f3.id) is None
+    assert await store.delete_chat_files("acme", "c1") == 1
+    assert await store.get_file("acme", f1.id) is None
+    assert await store.get_file("acme", f2.id) is not None
+
+
+async def test_instructions_upsert(engine: AsyncEngine) -> None:
+    store = KnowledgeStore(engine)
+    await store.init()
+    assert (await store.instructions("acme")).text == ""
+    await store.set_instructions("acme", "Be brief.")
+    await store.set_instructions("acme", "Be very brief.")
+    assert (await store.instructions("acme")).text == "Be very brief."
+    assert (await store.instructions("other")).text == ""

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from libs.bus import Bus, NatsServer
+from libs.telemetry import setup_tracing
+from libs.tokenizer import Tokenizer, load_tokenizer
+from schemas import Work, subjects
+from services.context.service import setup
+from services.context.settings import ContextSettings
+from tests.services.context.harness import Harness
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    """The real tokenizer and chat template of the bundled model (SmolLM2, ChatML)."""
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+async def harness(
+    nats_server: NatsServer, tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Harness]:
+    service = await Bus.connect(nats_server.url, "context", "t1", setup_tracing("context"))
+    client = await Bus.connect(nats_server.url, "gateway", "t1", setup_tracing("gateway"))
+    await service.ensure_log_stream()
+    settings = ContextSettings(data_dir=str(tmp_path_factory.mktemp("context")), context_budget=2048)
+    cleanup = await setup(service, settings, template=tokenizer)
+    h = Harness(client, {}, {})
+
+    async def collect(w: Work) -> None:
+        fut = h.forwarded.get(w.rid)
+        if fut is not None and not fut.done():
+            fut.set_result(w)
+
+    await client.subscribe(subjects.SAFETY_IN, Work, collect)
+    await client.nc.flush()
+    await service.nc.flush()
+    yield h
+    await service.quiesce()
+    await cleanup()
+    await service.close()
+    await client.drain()
