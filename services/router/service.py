@@ -48,6 +48,7 @@ class Router:
     async def route(self, work: Work) -> Forward:
         spec = self._model(work)
         reasons: list[str] = []
+        mode: str
         if work.mode:
             mode, why = work.mode, "requested"
         elif work.model and ":" in work.model:

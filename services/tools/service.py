@@ -77,7 +77,10 @@ class ToolsStage:
 async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:
     tokenizer = await asyncio.to_thread(load_tokenizer, settings.model_path)
     planner = await asyncio.to_thread(ToolPlanner, settings.tools, use_embeddings=settings.use_embeddings)
-    await asyncio.to_thread(planner.plan, "warm up", ToolContext(tenant="-", user="-", rid="-"))
+    # Load the embedding model, index the policies and probe the sandbox before taking work, so the
+    # first user neither waits for them nor gets keyword-only search.
+    await asyncio.to_thread(planner.warmup)
     runner = ToolRunner(settings.tools)
+    await runner.warmup()
     await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer).handle)
-    return None
+    return runner.aclose
