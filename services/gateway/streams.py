@@ -56,7 +56,6 @@ class Run:
     cancel_reason: str | None = None
     first_event_s: float | None = None
     readers: int = 0
-    record_extra: dict[str, Any] = field(default_factory=dict)
     on_finish: list[FinishHook] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _sub: Any = None
@@ -347,7 +346,6 @@ class Streams:
             "usage": run.usage.model_dump(),
             "events": len(run.events),
             "ttft_ms": run.first_event_s * 1000 if run.first_event_s is not None else None,
-            **run.record_extra,
         }
 
     def _forget(self, rid: str) -> None:
