@@ -51,7 +51,7 @@ class ModelRunner:
             width = max(len(t) for t in decode_tables)
             table = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables])
             d_slots = (table.unsqueeze(-1) * bs + self._offsets).view(len(decode_rows), width * bs)
-            d_mask = (torch.arange(width * bs).unsqueeze(0) < torch.tensor(decode_lens).unsqueeze(1))
+            d_mask = torch.arange(width * bs).unsqueeze(0) < torch.tensor(decode_lens).unsqueeze(1)
             d_mask = d_mask.view(len(decode_rows), 1, 1, width * bs)
             d_rows = torch.tensor(decode_rows)
         return AttnBatch(

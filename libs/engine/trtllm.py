@@ -106,26 +106,40 @@ class TrtLlmEngine:
                         reason = "stop"
                     delta = text.push(new_ids, final=True)
                     self._release(request_id, handle)
-                    yield StreamChunk(request_id, delta, new_ids, True, reason, self._usage(
-                        len(ids), cached, n_out, t0, first, last))
+                    yield StreamChunk(
+                        request_id,
+                        delta,
+                        new_ids,
+                        True,
+                        reason,
+                        self._usage(len(ids), cached, n_out, t0, first, last),
+                    )
                     return
                 delta = text.push(new_ids)
                 if text.stopped:
                     self._release(request_id, handle)
-                    yield StreamChunk(request_id, delta, new_ids, True, "stop", self._usage(
-                        len(ids), cached, n_out, t0, first, last))
+                    yield StreamChunk(
+                        request_id,
+                        delta,
+                        new_ids,
+                        True,
+                        "stop",
+                        self._usage(len(ids), cached, n_out, t0, first, last),
+                    )
                     return
                 yield StreamChunk(request_id, delta, new_ids)
             if request_id in self._cancelled:
                 reason = "cancelled"
             self._release(request_id, handle)
-            yield StreamChunk(request_id, "", [], True, reason, self._usage(len(ids), cached, n_out, t0, first, last))
+            yield StreamChunk(
+                request_id, "", [], True, reason, self._usage(len(ids), cached, n_out, t0, first, last)
+            )
         finally:
             self._release(request_id, handle)
 
     def _release(self, request_id: str, handle: Any) -> None:
         """Forget a request before its final chunk goes out (callers rarely close the iterator)."""
-        if self._handles.get(request_id) is not handle:
+        if request_id not in self._handles or self._handles[request_id] is not handle:
             return
         if not handle.finished:
             handle.abort()

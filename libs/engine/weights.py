@@ -123,9 +123,7 @@ def _file_key(path: str) -> str:
     return h.hexdigest()[:24]
 
 
-def load_weights(
-    path: str, dtype: str, cache_dir: str | None
-) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+def load_weights(path: str, dtype: str, cache_dir: str | None) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """Converted weights for `path` in `dtype`, from the disk cache when present."""
     cache_file = None
     if cache_dir:

@@ -162,7 +162,8 @@ class ToolPlanner:
     def __init__(self, settings: ToolSettings, *, use_embeddings: bool = True) -> None:
         self.settings = settings
         self.use_embeddings = use_embeddings
-        self.threshold = 0.55  # small talk scores < 0.35 against every intent; paraphrases > 0.6
+        # Small talk scores < 0.35 against every intent; paraphrases of an intent > 0.6.
+        self.threshold = settings.planner_similarity
         self._embedder: Any = None
         self._intent_vecs: dict[str, np.ndarray] | None = None
 

@@ -26,6 +26,9 @@ class ToolSettings(BaseModel):
     code_timeout_s: float = 8.0  # slightly above sandbox_wall_s so the sandbox reports its own timeout
     max_calls: int = 6  # a plan never runs more calls than this
 
+    # planner: cosine similarity to a tool's example intents that plans it (when rules did not)
+    planner_similarity: float = 0.55
+
     # docs / web search
     docs_top_k: int = 3
     docs_use_embeddings: bool = True

@@ -148,13 +148,14 @@ async def start_run(
     mode: Mode | None = None,
     sampling: Sampling,
 ) -> Run:
-    """Admit, open the conversation, take the limits, subscribe to the events, then publish the work."""
+    """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
+
+    Limits come before the conversation so a refused request creates nothing.
+    """
     rid = request_id(request)
     run = gw.streams.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
     try:
         with run.activate():
-            if chat_id is not None:
-                await open_conversation(gw, key, chat_id)
             limiter = await gw.limiter()
             if limiter is not None:
                 limits = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
@@ -168,6 +169,8 @@ async def start_run(
                     await limiter.settle(key.tenant, r.rid, usage.prompt_tokens + usage.completion_tokens, limits)
 
                 run.on_finish.append(settle)
+            if chat_id is not None:
+                await open_conversation(gw, key, chat_id)
         work = Work(
             rid=rid,
             tenant=key.tenant,
@@ -187,10 +190,10 @@ async def start_run(
             await mark_owner(gw.bus.nc, rid, key.tenant)
         await gw.streams.launch(run, work)
     except ApiError as e:
-        gw.streams.abandon(run, e)
+        await gw.streams.abandon(run, e)
         raise
     except Exception as e:
         err = ApiError.from_bus(e) if isinstance(e, BusError) else ApiError(ErrorCode.unavailable, f"bus: {e}")
-        gw.streams.abandon(run, err)
+        await gw.streams.abandon(run, err)
         raise err from e
     return run

@@ -35,6 +35,8 @@ async def readyz(request: Request) -> JSONResponse:
             )
         except BusError as e:
             return {"ok": False, "detail": e.message}
+        except Exception as e:  # a broken connection must read as "not ready", not as a crashed probe
+            return {"ok": False, "detail": f"probe failed: {e}"}
         return {"ok": reply.ok, "replica": reply.replica, "detail": reply.detail}
 
     results = dict(zip(stages, await asyncio.gather(*(probe(s) for s in stages)), strict=True))

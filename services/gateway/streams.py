@@ -56,7 +56,6 @@ class Run:
     cancel_reason: str | None = None
     first_event_s: float | None = None
     readers: int = 0
-    record_extra: dict[str, Any] = field(default_factory=dict)
     on_finish: list[FinishHook] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _sub: Any = None
@@ -154,8 +153,16 @@ class Streams:
         self.metrics.active_streams.set(self.active)
         return run
 
-    def abandon(self, run: Run, error: ApiError) -> None:
-        """A request refused before launch (unknown chat, limit): close the span, keep nothing."""
+    async def abandon(self, run: Run, error: ApiError) -> None:
+        """A request refused before launch (unknown chat, limit): return its lease, close the span, keep nothing."""
+        if run.launched:  # the publish itself failed: it is a run, and ends like one
+            await self._end(run, ChatEvent(rid=run.rid, type="error", error=error.info()))
+            return
+        for hook in run.on_finish:
+            try:
+                await hook(run)
+            except Exception:
+                log.exception("finish hook failed", rid=run.rid)
         run.span.set_status(Status(StatusCode.ERROR, error.message))
         run.span.set_attribute("http.response.status_code", error.status)
         run.span.end()
@@ -177,11 +184,12 @@ class Streams:
         # Subscribed on the raw connection, not bus.subscribe: per-request subscriptions must not pile up
         # in the bus's list of long-lived ones, and deltas need no consumer span each.
         run._sub = await self.bus.nc.subscribe(subjects.chat_events(run.rid), cb=on_msg)
-        await self.bus.nc.flush()
+        run.launched = True
+        self.runs[run.rid] = run
         loop = asyncio.get_running_loop()
         run._timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
-        self.runs[run.rid] = run
-        run.launched = True
+        # The server must know the subscription before the work goes out, or the first events could be lost.
+        await self.bus.nc.flush()
         with run.activate():
             await self.bus.publish(subjects.CONTEXT, work, rid=run.rid, tenant=run.tenant, deadline_ms=run.deadline_ms)
 
@@ -338,7 +346,6 @@ class Streams:
             "usage": run.usage.model_dump(),
             "events": len(run.events),
             "ttft_ms": run.first_event_s * 1000 if run.first_event_s is not None else None,
-            **run.record_extra,
         }
 
     def _forget(self, rid: str) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import structlog
 
+from services.gateway import app as app_module
 from tests.services.gateway.harness import Gateway, Responder
 
 CHAT = {"chatId": "c1", "text": "hello"}
@@ -113,3 +115,17 @@ async def test_openai_and_anthropic_bad_input(gw: Gateway, responder: Responder)
         assert r.status_code == 400
         assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"
     assert len(responder.works) == n
+
+
+async def test_crash_is_500_in_the_error_shape_with_request_id(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def boom(raw: str) -> None:
+        raise RuntimeError("database on fire")
+
+    monkeypatch.setattr(gw.keys, "verify", boom)
+    # structlog's default dev renderer draws a rich traceback with locals, which takes seconds here.
+    monkeypatch.setattr(app_module, "log", structlog.get_logger().bind())
+    monkeypatch.setattr(app_module.log, "exception", lambda *a, **k: None)
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.get("/v1/models", headers=gw.auth())
+    err = _shape(r, 500, "internal")
+    assert "fire" not in err["message"]  # internals stay in the log

@@ -34,8 +34,9 @@ async def test_requests_per_minute_shared_by_two_gateways(
             for url in (a.url, b.url, a.url):
                 r = await c.post(f"{url}/chat", json=CHAT, headers=auth)
                 assert r.status_code == 200
-            r = await c.post(f"{b.url}/chat", json=CHAT, headers=auth)
+            r = await c.post(f"{b.url}/chat", json={"chatId": "refused-1", "text": "hello"}, headers=auth)
             assert r.status_code == 429
+            assert not any(q.chat_id == "refused-1" for q in responder.opened)  # a refusal creates nothing
             assert r.json()["error"]["code"] == "rate_limited"
             assert r.json()["error"]["type"] == "rate_limit_error"
             assert "requests per minute" in r.json()["error"]["message"]
@@ -56,6 +57,8 @@ async def test_tokens_and_concurrent_streams(nats_server: NatsServer, responder:
         _, key = await g.keys.create("tok", "pro")  # 50 tokens/minute, one stream at a time
         auth = {"Authorization": f"Bearer {key}"}
         async with httpx.AsyncClient(base_url=g.url) as c:
+            # A request refused after admission (unknown chat) gives its stream lease back.
+            assert (await c.post("/chat", json={"chatId": "other-1", "text": "hi"}, headers=auth)).status_code == 404
             # One stream holds the only lease; a second is refused until it ends.
             async with c.stream("POST", "/chat", json={"chatId": "c1", "text": "hang"}, headers=auth) as r:
                 rid = r.headers["x-request-id"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import anthropic
 import httpx
 import openai
@@ -163,3 +165,15 @@ async def test_anthropic_non_streaming_and_errors(gw: Gateway) -> None:
         ) as stream:
             async for _ in stream:
                 pass
+
+
+async def test_non_streaming_client_that_leaves_cancels(gw: Gateway, responder: Responder) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=gw.pro_key, max_retries=0, timeout=0.5)
+    before = len(responder.cancels)
+    with pytest.raises(openai.APITimeoutError):
+        await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hang"}])
+    for _ in range(100):
+        if len(responder.cancels) > before:
+            break
+        await asyncio.sleep(0.02)
+    assert responder.cancels[-1].reason == "client_disconnected"
