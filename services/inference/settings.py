@@ -12,6 +12,8 @@ class InferenceSettings(ServiceSettings):
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
     dtype: str = "auto"
     model_path: str | None = None
+    # The name clients and the router use; None => the GGUF file name without its quantization suffix.
+    model_name: str | None = None
     pool: str = "default"
     max_model_len: int = 8192
     max_num_seqs: int = 64
