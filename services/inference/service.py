@@ -250,7 +250,7 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
             max_num_batched_tokens=settings.max_num_batched_tokens,
             enable_prefix_caching=settings.enable_prefix_caching,
             max_model_len=settings.max_model_len,
-            cache_dir=f"{settings.data_dir}/cache/engine",
+            cache_dir=settings.cache_dir or f"{settings.data_dir}/cache/engine",
         )
     )
     await engine.start()

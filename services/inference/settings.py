@@ -21,5 +21,7 @@ class InferenceSettings(ServiceSettings):
     block_size: int = 16
     num_blocks: int = 0
     enable_prefix_caching: bool = True
+    # Converted weights; None => <data_dir>/cache/engine. Shared across data dirs, it makes restarts fast.
+    cache_dir: str | None = None
     heartbeat_s: float = 2.0
     metrics_port: int | None = None  # Prometheus /metrics; None => off
