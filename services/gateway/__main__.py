@@ -53,7 +53,10 @@ async def main() -> None:
     bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry)
     await bus.ensure_log_stream()
     if settings.resume_stream:
-        await ensure_events_stream(bus.js, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
+        try:
+            await ensure_events_stream(bus.js, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
+        except Exception as e:  # e.g. a JetStream memory limit: resuming then works on the relaying replica only
+            log.warning("stream replay across replicas unavailable", error=str(e))
 
     async def publish_spans(batch: SpanBatch) -> None:
         first = batch.spans[0]
