@@ -96,7 +96,7 @@ def sampling(
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     values: dict[str, Any] = {
-        "temperature": 0.0 if temperature is None else temperature,
+        "temperature": settings.default_temperature if temperature is None else temperature,
         "top_p": 1.0 if top_p is None else top_p,
         "top_k": top_k or 0,
         "max_tokens": max_tokens or settings.default_max_tokens,
