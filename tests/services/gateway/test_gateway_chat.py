@@ -86,8 +86,8 @@ async def test_disconnect_publishes_cancel(gw: Gateway, responder: Responder) ->
                 if line.startswith("data:"):
                     break  # got the first delta; now walk away
     t0 = time.monotonic()
-    await _wait(lambda: any(n.rid == rid for n in responder.cancels), 3)
-    assert time.monotonic() - t0 < 2
+    await _wait(lambda: any(n.rid == rid for n in responder.cancels), 5)
+    assert time.monotonic() - t0 < 3  # prompt: no waiting for the deadline or the next event
     notice = next(n for n in responder.cancels if n.rid == rid)
     assert notice.reason == "client_disconnected"
 
