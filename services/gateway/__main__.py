@@ -92,14 +92,15 @@ async def main() -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("draining")
-    # Stop taking connections and let open streams finish (uvicorn waits up to its graceful timeout).
+    # Stop answering health first (per-request subscriptions live on the raw connection and stay), then
+    # stop taking connections and let open streams finish, for at most one request timeout.
+    await bus.quiesce()
     server.should_exit = True
     try:
         await asyncio.wait_for(serving, settings.request_timeout_s)
     except TimeoutError:
         log.warning("streams still open at shutdown")
     await gw.streams.close()
-    await bus.quiesce()
     await telemetry.shutdown()
     await bus.close()
     await keys.close()
