@@ -13,10 +13,11 @@ import httpx
 from libs.bus import NatsServer
 from libs.bus.embedded import free_port
 from schemas import HealthReply, HealthRequest, subjects
-from tests.services.gateway.harness import connect
+from tests.services.gateway.harness import Responder, connect
+from tests.services.gateway.sse_client import parse
 
 
-async def test_process_lifecycle(nats_server: NatsServer, tmp_path: Path) -> None:
+async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, tmp_path: Path) -> None:
     port = free_port()
     env = {
         **os.environ,
@@ -48,11 +49,22 @@ async def test_process_lifecycle(nats_server: NatsServer, tmp_path: Path) -> Non
             assert (await c.get("/v1/models", headers={"x-api-key": "dev-key-for-tests"})).status_code == 200
             r = await c.get("/v1/admin/requests/x", headers={"Authorization": "Bearer dev-key-for-tests"})
             assert r.status_code == 403
-        reply = await bus.request(subjects.health("gateway"), HealthRequest(), HealthReply, timeout=5)
-        assert reply.stage == "gateway" and reply.replica != "r0"  # the process, not a test responder
-        assert (tmp_path / "gateway.db").exists()
+            reply = await bus.request(subjects.health("gateway"), HealthRequest(), HealthReply, timeout=5)
+            assert reply.stage == "gateway" and reply.replica != "r0"  # the process, not a test responder
+            assert (tmp_path / "gateway.db").exists()
+
+            # SIGTERM while a stream is open: the stream still finishes, then the process exits cleanly.
+            body = {"chatId": "c1", "text": "slow"}
+            async with c.stream("POST", "/chat", json=body, headers={"x-api-key": "dev-key-for-tests"}) as r:
+                lines = []
+                async for line in r.aiter_lines():
+                    lines.append(line)
+                    if line.startswith("data:") and sum(x.startswith("data:") for x in lines) == 1:
+                        proc.send_signal(signal.SIGTERM)
+            assert [e.event for e in parse("\n".join(lines))] == ["delta"] * 6 + ["done"]
     finally:
-        proc.send_signal(signal.SIGTERM)
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
         rc = await asyncio.wait_for(proc.wait(), 20)
         await bus.drain()
     assert rc == 0
