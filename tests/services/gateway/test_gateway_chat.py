@@ -265,3 +265,14 @@ async def test_resume_and_stop_through_another_replica(
                         assert stop.status_code == 202
             assert [e.event for e in parse("\n".join(seen))] == ["delta", "done"]
             assert any(n.rid == rid and n.reason == "stopped" for n in responder.cancels)
+
+
+async def test_in_process_with_asgi_transport(gw: Gateway) -> None:
+    """create_app works without a server too (httpx.ASGITransport), as other suites may run it."""
+    transport = httpx.ASGITransport(app=gw.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as c:
+        r = await c.post("/chat", json={"chatId": "c1", "text": "hello"}, headers=gw.auth())
+        assert r.status_code == 200 and r.headers["x-request-id"]
+        assert [e.event for e in parse(r.text)] == ["tool", "thinking", "delta", "delta", "done"]
+        r = await c.post("/chat", json={"chatId": "c1"}, headers=gw.auth())
+        assert r.status_code == 400 and r.headers["x-request-id"]
