@@ -219,7 +219,7 @@ async def test_stage_record_and_one_trace(gw: Gateway, responder: Responder) -> 
     assert rec["api"] == "chat" and rec["client_status"] == "complete" and rec["key_id"].startswith("key_")
     assert rec["request"]["text"] == "hello" and rec["request"]["chat_id"] == "c7"
     assert rec["request"]["sampling"]["seed"] == 11
-    assert rec["usage"]["prompt_tokens"] == 42
+    assert rec["gateway"]["usage"]["prompt_tokens"] == 42 and rec["gateway"]["finish_reason"] == "stop"
 
 
 async def test_resume_and_stop_through_another_replica(
