@@ -80,6 +80,8 @@ class Stack:
         out = open(self.data_dir / "logs" / f"{tag}.log", "ab") if self.log_to_files else None
         if replica:
             env = {**env, f"SWITCHYARD_{name.upper()}_REPLICA": replica}
+            if name == "inference":  # each replica serves its own /metrics
+                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(free_port())
         proc = subprocess.Popen(
             [sys.executable, "-m", f"services.{name}"], env=env, stdout=out, stderr=subprocess.STDOUT if out else None
         )

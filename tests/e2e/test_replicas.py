@@ -30,7 +30,7 @@ def test_sticky_replica_cache_hit_and_failover(client: httpx.Client, stack: Stac
     _, probe = chat(client, f"r-{uuid.uuid4().hex[:8]}", "Hi")
     first = route_of(stack, probe.headers["x-request-id"])["replica"]
     second = "replica-b"
-    stack.start_service("inference", stack.service_env, replica=second)
+    proc = stack.start_service("inference", stack.service_env, replica=second)
     try:
         # Wait until the router sends work to the new replica: its heartbeat is in the registry.
         beats = [
@@ -44,6 +44,7 @@ def test_sticky_replica_cache_hit_and_failover(client: httpx.Client, stack: Stac
             route, _ = send(client, stack, chat_id, "Name a colour.")
             if route["replica"] == second or time.monotonic() > deadline:
                 break
+            assert proc.poll() is None, f"replica {second} exited; see {stack.data_dir}/logs"
             time.sleep(2)
         assert route["replica"] == second, route
         route2, usage2 = send(client, stack, chat_id, "Name another colour.")
