@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from libs.safety.taxonomy import BENIGN
+
 if TYPE_CHECKING:
     from libs.embeddings import Embedder
 
@@ -83,8 +85,24 @@ class EmbeddingClassifier:
         return self._embedder
 
     def proba(self, embeddings: np.ndarray) -> np.ndarray:
-        """``(n, classes)`` probabilities for precomputed embeddings."""
+        """``(n, classes)`` softmax probabilities for precomputed embeddings."""
         return softmax(embeddings @ self.W.T + self.b)
+
+    def category_scores(self, embeddings: np.ndarray) -> np.ndarray:
+        """Like ``proba``, but the most likely harm category scores ``1 - P(benign)``.
+
+        Harm classes overlap (fraud vs. hacking, self-harm vs. dangerous dosing), so a clearly
+        harmful request often splits its mass over two or three of them and no single one
+        crosses a threshold. "Harmful at all" is the better-calibrated question; the argmax
+        only names the category.
+        """
+        p = self.proba(embeddings)
+        bi = self.classes.index(BENIGN)
+        harm = p.copy()
+        harm[:, bi] = -1.0
+        top = harm.argmax(axis=1)
+        p[np.arange(len(p)), top] = 1.0 - p[:, bi]
+        return p
 
     def score_many(self, texts: list[str]) -> list[dict[str, float]]:
         """Per text, each category's probability (max over the text's chunks)."""
@@ -97,7 +115,7 @@ class EmbeddingClassifier:
         out: list[dict[str, float]] = [dict.fromkeys(self.classes, 0.0) for _ in texts]
         if not pieces:
             return out
-        p = self.proba(self.embedder.embed(pieces))
+        p = self.category_scores(self.embedder.embed(pieces))
         for row, i in zip(p, owner, strict=True):
             d = out[i]
             for c, v in zip(self.classes, row, strict=True):

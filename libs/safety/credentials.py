@@ -34,7 +34,10 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     _p("Anthropic API key", _B + r"sk-ant-[A-Za-z0-9_\-]{20,}" + _E),
     _p("OpenAI-style API key", _B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}" + _E),
     _p("Stripe key", _B + r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}" + _E),
-    _p("AWS access key", r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    _p(
+        "AWS access key",
+        r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[A-Z0-9]{16}(?![A-Z0-9])",
+    ),
     _p(
         "AWS secret key",
         r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
@@ -81,7 +84,7 @@ def find_secrets(text: str, pos: int = 0) -> Iterator[SecretMatch]:
     for sp in SECRET_PATTERNS:
         for m in sp.regex.finditer(text, pos):
             group = next((g for g in ("v", "v2") if g in m.re.groupindex and m.group(g)), None)
-            start, end = (m.span(group) if group else m.span())
+            start, end = m.span(group) if group else m.span()
             value = text[start:end].rstrip(".")
             end = start + len(value)
             if group and _PLACEHOLDER.match(value):

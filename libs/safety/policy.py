@@ -26,8 +26,8 @@ class Threshold(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    flag_at: float = Field(0.5, ge=0.0, le=1.0)
-    block_at: float | None = Field(0.75, ge=0.0, le=1.0)
+    flag_at: float = Field(default=0.5, ge=0.0, le=1.0)
+    block_at: float | None = Field(default=0.75, ge=0.0, le=1.0)
 
 
 def default_thresholds() -> dict[str, Threshold]:

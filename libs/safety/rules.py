@@ -61,7 +61,8 @@ def invisible_hits(text: str) -> list[RuleHit]:
     tags = _TAG.findall(text)
     if tags:
         hidden = decode_tags(text)
-        hits.append(RuleHit(INVISIBLE_TEXT, 1.0, f"{len(tags)} Unicode tag characters; hidden text: {hidden[:80]!r}"))
+        detail = f"{len(tags)} Unicode tag characters; hidden text: {hidden[:80]!r}"
+        hits.append(RuleHit(INVISIBLE_TEXT, 1.0, detail))
     bidi = _BIDI.findall(text)
     if bidi:
         hits.append(RuleHit(INVISIBLE_TEXT, 0.9, f"{len(bidi)} bidirectional override/isolate characters"))
@@ -89,40 +90,89 @@ def secret_hits(text: str) -> list[RuleHit]:
 
 # --- injection, jailbreak, abuse ---------------------------------------------------------------
 
-_PREV = r"(?:all |any |the |your |my |these |those )*(?:previous|prior|above|preceding|earlier|former|original|initial|system)"
+_PREV = (
+    r"(?:all |any |the |your |my |these |those )*"
+    r"(?:previous|prior|above|preceding|earlier|former|original|initial|system)"
+)
 _INSTR = r"(?:instructions?|prompts?|rules|directions|directives|guidelines|messages|context|constraints)"
 
 _PHRASES: tuple[tuple[str, float, str, re.Pattern[str]], ...] = tuple(
     (cat, score, detail, re.compile(rx, re.IGNORECASE))
     for cat, score, detail, rx in (
-        (PROMPT_INJECTION, 0.97, "override of earlier instructions",
-         rf"\b(?:ignore|disregard|forget|override|bypass|skip)\b[\s,]+(?:about |everything |what (?:was|you were) told )?{_PREV}\s+{_INSTR}"),
-        (PROMPT_INJECTION, 0.95, "request for the system prompt",
-         r"\b(?:reveal|show|print|output|repeat|display|leak|tell me|give me|what (?:is|are))\b[^.?!\n]{0,30}"
-         r"\b(?:your|the)\s+(?:system|hidden|secret|initial|original)\s+(?:prompt|instructions?|message)"),
-        (PROMPT_INJECTION, 0.95, "chat-template control tokens",
-         r"<\|(?:im_start|im_end|system|start_header_id|eot_id)\|>|\[/?INST\]|<</?SYS>>"),
-        (PROMPT_INJECTION, 0.9, "injected instructions addressed to the AI",
-         r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*:"
-         r"|\b(?:note|attention|message)\s+to\s+(?:the\s+)?(?:ai|assistant|llm|language model|chatbot)\b"),
-        (JAILBREAK, 0.97, "DAN / do-anything-now persona",
-         r"\byou\s+are\s+(?:now\s+)?DAN\b|\bdo\s+anything\s+now\b|\bact\s+as\s+DAN\b"),
-        (JAILBREAK, 0.95, "developer/god mode",
-         r"\b(?:developer|god|jailbreak|unrestricted|evil)\s+mode\b[^.\n]{0,20}\b(?:enabled|activated|on)\b"
-         r"|\benable\s+(?:developer|god|jailbreak)\s+mode\b"),
-        (JAILBREAK, 0.93, "request to drop restrictions",
-         r"\b(?:you\s+(?:have|are\s+under)|with|there\s+are)\s+no\s+(?:rules|restrictions|guidelines|filters|limits|ethics)\b"
-         r"[^.\n]{0,40}\b(?:anymore|now|any\s*more)\b"
-         r"|\bwithout\s+(?:any\s+)?(?:ethical|moral|content)\s+(?:restrictions|guidelines|filters|limits)\b"
-         r"|\bpretend\s+(?:that\s+)?you\s+(?:have|are)\s+(?:no|not\s+bound|free\s+from|an?\s+unfiltered)"),
-        (S9, 0.95, "explosive device instructions",
-         r"\bhow\s+(?:do\s+i|to|can\s+i|would\s+i)\s+(?:make|build|assemble)\s+(?:a\s+)?(?:pipe\s+)?bomb\b"),
-        (S4, 1.0, "child sexual abuse material",
-         r"\b(?:child|kiddie|underage|minor)\s+porn\w*|\bcsam\b|\bsexual\s+(?:pictures|images|photos|videos)\s+of\s+(?:children|minors|kids)\b"),
-        (S11, 0.95, "stated intent of suicide",
-         r"\bi\s+(?:want|am\s+going|'m\s+going|plan|intend)\s+to\s+(?:kill\s+myself|end\s+my\s+life|commit\s+suicide)\b"),
-        (S2, 0.95, "drug synthesis",
-         r"\bhow\s+(?:do\s+i|to|can\s+i)\s+(?:make|cook|synthesi[sz]e)\s+(?:crystal\s+)?(?:meth|methamphetamine|fentanyl)\b"),
+        (
+            PROMPT_INJECTION,
+            0.97,
+            "override of earlier instructions",
+            rf"\b(?:ignore|disregard|forget|override|bypass|skip)\b[\s,]+"
+            rf"(?:about |everything |what (?:was|you were) told )?{_PREV}\s+{_INSTR}",
+        ),
+        (
+            PROMPT_INJECTION,
+            0.95,
+            "request for the system prompt",
+            r"\b(?:reveal|show|print|output|repeat|display|leak|tell me|give me|what (?:is|are))\b"
+            r"[^.?!\n]{0,30}"
+            r"\b(?:your|the)\s+(?:system|hidden|secret|initial|original)\s+(?:prompt|instructions?|message)",
+        ),
+        (
+            PROMPT_INJECTION,
+            0.95,
+            "chat-template control tokens",
+            r"<\|(?:im_start|im_end|system|start_header_id|eot_id)\|>|\[/?INST\]|<</?SYS>>",
+        ),
+        (
+            PROMPT_INJECTION,
+            0.9,
+            "injected instructions addressed to the AI",
+            r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*:"
+            r"|\b(?:note|attention|message)\s+to\s+(?:the\s+)?(?:ai|assistant|llm|language model|chatbot)\b",
+        ),
+        (
+            JAILBREAK,
+            0.97,
+            "DAN / do-anything-now persona",
+            r"\byou\s+are\s+(?:now\s+)?DAN\b|\bdo\s+anything\s+now\b|\bact\s+as\s+DAN\b",
+        ),
+        (
+            JAILBREAK,
+            0.95,
+            "developer/god mode",
+            r"\b(?:developer|god|jailbreak|unrestricted|evil)\s+mode\b[^.\n]{0,20}\b(?:enabled|activated|on)\b"
+            r"|\benable\s+(?:developer|god|jailbreak)\s+mode\b",
+        ),
+        (
+            JAILBREAK,
+            0.93,
+            "request to drop restrictions",
+            r"\b(?:you\s+(?:have|are\s+under)|with|there\s+are)\s+no\s+(?:rules|restrictions|guidelines|filters|limits|ethics)\b"
+            r"[^.\n]{0,40}\b(?:anymore|now|any\s*more)\b"
+            r"|\bwithout\s+(?:any\s+)?(?:ethical|moral|content)\s+(?:restrictions|guidelines|filters|limits)\b"
+            r"|\bpretend\s+(?:that\s+)?you\s+(?:have|are)\s+(?:no|not\s+bound|free\s+from|an?\s+unfiltered)",
+        ),
+        (
+            S9,
+            0.95,
+            "explosive device instructions",
+            r"\bhow\s+(?:do\s+i|to|can\s+i|would\s+i)\s+(?:make|build|assemble)\s+(?:a\s+)?(?:pipe\s+)?bomb\b",
+        ),
+        (
+            S4,
+            1.0,
+            "child sexual abuse material",
+            r"\b(?:child|kiddie|underage|minor)\s+porn\w*|\bcsam\b|\bsexual\s+(?:pictures|images|photos|videos)\s+of\s+(?:children|minors|kids)\b",
+        ),
+        (
+            S11,
+            0.95,
+            "stated intent of suicide",
+            r"\bi\s+(?:want|am\s+going|'m\s+going|plan|intend)\s+to\s+(?:kill\s+myself|end\s+my\s+life|commit\s+suicide)\b",
+        ),
+        (
+            S2,
+            0.95,
+            "drug synthesis",
+            r"\bhow\s+(?:do\s+i|to|can\s+i)\s+(?:make|cook|synthesi[sz]e)\s+(?:crystal\s+)?(?:meth|methamphetamine|fentanyl)\b",
+        ),
     )
 )
 

@@ -11,8 +11,8 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import time
 import tempfile
+import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +57,7 @@ def fit(
     steps: int = 1500,
     lr: float = 0.05,
 ) -> tuple[np.ndarray, np.ndarray]:
-    n, d = X.shape
+    d = X.shape[1]
     Y = np.eye(n_classes, dtype=np.float32)[y]
     counts = np.maximum(np.bincount(y, minlength=n_classes), 1).astype(np.float32)
     # Benign carries half the total weight and the harm classes share the other half equally:

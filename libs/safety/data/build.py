@@ -40,18 +40,23 @@ def _lines(path: Path) -> list[str]:
     return out
 
 
+def _label(path: Path) -> str:
+    # "benign_2.txt" adds to "benign": sources are split only to keep files reviewable.
+    return re.sub(r"_\d+$", "", path.stem)
+
+
 def build() -> dict[str, int]:
     rng = random.Random(13)
     counts: dict[str, int] = {}
     for split in ("train", "eval"):
         rows: list[dict[str, str]] = []
         for f in sorted((SRC / split).glob("*.txt")):
-            rows += [{"text": t, "label": f.stem} for t in _lines(f)]
+            rows += [{"text": t, "label": _label(f)} for t in _lines(f)]
         if split == "train":
             for f in sorted((SRC / "objectives").glob("*.txt")):
                 for o in _lines(f):
                     for frame in rng.sample(FRAMES, 3):
-                        rows.append({"text": frame.format(o=o), "label": f.stem, "source": "template"})
+                        rows.append({"text": frame.format(o=o), "label": _label(f), "source": "template"})
         seen: set[str] = set()
         uniq = [r for r in rows if not (r["text"] in seen or seen.add(r["text"]))]  # type: ignore[func-returns-value]
         with (HERE / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
