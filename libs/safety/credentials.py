@@ -57,8 +57,9 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
         "password",
         # A label, then ":" / "=" / "is", then a value. Quoted values always count; bare ones must
         # carry a digit or symbol, so "password: forgotten" or "password = getpass()" do not.
-        r"(?i:\b(?:password|passwd|pwd|passphrase|pass ?code|pin code|secret(?:[_ ]?key)?|api[_ ]?key"
-        r"|access[_ ]?token|auth[_ ]?token|client[_ ]?secret|private[_ ]?key))"
+        r"(?i:(?<![A-Za-z0-9])(?:password|passwd|pwd|passphrase|pass ?code|pin code"
+        r"|secret(?:[_ ]?key)?|api[_ ]?key|access[_ ]?token|auth[_ ]?token|client[_ ]?secret"
+        r"|private[_ ]?key))"
         r"[\"']?\s*(?:[:=]|\bis\b)\s*"
         r"(?:(?P<q>[\"'])(?P<v>[^\"'\s]{4,})(?P=q)"
         r"|(?P<v2>(?=[^\s]*[0-9!#%&*^~@?])(?![$%{<(\[])[^\s\"'`,;()\[\]{}<>]{6,}))",
