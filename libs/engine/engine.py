@@ -25,8 +25,21 @@ from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 log = logging.getLogger(__name__)
 
 # Measured on the 2-core CPU box (see docs/benchmarks.md): the fastest weight format here.
-AUTO_DTYPE = "bf16"
+AUTO_DTYPE = "hybrid"
 _KV_BYTES_DEFAULT = 1 << 30
+
+
+def engine_threads() -> int:
+    """Intra-op threads for the step loop.
+
+    Measured on the shared 2-core box: with another busy process, 2 OpenMP threads spin on
+    each other and a step gets 5-10x slower, while 1 thread degrades gracefully. So leave one
+    core to the rest of the pipeline unless told otherwise.
+    """
+    env = os.environ.get("SWITCHYARD_ENGINE_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 @dataclass
@@ -107,7 +120,7 @@ class NativeEngine:
             request_id,
             ids,
             params,
-            self.tokenizer.eos_token_ids,
+            set() if params.ignore_eos else self.tokenizer.eos_token_ids,
             max_len=self.max_model_len,
         )
         stream = _Stream(
@@ -182,6 +195,7 @@ class NativeEngine:
     def _loop(self) -> None:
         assert self.scheduler is not None
         torch.set_grad_enabled(False)
+        torch.set_num_threads(engine_threads())
         # Invariant at the top of each iteration: every cancel and new request that arrived
         # before the previous step ended is applied before the next batch is formed.
         while not self._stopping:
