@@ -102,11 +102,11 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     (batched steps, compute-bound); the model picks per call.
     """
     if dtype == "hybrid":
-        out = convert(tensors, "fp32")
-        out.update({k: v for k, v in convert(tensors, "int8").items() if k.endswith((".q", ".scale"))})
-        if "output.weight" not in out:
-            out["output.weight"] = out["token_embd.weight"]
-        return out
+        both = convert(tensors, "fp32")
+        both.update({k: v for k, v in convert(tensors, "int8").items() if k.endswith((".q", ".scale"))})
+        if "output.weight" not in both:
+            both["output.weight"] = both["token_embd.weight"]
+        return both
     # int8 keeps fp32 activations and only feeds its matmuls bf16 (the fast int8 kernel
     # path); on AVX2-only CPUs bf16 elementwise ops are slow.
     compute = torch.bfloat16 if dtype == "bf16" else torch.float32
