@@ -254,3 +254,14 @@ class RequestRecordReply(BaseModel):
     rid: str
     record: dict[str, Any]
     spans: list[SpanRecord] = Field(default_factory=list)
+
+
+class KeyStanding(BaseModel):
+    """A key's standing, shared by every gateway through the key-value bucket `key_standing`."""
+
+    key_id: str
+    state: Literal["active", "suspended"] = "active"
+    reason: str = ""
+    since_ms: int = 0
+    blocked: int = 0
+    flagged: int = 0

@@ -21,6 +21,9 @@ REPLICAS_TTL_S = 10.0
 
 ADMIN_REQUEST_GET = "admin.requests.get"
 
+# Key standing (abuse detection): the logger suspends, an admin reinstates, every gateway enforces.
+STANDING_BUCKET = "key_standing"
+
 LOG_STREAM = "LOG"
 LOG_SUBJECTS = "log.>"
 LOG_SPANS = "log.spans"

@@ -22,6 +22,7 @@ from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
 from services.gateway.replay import mark_owner
 from services.gateway.settings import GatewaySettings
+from services.gateway.standing import Standings
 from services.gateway.streams import Run, Streams
 
 MODES: tuple[Mode, ...] = ("fast", "reasoning")
@@ -35,12 +36,14 @@ class Gateway:
     keys: KeyStore
     metrics: Metrics = field(default_factory=Metrics)
     streams: Streams = field(init=False)
+    standings: Standings = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _limiter_retry_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.streams = Streams(self.bus, self.settings, self.metrics)
+        self.standings = Standings(self.bus)
 
     async def limiter(self) -> Limiter | None:
         """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan.
