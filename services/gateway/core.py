@@ -161,6 +161,8 @@ async def start_run(
     model: str | None = None,
     mode: Mode | None = None,
     sampling: Sampling,
+    client_tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
@@ -199,6 +201,8 @@ async def start_run(
             mode=mode,
             sampling=sampling,
             created_ms=run.started_ms,
+            client_tools=client_tools or [],
+            tool_choice=tool_choice,
         )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus.nc, rid, key.tenant)

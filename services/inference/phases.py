@@ -38,3 +38,17 @@ def thinking_budget(s: Sampling) -> int:
 
 def answer_request_id(rid: str) -> str:
     return f"{rid}#answer"
+
+
+TOOL_CALL_CLOSE = "</tool_call>"
+
+
+def tool_prefill(client_tools: list[dict[str, object]], tool_choice: str | None) -> str:
+    """When the client forces a tool call, the answer starts with the call's opening, so even a small
+    model completes a well-formed call; with a named function, the name is not the model's to choose."""
+    if not client_tools or tool_choice in (None, "auto", "none"):
+        return ""
+    if tool_choice.startswith("function:"):
+        name = tool_choice.removeprefix("function:")
+        return '<tool_call>{"name": "' + name + '", "arguments": {'
+    return '<tool_call>{"name": "'
