@@ -68,19 +68,19 @@ def render_call(name: str, arguments: str) -> str:
 def parse_call(text: str, names: set[str]) -> dict[str, Any] | None:
     """The tool call in an answer, as an OpenAI `tool_calls` item; None when the answer is prose.
 
-    A small model may stop before closing its JSON (the stop string cuts `</tool_call>`), so up to
-    three missing closing braces are restored before giving up."""
+    A small model may stop before closing its JSON, or ramble on after a complete value, so the call
+    is the longest prefix that closes into valid JSON: cut after a string or number value, then
+    restore the missing closing braces."""
     start = text.find(OPEN)
     if start < 0:
         return None
     body = text[start + len(OPEN) :].split(CLOSE, 1)[0].strip()
     call: Any = None
-    for fix in ("", "}", "}}", "}}}"):
-        try:
-            call = json.loads(body + fix)
+    cuts = [len(body), *sorted((i + 1 for i, ch in enumerate(body) if ch in '"}0123456789'), reverse=True)]
+    for cut in cuts:
+        call = _close(body[:cut])
+        if isinstance(call, dict) and isinstance(call.get("arguments", {}), dict):
             break
-        except json.JSONDecodeError:
-            continue
     if not isinstance(call, dict) or call.get("name") not in names:
         return None
     args = call.get("arguments", {})
@@ -89,3 +89,12 @@ def parse_call(text: str, names: set[str]) -> dict[str, Any] | None:
         "type": "function",
         "function": {"name": call["name"], "arguments": json.dumps(args if isinstance(args, dict) else {})},
     }
+
+
+def _close(prefix: str) -> Any:
+    for fix in ("", "}", "}}", "}}}"):
+        try:
+            return json.loads(prefix + fix)
+        except json.JSONDecodeError:
+            continue
+    return None

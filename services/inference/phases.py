@@ -4,6 +4,7 @@ served from the prefix cache the thinking phase filled."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from libs.engine import SamplingParams
@@ -50,5 +51,14 @@ def tool_prefill(client_tools: list[dict[str, object]], tool_choice: str | None)
         return ""
     if tool_choice.startswith("function:"):
         name = tool_choice.removeprefix("function:")
-        return '<tool_call>{"name": "' + name + '", "arguments": {'
+        fn = next((t for t in client_tools if t.get("name") == name), {})
+        params = fn.get("parameters")
+        props = params.get("properties", {}) if isinstance(params, dict) else {}
+        required = params.get("required", []) if isinstance(params, dict) else []
+        first = (required or list(props) or [None])[0]
+        opening = '<tool_call>{"name": "' + name + '", "arguments": {'
+        if isinstance(first, str) and isinstance(props, dict) and (props.get(first) or {}).get("type") == "string":
+            # Open the first required string argument too: the model only has to write its value.
+            return opening + json.dumps(first) + ': "'
+        return opening
     return '<tool_call>{"name": "'

@@ -14,6 +14,11 @@ def test_parse_call_restores_missing_braces_and_checks_the_name() -> None:
     assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
     assert parse_call('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', {"get_weather"}) is None
     assert parse_call("It is sunny in Paris.", {"get_weather"}) is None
+    # Rambling after a complete value: the longest prefix that closes into JSON is the call.
+    ramble = parse_call(
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", France, 2022, 2', {"get_weather"}
+    )
+    assert ramble is not None and json.loads(ramble["function"]["arguments"]) == {"city": "Paris"}
     assert parse_call("<tool_call>not json at all", {"get_weather"}) is None
 
 
