@@ -205,7 +205,7 @@ async def start_run(
             tool_choice=tool_choice,
         )
         if gw.settings.resume_stream:
-            await mark_owner(gw.bus.nc, rid, key.tenant)
+            await mark_owner(gw.bus, rid, key.tenant)
         await gw.streams.launch(run, work)
     except ApiError as e:
         await gw.streams.abandon(run, e)
