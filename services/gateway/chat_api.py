@@ -12,11 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from libs.bus import BusError
 from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
+from services.gateway.attach import attach_files
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
-from services.gateway.files_api import attach_files
 from services.gateway.replay import owned, replay
 from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import BytesHeaderParser
@@ -18,12 +19,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from libs.store.keys import ApiKey
 from schemas import DeleteAck, ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
 from schemas import conversations as subj
 from services.gateway.auth import authenticate
 from services.gateway.body import read_body
-from services.gateway.core import Gateway, gateway
+from services.gateway.chat_api import CHAT_ID_PATTERN
+from services.gateway.core import gateway
 from services.gateway.errors import ApiError
 from services.gateway.proxy import ask
 
@@ -31,7 +32,6 @@ router = APIRouter()
 
 # The whole multipart body. The text kept is limited again, in characters, by the context service.
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
-MAX_ATTACHED = 10
 
 TEXT_TYPES = {"text/plain": "text/plain", "text/markdown": "text/markdown", "text/x-markdown": "text/markdown"}
 PDF = "application/pdf"
@@ -148,6 +148,8 @@ async def upload(request: Request) -> JSONResponse:
     part = files[0]
     fields = {p.name: p.data.decode("utf-8", "replace").strip() for p in parts if p.filename is None}
     chat_id = fields.get("chatId") or fields.get("chat_id") or None
+    if chat_id is not None and not re.fullmatch(CHAT_ID_PATTERN, chat_id):
+        raise ApiError(ErrorCode.bad_request, f"chatId {chat_id!r} is not a conversation id")
     name = PurePosixPath((part.filename or "").replace("\\", "/")).name.strip() or "upload"
     media_type = media_type_of(name, part.media_type)
     text = await extract_text(part.data, media_type)
@@ -209,62 +211,3 @@ async def delete_file(file_id: str, request: Request) -> JSONResponse:
         missing=f"file {file_id!r}",
     )
     return JSONResponse(ack.model_dump(mode="json"))
-
-
-async def attach_files(gw: Gateway, key: ApiKey, chat_id: str, file_ids: list[str]) -> None:
-    """`fileIds` on /chat: make each file part of the conversation before the work is published.
-
-    A library file is copied into the chat (the library keeps its own); one already attached there, or
-    copied there by an earlier message, is not added twice. Every id is checked before anything is
-    copied, so an unknown one (or another tenant's: the same 404) changes nothing.
-    """
-    ids = list(dict.fromkeys(file_ids))
-    if len(ids) > MAX_ATTACHED:
-        raise ApiError(ErrorCode.bad_request, f"at most {MAX_ATTACHED} files per message")
-    wanted = [
-        await ask(
-            gw,
-            subj.FILES_GET,
-            FileQuery(tenant=key.tenant, id=fid),
-            FileContent,
-            tenant=key.tenant,
-            missing=f"file {fid!r}",
-        )
-        for fid in ids
-    ]
-    if not wanted:
-        return
-    present = await ask(
-        gw,
-        subj.FILES_LIST,
-        FileListQuery(tenant=key.tenant, chat_id=chat_id),
-        FileList,
-        tenant=key.tenant,
-        missing="files",
-    )
-    for f in wanted:
-        if f.info.chat_id == chat_id or await _copied(gw, key, f, present.items):
-            continue
-        upload = FileUpload(
-            tenant=key.tenant,
-            user=key.user,
-            name=f.info.name,
-            media_type=f.info.media_type,
-            text=f.text,
-            chat_id=chat_id,
-        )
-        present.items.append(
-            await ask(gw, subj.FILES_PUT, upload, FileInfo, tenant=key.tenant, missing=f"conversation {chat_id!r}")
-        )
-
-
-async def _copied(gw: Gateway, key: ApiKey, f: FileContent, attached: list[FileInfo]) -> bool:
-    for info in attached:
-        if (info.name, info.chars, info.media_type) != (f.info.name, f.info.chars, f.info.media_type):
-            continue
-        got = await ask(
-            gw, subj.FILES_GET, FileQuery(tenant=key.tenant, id=info.id), FileContent, tenant=key.tenant, missing="file"
-        )
-        if got.text == f.text:
-            return True
-    return False
