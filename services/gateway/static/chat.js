@@ -80,6 +80,34 @@ function parseEvent(block) {
 
 // ---- small helpers ------------------------------------------------------------------------------
 
+// Line icons (24-unit grid, stroked with the text colour): no icon font or emoji font is needed.
+const ICONS = {
+  plus: "M12 5v14M5 12h14",
+  menu: "M3 6h18M3 12h18M3 18h18",
+  clip: "M21.4 11.1l-9.2 9.2a6 6 0 0 1-8.5-8.5l9.2-9.2a4 4 0 0 1 5.7 5.7l-9.2 9.2a2 2 0 0 1-2.8-2.8l8.5-8.5",
+  file: "M14 2H6a2 2 0 0 0-2 2v16a2 2 0 0 0 2 2h12a2 2 0 0 0 2-2V8zM14 2v6h6",
+  up: "M14 9V5a3 3 0 0 0-3-3l-4 9v11h11.3a2 2 0 0 0 2-1.7l1.4-9a2 2 0 0 0-2-2.3zM7 22H4a2 2 0 0 1-2-2v-7a2 2 0 0 1 2-2h3",
+  down: "M10 15v4a3 3 0 0 0 3 3l4-9V2H5.7a2 2 0 0 0-2 1.7l-1.4 9a2 2 0 0 0 2 2.3zM17 2h2.7A2.3 2.3 0 0 1 22 4v7a2.3 2.3 0 0 1-2.3 2H17",
+  again: "M1 4v6h6M3.5 15a9 9 0 1 0 2.1-9.4L1 10",
+  edit: "M17 3a2.8 2.8 0 0 1 4 4L7.5 20.5 2 22l1.5-5.5z",
+  trash: "M3 6h18M8 6V4h8v2M19 6l-1 14a2 2 0 0 1-2 2H8a2 2 0 0 1-2-2L5 6",
+  tool: "M14.7 6.3a1 1 0 0 0 0 1.4l1.6 1.6a1 1 0 0 0 1.4 0l3.8-3.8a6 6 0 0 1-7.9 7.9l-6.9 6.9a2.1 2.1 0 0 1-3-3l6.9-6.9a6 6 0 0 1 7.9-7.9z",
+  thought: "M9 18h6M10 22h4M12 2a7 7 0 0 0-4 12.7V16h8v-1.3A7 7 0 0 0 12 2z",
+  clock: "M22 12a10 10 0 1 1-20 0 10 10 0 0 1 20 0zM12 6v6l4 2",
+  alert: "M12 9v4M12 17h.01M10.3 3.9 1.8 18a2 2 0 0 0 1.7 3h17a2 2 0 0 0 1.7-3L13.7 3.9a2 2 0 0 0-3.4 0z",
+};
+
+function icon(name) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("class", "ic");
+  svg.setAttribute("aria-hidden", "true");
+  const path = svg.appendChild(document.createElementNS(ns, "path"));
+  path.setAttribute("d", ICONS[name]);
+  return svg;
+}
+
 function el(tag, cls, text) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
@@ -145,14 +173,15 @@ class AnswerView {
     this.errorBox.hidden = true;
     this.actions = body.appendChild(el("div", "actions"));
     this.actions.hidden = true;
-    this.up = this.button("👍", "Good answer", "feedback up", () => this.rate("up", this.up));
-    this.down = this.button("👎", "Bad answer", "feedback down", () => this.rate("down", this.down));
-    this.button("↻ Regenerate", "Ask again", "regen", () => send(this.userText));
+    this.up = this.button("up", "", "Good answer", "feedback up", () => this.rate("up", this.up));
+    this.down = this.button("down", "", "Bad answer", "feedback down", () => this.rate("down", this.down));
+    this.button("again", "Regenerate", "Ask again", "regen", () => send(this.userText));
     this.meta = this.actions.appendChild(el("span", "meta"));
   }
 
-  button(label, title, cls, onClick) {
+  button(iconName, label, title, cls, onClick) {
     const b = this.actions.appendChild(el("button", cls, label));
+    b.prepend(icon(iconName));
     b.type = "button";
     b.title = title;
     b.setAttribute("aria-label", title);
@@ -189,7 +218,9 @@ class AnswerView {
   step(kind, title) {
     const d = this.steps.appendChild(el("details", `step ${kind}`));
     const summary = d.appendChild(el("summary"));
-    summary.append(el("span", "step-icon"), el("span", "step-title", title));
+    const mark = el("span", "step-icon");
+    mark.append(icon(kind === "tool" ? "tool" : "thought"));
+    summary.append(mark, el("span", "step-title", title));
     const body = d.appendChild(el("div", "step-body"));
     return { d, summary, body };
   }
@@ -207,6 +238,8 @@ class AnswerView {
       this.tools.set(ev.id, s);
     }
     s.d.dataset.status = ev.status;
+    const mark = ev.status === "running" ? "clock" : ev.status === "ok" ? "tool" : "alert";
+    s.summary.querySelector(".step-icon").replaceChildren(icon(mark));
     const took = ev.duration_ms ? ` · ${Math.round(ev.duration_ms)} ms` : "";
     s.summary.querySelector(".step-title").textContent = `${ev.name} — ${ev.status}${took}`;
     s.body.replaceChildren();
@@ -248,6 +281,7 @@ class AnswerView {
       b.type = "button";
       b.addEventListener("click", retry);
     }
+    scrollDown();
   }
 
   async rate(rating, btn) {
@@ -286,9 +320,15 @@ function addUser(text, files = []) {
   bubble.textContent = text;
   if (files.length) {
     const list = bubble.appendChild(el("div", "files"));
-    for (const f of files) list.append(el("span", "chip", `📄 ${f.name}`));
+    for (const f of files) list.append(chipOf(f.name));
   }
   thread().append(m);
+}
+
+function chipOf(name, cls = "") {
+  const chip = el("span", `chip ${cls}`.trim());
+  chip.append(icon("file"), el("span", "chip-name", name));
+  return chip;
 }
 
 function showEmpty(show) {
@@ -458,13 +498,15 @@ function conversationItem(c) {
   item.append(el("span", "conv-title", c.title || "New chat"));
   item.append(el("span", "conv-when", c.snippet && c.snippet !== c.title ? c.snippet : ago(c.updated_ms)));
   const tools = item.appendChild(el("span", "conv-tools"));
-  const rename = tools.appendChild(el("button", "icon", "✎"));
+  const rename = tools.appendChild(el("button", "icon"));
+  rename.append(icon("edit"));
   rename.title = "Rename";
-  const del = tools.appendChild(el("button", "icon", "🗑"));
+  const del = tools.appendChild(el("button", "icon"));
+  del.append(icon("trash"));
   del.title = "Delete";
   item.addEventListener("click", (e) => {
-    if (e.target === rename) renameChat(c);
-    else if (e.target === del) deleteChat(c);
+    if (rename.contains(e.target)) renameChat(c);
+    else if (del.contains(e.target)) deleteChat(c);
     else openChat(c.chat_id);
   });
   item.addEventListener("keydown", (e) => {
@@ -518,7 +560,7 @@ function renderAttachments() {
   const box = $("attachments");
   box.replaceChildren();
   for (const a of state.attachments) {
-    const chip = box.appendChild(el("span", `chip${a.uploading ? " uploading" : ""}`, `📄 ${a.name}`));
+    const chip = box.appendChild(chipOf(a.name, a.uploading ? "uploading" : ""));
     if (a.uploading) continue;
     const x = chip.appendChild(el("button", "chip-x", "×"));
     x.type = "button";
@@ -569,6 +611,7 @@ function autosize() {
 }
 
 function init() {
+  for (const node of document.querySelectorAll("[data-icon]")) node.prepend(icon(node.dataset.icon));
   // `?key=` pre-fills the key (links from `make run`, tests); it leaves the address bar at once.
   const params = new URLSearchParams(location.search);
   const fromUrl = params.get("key");
