@@ -97,4 +97,4 @@ def test_conversation_search_finds_a_question(client: httpx.Client) -> None:
         if hits:
             break
         time.sleep(0.2)
-    assert [h["chat_id"] for h in hits] == [chat_id]
+    assert hits and {h["chat_id"] for h in hits} == {chat_id}  # a hit per matching turn, and the title
