@@ -181,3 +181,15 @@ async def test_tenant_instructions(p: Product, c: httpx.AsyncClient) -> None:
     async with httpx.AsyncClient(base_url=p.url, headers=p.auth(p.eve)) as eve:
         r = await chat(eve, uuid.uuid4().hex, "hello")
         assert "pirate" not in p.works[r.headers["x-request-id"]].prompt
+
+
+async def test_chat_page_and_its_files_are_served(p: Product) -> None:
+    async with httpx.AsyncClient(base_url=p.url) as anon:  # the page itself needs no key
+        r = await anon.get("/")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        for name in ("chat.js", "chat.markdown.js", "chat.css"):
+            assert f"/static/{name}" in r.text
+            asset = await anon.get(f"/static/{name}")
+            assert asset.status_code == 200 and asset.content
+        assert_error(await anon.get("/static/../settings.py"), 404, "not_found")
