@@ -14,13 +14,10 @@ from libs.bus import Bus
 from libs.store.keys import KeyStore
 from schemas import ErrorCode, ErrorInfo
 from services.gateway import anthropic_api, chat_api, errors, openai_api, ops_api
-from services.gateway.conversations_api import router as conversations_router
 from services.gateway.core import Gateway
-from services.gateway.files_api import router as files_router
-from services.gateway.knowledge_api import router as knowledge_router
 from services.gateway.metrics import Metrics
+from services.gateway.product import router as product_router
 from services.gateway.settings import GatewaySettings
-from services.gateway.web import router as web_router
 
 log = structlog.get_logger()
 
@@ -79,11 +76,8 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
     errors.install(app)
-    app.include_router(conversations_router)  # before chat_api: /v1/conversations/search is not an id
+    app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
     app.include_router(chat_api.router)
-    app.include_router(files_router)
-    app.include_router(knowledge_router)
-    app.include_router(web_router)
     app.include_router(openai_api.router)
     app.include_router(anthropic_api.router)
     app.include_router(ops_api.router)
