@@ -295,11 +295,14 @@ class AnswerView {
     }
     if (resp.ok) {
       for (const b of [this.up, this.down]) b.classList.toggle("chosen", b === btn);
-    } else if (resp.status === 404 || resp.status === 405) {
-      toast("Feedback is not available on this server yet");
-    } else {
-      toast(`Feedback not saved: ${(await errorOf(resp)).message}`);
+      toast(rating === "up" ? "Thanks for the feedback" : "Thanks: this helps us improve");
+      return;
     }
+    const err = await errorOf(resp);
+    // A gateway without the feedback route answers 404 "no such route"; a 404 from the route itself
+    // means the answer's record is not there (yet).
+    const missingRoute = resp.status === 405 || (resp.status === 404 && err.message === "no such route");
+    toast(missingRoute ? "Feedback is not available on this server yet" : `Feedback not saved: ${err.message}`);
   }
 
   // A turn from the stored thread (a reload): no steps, the final text and status.
