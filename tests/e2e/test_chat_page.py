@@ -107,6 +107,14 @@ def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Clie
     assert title and pg.inner_text("#chat-title") == title
     pg.wait_for_selector(f".conv.active[data-id='{chat_id}']")
 
+    # The renderer escapes before it formats: markup in an answer stays text.
+    html = pg.evaluate(
+        "Markdown.render('<img src=x onerror=alert(1)> **bold** `a<b` [l](javascript:x)\\n```\\n<i>\\n```')"
+    )
+    assert "<img" not in html and "&lt;img" in html and "<strong>bold</strong>" in html
+    assert "<code>a&lt;b</code>" in html and "href" not in html  # only http(s) links become links
+    assert "<pre><code>&lt;i&gt;</code></pre>" in html
+
     ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(ARTIFACTS / "chat-page.png"))
     assert not pg.errors, pg.errors
