@@ -284,6 +284,9 @@ def main() -> None:
             {k: tuple(v) for k, v in blob["turns"].items()},
             blob["rss_mb"],
         )
+        if not rss_mb:
+            asyncio.run(bench_native(args.dtypes[0], [8], 8, 1))
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     else:
         native = []
         for d in args.dtypes:
