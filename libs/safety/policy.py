@@ -26,11 +26,14 @@ class Threshold(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    flag_at: float = Field(default=0.5, ge=0.0, le=1.0)
-    block_at: float | None = Field(default=0.75, ge=0.0, le=1.0)
+    flag_at: float = Field(default=0.45, ge=0.0, le=1.0)
+    block_at: float | None = Field(default=0.5, ge=0.0, le=1.0)
 
 
 def default_thresholds() -> dict[str, Threshold]:
+    # Learned scores are P(harmful) from the classifier (see classifier.category_scores): block
+    # once harm is the likelier reading, flag just below for review. Chosen on the training
+    # set's cross-validation and the dev set (docs/safety.md); tenants can raise them.
     t = {c: Threshold() for c in HARM_CATEGORIES}
     t[PROMPT_INJECTION] = Threshold()
     t[JAILBREAK] = Threshold()
