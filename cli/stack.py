@@ -44,6 +44,8 @@ class Stack:
     nats: NatsServer | None = None
     api_key: str = ""
     admin_key: str = ""
+    # The environment every service was started with, so one can be restarted alike.
+    service_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -67,6 +69,7 @@ class Stack:
             "SWITCHYARD_INFERENCE_METRICS_PORT": self.env.get("SWITCHYARD_INFERENCE_METRICS_PORT", str(free_port())),
             **self.env,
         }
+        self.service_env = env
         for name in SERVICES:
             self.start_service(name, env)
         self.wait_ready(timeout_s)
@@ -108,6 +111,12 @@ class Stack:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def restart_service(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Stop one service (if running) and start it again with the stack's environment."""
+        if name in self.procs:
+            self.stop_service(name)
+        return self.start_service(name, {**self.service_env, **(extra_env or {})})
 
     def stop(self) -> None:
         # Reverse order: the gateway stops taking requests before the stages behind it go.
