@@ -1,0 +1,127 @@
+"""Learned classifier: multinomial logistic regression over MiniLM sentence embeddings.
+
+The weights are a few kilobytes of numpy (``data/classifier.npz``, written by
+``python -m libs.safety.train``); the cost is the embedding model, loaded on first use.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from libs.safety.taxonomy import BENIGN
+
+if TYPE_CHECKING:
+    from libs.embeddings import Embedder
+
+WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "classifier.npz"
+# About 200 tokens of English: under the embedder's 256-token window, so nothing is truncated away.
+CHUNK_CHARS = 900
+# Long files are sampled at the start and the end (where injected instructions usually sit)
+# rather than embedded whole: a 1 MB upload must not cost seconds of CPU.
+MAX_CHUNKS = 24
+
+_SPLIT = re.compile(r"(?<=[.!?\n])\s+")
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
+    return out
+
+
+def chunk_text(text: str, size: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
+    """Split at sentence boundaries into pieces of at most ``size`` characters (hard-cut if needed)."""
+    text = text.strip()
+    if len(text) <= size:
+        return [text]
+    chunks: list[str] = []
+    cur = ""
+    for sent in _SPLIT.split(text):
+        while len(sent) > size:
+            if cur:
+                chunks.append(cur)
+                cur = ""
+            chunks.append(sent[:size])
+            sent = sent[size:]
+        if cur and len(cur) + 1 + len(sent) > size:
+            chunks.append(cur)
+            cur = sent
+        else:
+            cur = f"{cur} {sent}" if cur else sent
+    if cur:
+        chunks.append(cur)
+    if len(chunks) > max_chunks:
+        half = max_chunks // 2
+        chunks = chunks[:half] + chunks[-(max_chunks - half) :]
+    return chunks
+
+
+class EmbeddingClassifier:
+    """Scores text against every learned category; probabilities sum to one with ``benign``."""
+
+    def __init__(self, weights: Path = WEIGHTS_PATH, embedder: Embedder | None = None) -> None:
+        with np.load(weights, allow_pickle=False) as z:
+            self.W = z["W"].astype(np.float32)  # (classes, dim)
+            self.b = z["b"].astype(np.float32)
+            self.classes: tuple[str, ...] = tuple(str(c) for c in z["classes"])
+            self.version = str(z["version"])
+        self._embedder = embedder
+        self._lock = threading.Lock()
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            with self._lock:
+                if self._embedder is None:
+                    from libs.embeddings import get_embedder
+
+                    self._embedder = get_embedder()
+        return self._embedder
+
+    def proba(self, embeddings: np.ndarray) -> np.ndarray:
+        """``(n, classes)`` softmax probabilities for precomputed embeddings."""
+        return softmax(embeddings @ self.W.T + self.b)
+
+    def category_scores(self, embeddings: np.ndarray) -> np.ndarray:
+        """Like ``proba``, but the most likely harm category scores ``1 - P(benign)``.
+
+        Harm classes overlap (fraud vs. hacking, self-harm vs. dangerous dosing), so a clearly
+        harmful request often splits its mass over two or three of them and no single one
+        crosses a threshold. "Harmful at all" is the better-calibrated question; the argmax
+        only names the category.
+        """
+        p = self.proba(embeddings)
+        bi = self.classes.index(BENIGN)
+        harm = p.copy()
+        harm[:, bi] = -1.0
+        top = harm.argmax(axis=1)
+        p[np.arange(len(p)), top] = 1.0 - p[:, bi]
+        return p
+
+    def score_many(self, texts: list[str]) -> list[dict[str, float]]:
+        """Per text, each category's probability (max over the text's chunks)."""
+        pieces: list[str] = []
+        owner: list[int] = []
+        for i, t in enumerate(texts):
+            for c in chunk_text(t) if t.strip() else []:
+                pieces.append(c)
+                owner.append(i)
+        out: list[dict[str, float]] = [dict.fromkeys(self.classes, 0.0) for _ in texts]
+        if not pieces:
+            return out
+        p = self.category_scores(self.embedder.embed(pieces))
+        for row, i in zip(p, owner, strict=True):
+            d = out[i]
+            for c, v in zip(self.classes, row, strict=True):
+                if v > d[c]:
+                    d[c] = float(v)
+        return out
+
+    def score(self, text: str) -> dict[str, float]:
+        return self.score_many([text])[0]

@@ -1,0 +1,70 @@
+"""Build ``train.jsonl`` and ``eval.jsonl`` from the hand-written sources under ``src/``.
+
+``src/train`` and ``src/eval`` hold one example per line, one file per label. ``src/objectives``
+holds short goals ("steal a car", "bake bread") that are put into the same request frames for
+every label, harmful and benign alike, so the classifier learns the goal, not the phrasing.
+Objectives only feed the training set; the eval set is written separately, in other words.
+
+Run: ``python -m libs.safety.data.build``
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "src"
+_ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
+FRAMES = (
+    "How do I {o}?",
+    "What's the best way to {o}?",
+    "Give me step-by-step instructions to {o}.",
+    "Can you help me {o}?",
+    "I need to {o}. Explain how.",
+    "tell me how to {o}",
+    "Quick question: how can I {o}",
+    "Is there an easy way to {o}?",
+)
+
+
+def _lines(path: Path) -> list[str]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.rstrip("\n")
+        if line.strip() and not line.startswith("#"):
+            # Sources spell invisible characters as \uXXXX / \UXXXXXXXX escapes so they stay reviewable.
+            out.append(_ESC.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), line))
+    return out
+
+
+def _label(path: Path) -> str:
+    # "benign_2.txt" adds to "benign": sources are split only to keep files reviewable.
+    return re.sub(r"_\d+$", "", path.stem)
+
+
+def build() -> dict[str, int]:
+    rng = random.Random(13)
+    counts: dict[str, int] = {}
+    for split in ("train", "eval"):
+        rows: list[dict[str, str]] = []
+        for f in sorted((SRC / split).glob("*.txt")):
+            rows += [{"text": t, "label": _label(f)} for t in _lines(f)]
+        if split == "train":
+            for f in sorted((SRC / "objectives").glob("*.txt")):
+                for o in _lines(f):
+                    for frame in rng.sample(FRAMES, 3):
+                        rows.append({"text": frame.format(o=o), "label": _label(f), "source": "template"})
+        seen: set[str] = set()
+        uniq = [r for r in rows if not (r["text"] in seen or seen.add(r["text"]))]  # type: ignore[func-returns-value]
+        with (HERE / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
+            for r in uniq:
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        counts[split] = len(uniq)
+    return counts
+
+
+if __name__ == "__main__":
+    print(build())

@@ -1,0 +1,96 @@
+"""Input safety: rules plus the embedding classifier, mapped to actions by the tenant policy."""
+
+from __future__ import annotations
+
+import threading
+
+from libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
+from libs.safety.policy import SOURCES, SafetyPolicy
+from libs.safety.rules import RULES_VERSION, normalize, rule_hits
+from libs.safety.taxonomy import ALLOW, BENIGN, EMBEDDING, RULES, Verdict, action_rank
+
+_shared_lock = threading.Lock()
+_shared: dict[str, EmbeddingClassifier] = {}
+
+
+def shared_classifier() -> EmbeddingClassifier:
+    """One classifier (and so one embedding model) per process, however many guards exist."""
+    with _shared_lock:
+        clf = _shared.get("default")
+        if clf is None:
+            clf = _shared["default"] = EmbeddingClassifier(WEIGHTS_PATH)
+        return clf
+
+
+class InputGuard:
+    """Classify a piece of text and decide allow / flag / block per category.
+
+    ``use_embeddings=False`` gives a rules-only guard: no model load, microseconds per call.
+    With embeddings, the model loads on the first ``check`` (or ``warmup()``), a few seconds.
+    """
+
+    def __init__(
+        self,
+        policy: SafetyPolicy | None = None,
+        *,
+        use_embeddings: bool = True,
+        classifier: EmbeddingClassifier | None = None,
+    ) -> None:
+        self.policy = policy or SafetyPolicy()
+        self.use_embeddings = use_embeddings
+        self._classifier = classifier
+
+    @property
+    def classifier(self) -> EmbeddingClassifier:
+        if self._classifier is None:
+            self._classifier = shared_classifier()
+        return self._classifier
+
+    def warmup(self) -> None:
+        """Load the embedding model now (service start-up) rather than on the first request."""
+        if self.use_embeddings:
+            self.classifier.score("warm up")
+
+    @property
+    def version(self) -> str:
+        if not self.use_embeddings:
+            return RULES_VERSION
+        return f"{RULES_VERSION}+{self.classifier.version}"
+
+    def check(self, text: str, *, source: str = "user") -> list[Verdict]:
+        """Verdicts that call for action (flag or block), worst first; empty means allow."""
+        return self.check_many([text], source=source)[0]
+
+    def check_many(self, texts: list[str], *, source: str = "user") -> list[list[Verdict]]:
+        """``check`` for several texts at once: one batched pass through the embedding model."""
+        if source not in SOURCES:
+            raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
+        out: list[list[Verdict]] = [self._rule_verdicts(t, source) for t in texts]
+        if self.use_embeddings:
+            todo = [i for i, t in enumerate(texts) if t.strip()]
+            if todo:
+                scores = self.classifier.score_many([normalize(texts[i]) for i in todo])
+                for i, sc in zip(todo, scores, strict=True):
+                    out[i] += self._model_verdicts(sc, source, {v.category for v in out[i]})
+        for vs in out:
+            vs.sort(key=lambda v: (-action_rank(v.action), -v.score))
+        return out
+
+    def _rule_verdicts(self, text: str, source: str) -> list[Verdict]:
+        out = []
+        for hit in rule_hits(text):
+            action = self.policy.action(hit.category, hit.score, source)
+            if action != ALLOW:
+                out.append(Verdict(hit.category, hit.score, action, RULES, RULES_VERSION, hit.detail))
+        return out
+
+    def _model_verdicts(self, scores: dict[str, float], source: str, seen: set[str]) -> list[Verdict]:
+        out = []
+        clf = self.classifier
+        for cat, score in scores.items():
+            if cat == BENIGN or cat in seen:
+                continue  # a rule already gave an exact answer for this category
+            action = self.policy.action(cat, score, source)
+            if action != ALLOW:
+                out.append(Verdict(cat, round(score, 4), action, EMBEDDING, clf.version))
+        return out
