@@ -44,6 +44,7 @@ class Stack:
     nats: NatsServer | None = None
     api_key: str = ""
     admin_key: str = ""
+    metrics_port: int = 0
     # The environment every service was started with, so one can be restarted alike.
     service_env: dict[str, str] = field(default_factory=dict)
 
@@ -56,6 +57,7 @@ class Stack:
         (self.data_dir / "logs").mkdir(exist_ok=True)
         self.api_key = dev_key(self.data_dir, "SWITCHYARD_API_KEY", "dev-api-key", "sy")
         self.admin_key = dev_key(self.data_dir, "SWITCHYARD_ADMIN_KEY", "admin-api-key", "sy-admin")
+        self.metrics_port = int(self.env.get("SWITCHYARD_INFERENCE_METRICS_PORT", free_port()))
         if not self.nats_url:
             self.nats = start_nats_server(store_dir=str(self.data_dir / "nats"))
             self.nats_url = self.nats.url
@@ -66,7 +68,7 @@ class Stack:
             "SWITCHYARD_PORT": str(self.port),
             "SWITCHYARD_API_KEY": self.api_key,
             "SWITCHYARD_ADMIN_KEY": self.admin_key,
-            "SWITCHYARD_INFERENCE_METRICS_PORT": self.env.get("SWITCHYARD_INFERENCE_METRICS_PORT", str(free_port())),
+            "SWITCHYARD_INFERENCE_METRICS_PORT": str(self.metrics_port),
             **self.env,
         }
         self.service_env = env
@@ -79,6 +81,8 @@ class Stack:
         out = open(self.data_dir / "logs" / f"{tag}.log", "ab") if self.log_to_files else None
         if replica:
             env = {**env, f"SWITCHYARD_{name.upper()}_REPLICA": replica}
+            if name == "inference":  # each replica serves its own /metrics
+                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(free_port())
         proc = subprocess.Popen(
             [sys.executable, "-m", f"services.{name}"], env=env, stdout=out, stderr=subprocess.STDOUT if out else None
         )

@@ -53,7 +53,10 @@ async def main() -> None:
     bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry)
     await bus.ensure_log_stream()
     if settings.resume_stream:
-        await ensure_events_stream(bus.js, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
+        try:
+            await ensure_events_stream(bus.js, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
+        except Exception as e:  # e.g. a JetStream memory limit: resuming then works on the relaying replica only
+            log.warning("stream replay across replicas unavailable", error=str(e))
 
     async def publish_spans(batch: SpanBatch) -> None:
         first = batch.spans[0]
@@ -89,14 +92,15 @@ async def main() -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("draining")
-    # Stop taking connections and let open streams finish (uvicorn waits up to its graceful timeout).
+    # Stop answering health first (per-request subscriptions live on the raw connection and stay), then
+    # stop taking connections and let open streams finish, for at most one request timeout.
+    await bus.quiesce()
     server.should_exit = True
     try:
         await asyncio.wait_for(serving, settings.request_timeout_s)
     except TimeoutError:
         log.warning("streams still open at shutdown")
     await gw.streams.close()
-    await bus.quiesce()
     await telemetry.shutdown()
     await bus.close()
     await keys.close()

@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from schemas import ErrorCode
 from services.gateway.errors import ApiError
@@ -22,11 +23,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     # Counted while reading, so a chunked body without Content-Length cannot exhaust memory either.
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise ApiError(ErrorCode.payload_too_large, f"request body over {max_bytes} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise ApiError(ErrorCode.payload_too_large, f"request body over {max_bytes} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect as e:
+        raise ApiError(ErrorCode.cancelled, "client went away while sending the request") from e
     return b"".join(chunks)
 
 

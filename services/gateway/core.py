@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
 from fastapi import Request
 from opentelemetry import context as otel_context
 
@@ -23,6 +25,7 @@ from services.gateway.settings import GatewaySettings
 from services.gateway.streams import Run, Streams
 
 MODES: tuple[Mode, ...] = ("fast", "reasoning")
+log = structlog.get_logger()
 
 
 @dataclass
@@ -34,17 +37,25 @@ class Gateway:
     streams: Streams = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _limiter_retry_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.streams = Streams(self.bus, self.settings, self.metrics)
 
     async def limiter(self) -> Limiter | None:
-        """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan."""
+        """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan.
+
+        Without JetStream the gateway still serves, unlimited, and tries again a little later: limits protect
+        the pipeline, they must not take it down."""
         if not self.settings.rate_limits:
             return None
         async with self._limiter_lock:
-            if self._limiter is None:
-                self._limiter = await Limiter.open(self.bus.js, self.settings.limits_bucket)
+            if self._limiter is None and time.monotonic() >= self._limiter_retry_at:
+                try:
+                    self._limiter = await Limiter.open(self.bus.js, self.settings.limits_bucket)
+                except Exception as e:
+                    self._limiter_retry_at = time.monotonic() + 30
+                    log.warning("rate limits unavailable", error=str(e))
         return self._limiter
 
 
@@ -85,7 +96,7 @@ def sampling(
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     values: dict[str, Any] = {
-        "temperature": 0.0 if temperature is None else temperature,
+        "temperature": settings.default_temperature if temperature is None else temperature,
         "top_p": 1.0 if top_p is None else top_p,
         "top_k": top_k or 0,
         "max_tokens": max_tokens or settings.default_max_tokens,

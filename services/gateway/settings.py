@@ -34,6 +34,9 @@ class GatewaySettings(ServiceSettings):
     max_text_chars: int = 32_000
     models: list[str] = Field(default_factory=lambda: ["SmolLM2-135M-Instruct"])
     default_max_tokens: int = 256
+    # When the client gives none. The OpenAI and Anthropic APIs say 1.0; greedy suits a small model and makes
+    # answers repeatable (a seed is assigned either way, so every request replays exactly).
+    default_temperature: float = 0.0
     readyz_timeout_s: float = 1.5
     # After a Stop or a disconnect, how long to wait for the pipeline's final event before closing the record.
     cancel_wait_s: float = 5.0

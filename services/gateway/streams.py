@@ -336,16 +336,21 @@ class Streams:
                 "user": work.user,
             }
         terminal = run.terminal
+        # The logger merges every stage's `record` into one; what only the gateway saw sits under "gateway"
+        # so it never overwrites the status, usage or finish reason the answering stages report.
         return {
             "api": run.api,
             "request": request,
             "client_status": status,
             "key_id": run.key_id,
-            "cancel_reason": run.cancel_reason,
-            "finish_reason": terminal.finish_reason if terminal is not None else None,
-            "usage": run.usage.model_dump(),
-            "events": len(run.events),
-            "ttft_ms": run.first_event_s * 1000 if run.first_event_s is not None else None,
+            "gateway": {
+                "route": run.route,
+                "cancel_reason": run.cancel_reason,
+                "finish_reason": terminal.finish_reason if terminal is not None else None,
+                "usage": run.usage.model_dump(),
+                "events": len(run.events),
+                "first_event_ms": run.first_event_s * 1000 if run.first_event_s is not None else None,
+            },
         }
 
     def _forget(self, rid: str) -> None:

@@ -7,6 +7,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -14,7 +15,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from libs.bus import Bus
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
-from libs.engine import AsyncEngine, EngineConfig, SamplingParams, create_engine
+from libs.engine import AsyncEngine, EngineConfig, SamplingParams, create_engine, default_model_path
 from schemas import (
     CancelNotice,
     ErrorCode,
@@ -33,6 +34,11 @@ from services.inference.phases import ANSWER_OPEN, THINK_OPEN, answer_request_id
 from services.inference.settings import InferenceSettings
 
 log = structlog.get_logger()
+
+
+def served_name(model_path: str) -> str:
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` is served as `SmolLM2-135M-Instruct`."""
+    return Path(model_path).name.split(".")[0]
 
 
 @dataclass
@@ -67,6 +73,7 @@ class Inference:
         self.bus = bus
         self.engine = engine
         self.settings = settings
+        self.model = settings.model_name or served_name(settings.model_path or default_model_path())
         self.key = f"{settings.pool}.{bus.replica}"
         # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
         self._cancelled: OrderedDict[str, None] = OrderedDict()
@@ -117,7 +124,7 @@ class Inference:
         # safety_out subscribes to stream.raw.<rid> before it answers, so no delta is published unheard.
         ack = await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck, timeout=5.0)
         s = work.sampling
-        model = self.engine.model_name
+        model = self.model
         reasoning = work.route is not None and work.route.mode == "reasoning"
         attrs: dict[str, str | int | float] = {
             "gen_ai.operation.name": "chat",
@@ -217,7 +224,7 @@ class Inference:
             beat = Heartbeat(
                 replica=self.bus.replica,
                 pool=self.settings.pool,
-                model=self.engine.model_name,
+                model=self.model,
                 max_model_len=self.engine.max_model_len,
                 running=m.running,
                 waiting=m.waiting,
@@ -243,7 +250,7 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
             max_num_batched_tokens=settings.max_num_batched_tokens,
             enable_prefix_caching=settings.enable_prefix_caching,
             max_model_len=settings.max_model_len,
-            cache_dir=f"{settings.data_dir}/cache/engine",
+            cache_dir=settings.cache_dir or f"{settings.data_dir}/cache/engine",
         )
     )
     await engine.start()

@@ -12,6 +12,8 @@ class InferenceSettings(ServiceSettings):
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
     dtype: str = "auto"
     model_path: str | None = None
+    # The name clients and the router use; None => the GGUF file name without its quantization suffix.
+    model_name: str | None = None
     pool: str = "default"
     max_model_len: int = 8192
     max_num_seqs: int = 64
@@ -19,5 +21,7 @@ class InferenceSettings(ServiceSettings):
     block_size: int = 16
     num_blocks: int = 0
     enable_prefix_caching: bool = True
+    # Converted weights; None => <data_dir>/cache/engine. Shared across data dirs, it makes restarts fast.
+    cache_dir: str | None = None
     heartbeat_s: float = 2.0
     metrics_port: int | None = None  # Prometheus /metrics; None => off

@@ -19,9 +19,13 @@ from tests.e2e.sse import Event, events
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     data = Path(tmp_path_factory.mktemp("stack"))
-    s = Stack(
-        data_dir=data, port=free_port(), env={"SWITCHYARD_LOG_LEVEL": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO")}
-    )
+    # The converted model weights outlive the session's data dir, so later sessions start fast.
+    cache = Path(__file__).resolve().parents[2] / "var" / "cache" / "engine"
+    env = {
+        "SWITCHYARD_LOG_LEVEL": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO"),
+        "SWITCHYARD_INFERENCE_CACHE_DIR": str(cache),
+    }
+    s = Stack(data_dir=data, port=free_port(), env=env)
     try:
         s.start(timeout_s=600)
     except Exception:

@@ -82,7 +82,7 @@ def test_client_disconnect_stops_generation(client: httpx.Client, stack: Stack) 
         for ev in events(r):
             if ev.event == "delta":
                 break  # leave mid-answer: closing the response disconnects
-    rec = admin_record(stack, rid, lambda x: x["record"].get("status") is not None)
+    rec = admin_record(stack, rid, lambda x: x["record"].get("status") in ("complete", "stopped", "error"))
     assert rec["record"]["finish_reason"] == "cancelled"
     assert rec["record"]["status"] == "stopped"
     assert rec["record"]["usage"]["completion_tokens"] < 256

@@ -9,15 +9,11 @@ from libs.engine.request import Request
 from libs.engine.types import SamplingParams
 
 
-def make_request(
-    rid: str, prompt: list[int], max_tokens: int = 8, eos: set[int] | None = None, **kw
-) -> Request:
+def make_request(rid: str, prompt: list[int], max_tokens: int = 8, eos: set[int] | None = None, **kw) -> Request:
     return Request(rid, prompt, SamplingParams(max_tokens=max_tokens, **kw), eos or set(), max_len=100_000)
 
 
-def drive(
-    eng: NativeEngine, reqs: list[Request], on_step: Callable[[int], None] | None = None
-) -> dict[str, list[int]]:
+def drive(eng: NativeEngine, reqs: list[Request], on_step: Callable[[int], None] | None = None) -> dict[str, list[int]]:
     assert eng.scheduler is not None
     for r in reqs:
         eng.scheduler.add(r)

@@ -35,9 +35,7 @@ def _prompt(n, seed):
 
 async def test_concurrent_streams_and_usage(tiny_engine):
     params = SamplingParams(max_tokens=12)
-    results = await asyncio.gather(
-        *(_collect(tiny_engine, f"s{i}", _prompt(8 + i, i), params) for i in range(6))
-    )
+    results = await asyncio.gather(*(_collect(tiny_engine, f"s{i}", _prompt(8 + i, i), params) for i in range(6)))
     for _text, ids, final in results:
         assert len(ids) == 12
         assert final.finish_reason == "length"
@@ -77,9 +75,7 @@ async def test_seeded_sampling_is_reproducible(tiny_engine):
     p = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, seed=123, max_tokens=10)
     a = await _collect(tiny_engine, "x1", _prompt(6, 9), p)
     b = await _collect(tiny_engine, "x2", _prompt(6, 9), p)
-    c = await _collect(
-        tiny_engine, "x3", _prompt(6, 9), SamplingParams(temperature=1.0, seed=7, max_tokens=10)
-    )
+    c = await _collect(tiny_engine, "x3", _prompt(6, 9), SamplingParams(temperature=1.0, seed=7, max_tokens=10))
     assert a[1] == b[1]
     assert c[1] != a[1]
 

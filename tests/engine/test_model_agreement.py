@@ -20,9 +20,7 @@ NEW_TOKENS = 20
 
 @pytest.fixture(scope="module")
 def prompts(tokenizer):
-    return [
-        tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}])) for q in QUESTIONS
-    ]
+    return [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}])) for q in QUESTIONS]
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +64,7 @@ async def test_greedy_matches_transformers_in_a_shared_batch(fp32_model, prompts
     eng = make_engine(fp32_model, num_blocks=128, max_num_batched_tokens=24)
     await eng.start()
     try:
-        other = tokenizer.encode(
-            tokenizer.apply_chat_template([{"role": "user", "content": "Tell me a story."}])
-        )
+        other = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "Tell me a story."}]))
         results = await asyncio.gather(
             _run(eng, "noise0", other),
             *(_run(eng, f"b{i}", ids) for i, ids in enumerate(prompts)),

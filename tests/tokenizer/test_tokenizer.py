@@ -33,9 +33,7 @@ def hf_tok():
     transformers = pytest.importorskip("transformers")
     path = default_model_path()
     try:
-        return transformers.AutoTokenizer.from_pretrained(
-            os.path.dirname(path), gguf_file=os.path.basename(path)
-        )
+        return transformers.AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
     except Exception as exc:  # pragma: no cover - depends on the installed transformers
         pytest.skip(f"transformers cannot load the GGUF tokenizer: {exc}")
 
@@ -75,9 +73,7 @@ def test_chat_template(tok):
     no_prompt = tok.apply_chat_template(CONVERSATION, add_generation_prompt=False)
     assert no_prompt.endswith("Bye<|im_end|>\n")
     # Without a system message the template injects its default one.
-    assert tok.apply_chat_template([{"role": "user", "content": "x"}]).startswith(
-        "<|im_start|>system\nYou are"
-    )
+    assert tok.apply_chat_template([{"role": "user", "content": "x"}]).startswith("<|im_start|>system\nYou are")
 
 
 def test_chat_template_matches_transformers(tok, hf_tok):

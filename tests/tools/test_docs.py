@@ -57,9 +57,7 @@ async def test_uploaded_files_are_searched_with_their_source():
 
 async def test_named_file_is_included_even_without_matching_words():
     notes = FileDoc("f2", "notes.txt", "Meeting on Tuesday. Ship the beta by Friday.")
-    out = await DocsTool(KEYWORDS_ONLY).run(
-        {"query": "summarize my notes"}, ToolContext("t", "u", "r", [notes])
-    )
+    out = await DocsTool(KEYWORDS_ONLY).run({"query": "summarize my notes"}, ToolContext("t", "u", "r", [notes]))
     assert "file:notes.txt#1" in out.sources
 
 

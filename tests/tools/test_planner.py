@@ -16,9 +16,7 @@ def names(calls) -> list[str]:
 
 
 def test_multi_part_plans_orders_and_docs(planner):
-    calls = planner.plan(
-        "what is the delivery status of my order, and what's your policy if it arrives damaged?", CTX
-    )
+    calls = planner.plan("what is the delivery status of my order, and what's your policy if it arrives damaged?", CTX)
     assert sorted(names(calls)) == ["docs", "orders"]
     orders = next(c for c in calls if c.name == "orders")
     assert orders.arguments == {}  # no id: the tool picks the caller's latest order
@@ -121,9 +119,7 @@ def test_max_calls_is_respected():
 
 
 def test_file_names_match_whole_words_only(planner):
-    ctx = ToolContext(
-        "default", "dev", "r", files=[FileDoc("f1", "a.txt", "x"), FileDoc("f2", "budget.csv", "y")]
-    )
+    ctx = ToolContext("default", "dev", "r", files=[FileDoc("f1", "a.txt", "x"), FileDoc("f2", "budget.csv", "y")])
     assert planner.plan("what a lovely day to be alive", ctx) == []
     assert [c.name for c in planner.plan("what's the total in budget", ctx)] == ["docs"]
 

@@ -189,9 +189,7 @@ async def test_runner_reports_code_results_and_refusals():
 
 
 async def test_runner_timeout_kills_sandbox(isolated: bool):
-    settings = ToolSettings(
-        **{**TIGHT, "sandbox_wall_s": 10.0}, code_timeout_s=0.5, allow_unisolated_code=not isolated
-    )
+    settings = ToolSettings(**{**TIGHT, "sandbox_wall_s": 10.0}, code_timeout_s=0.5, allow_unisolated_code=not isolated)
     runner = ToolRunner(settings)
     code = "import time\nwhile True:\n    time.sleep(0.05)\n"
     t0 = time.monotonic()

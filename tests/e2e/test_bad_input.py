@@ -1,0 +1,68 @@
+"""Bad input against the real stack: the one error shape, the right status, nothing stored changes."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import uuid
+
+import httpx
+
+from cli.keys import main as keys_main
+from cli.stack import Stack
+from libs.store.db import database_url
+from tests.e2e.conftest import chat
+
+
+def shape(r: httpx.Response, status: int, code: str | None = None) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and {"type", "code", "message"} <= set(body["error"]), body
+    assert body["error"]["message"]
+    if code:
+        assert body["error"]["code"] == code
+    assert r.headers.get("x-request-id")
+
+
+def test_bad_requests_change_nothing(client: httpx.Client, stack: Stack) -> None:
+    chat_id = f"c-{uuid.uuid4().hex[:8]}"
+    evs, _ = chat(client, chat_id, "Hello there.")
+    assert evs[-1].event == "done"
+    before = client.get(f"/v1/conversations/{chat_id}").json()
+
+    hdr = {"content-type": "application/json"}
+    shape(client.post("/chat", content=b'{"chatId": "x", "text": ', headers=hdr), 400)
+    shape(client.post("/chat", json={"chatId": chat_id}), 400)
+    shape(client.post("/chat", json={"text": "no chat"}), 400)
+    shape(client.post("/chat", json={"chatId": chat_id, "text": ""}), 400)
+    shape(client.post("/chat", json={"chatId": chat_id, "text": "   "}), 400)
+    shape(client.post("/chat", json={"chatId": chat_id, "text": "x" * 2_000_000}), 413)
+    shape(client.post("/chat", content=b'{"chatId": "a", "text": "\xff\xfe"}', headers=hdr), 400)
+    shape(client.post("/chat", content=b"chatId=a&text=b", headers={"content-type": "text/plain"}), 415)
+    shape(httpx.post(f"{stack.url}/chat", json={"chatId": chat_id, "text": "hi"}), 401)
+    shape(
+        httpx.post(
+            f"{stack.url}/chat", json={"chatId": chat_id, "text": "hi"}, headers={"Authorization": "Bearer sy-wrong"}
+        ),
+        401,
+    )
+    shape(httpx.get(f"{stack.url}/v1/admin/requests/x", headers={"Authorization": f"Bearer {stack.api_key}"}), 403)
+
+    after = client.get(f"/v1/conversations/{chat_id}").json()
+    assert after == before
+
+
+def test_another_tenants_chat_is_not_found(client: httpx.Client, stack: Stack) -> None:
+    chat_id = f"c-{uuid.uuid4().hex[:8]}"
+    evs, _ = chat(client, chat_id, "Hello there.")
+    assert evs[-1].event == "done"
+    before = client.get(f"/v1/conversations/{chat_id}").json()
+    out = io.StringIO()
+    db = database_url(None, str(stack.data_dir), "gateway")
+    with contextlib.redirect_stdout(out):
+        assert keys_main(["--database-url", db, "create", "--tenant", "other", "--tier", "free"]) == 0
+    other_key = next(w for w in out.getvalue().split() if w.startswith("sy-"))
+    other = {"Authorization": f"Bearer {other_key}"}
+    shape(httpx.get(f"{stack.url}/v1/conversations/{chat_id}", headers=other), 404, "not_found")
+    shape(httpx.post(f"{stack.url}/chat", json={"chatId": chat_id, "text": "let me in"}, headers=other), 404)
+    assert client.get(f"/v1/conversations/{chat_id}").json() == before

@@ -1,0 +1,70 @@
+"""`python -m services.gateway`: starts, installs the configured keys, answers health, drains on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+
+from libs.bus import NatsServer
+from libs.bus.embedded import free_port
+from schemas import HealthReply, HealthRequest, subjects
+from tests.services.gateway.harness import Responder, connect
+from tests.services.gateway.sse_client import parse
+
+
+async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "NATS_URL": nats_server.url,
+        "SWITCHYARD_PORT": str(port),
+        "SWITCHYARD_DATA_DIR": str(tmp_path),
+        "SWITCHYARD_API_KEY": "dev-key-for-tests",
+        "SWITCHYARD_ADMIN_KEY": "admin-key-for-tests",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.gateway",
+        env=env,
+        cwd=Path(__file__).parents[3],
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    bus = await connect(nats_server, "probe")
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+            for _ in range(200):
+                try:
+                    if (await c.get("/healthz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.05)
+            assert (await c.get("/v1/models", headers={"x-api-key": "dev-key-for-tests"})).status_code == 200
+            r = await c.get("/v1/admin/requests/x", headers={"Authorization": "Bearer dev-key-for-tests"})
+            assert r.status_code == 403
+            reply = await bus.request(subjects.health("gateway"), HealthRequest(), HealthReply, timeout=5)
+            assert reply.stage == "gateway" and reply.replica != "r0"  # the process, not a test responder
+            assert (tmp_path / "gateway.db").exists()
+
+            # SIGTERM while a stream is open: the stream still finishes, then the process exits cleanly.
+            body = {"chatId": "c1", "text": "slow"}
+            async with c.stream("POST", "/chat", json=body, headers={"x-api-key": "dev-key-for-tests"}) as r:
+                lines = []
+                async for line in r.aiter_lines():
+                    lines.append(line)
+                    if line.startswith("data:") and sum(x.startswith("data:") for x in lines) == 1:
+                        proc.send_signal(signal.SIGTERM)
+            assert [e.event for e in parse("\n".join(lines))] == ["delta"] * 6 + ["done"]
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        rc = await asyncio.wait_for(proc.wait(), 20)
+        await bus.drain()
+    assert rc == 0
