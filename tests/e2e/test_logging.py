@@ -11,6 +11,7 @@ import httpx
 
 from cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
+from tests.e2e.warm import warm
 
 EIGHT = {"gateway", "context", "safety_in", "router", "tools", "inference", "safety_out", "logger"}
 
@@ -20,6 +21,7 @@ def _admin(stack: Stack) -> httpx.Client:
 
 
 def test_requests_served_while_the_logger_is_down_are_all_logged_once(client: httpx.Client, stack: Stack) -> None:
+    warm(client)
     tag = uuid.uuid4().hex[:6]
     stack.stop_service("logger")
     try:

@@ -16,6 +16,7 @@ import httpx
 
 from cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
+from tests.e2e.warm import warm
 
 
 def _admin(stack: Stack) -> httpx.Client:
@@ -27,6 +28,7 @@ def _finished(stack: Stack, rid: str) -> dict[str, Any]:
 
 
 def _ask(client: httpx.Client, chat_id: str, text: str, **kw: Any) -> str:
+    warm(client)
     evs, resp = chat(client, chat_id, text, **kw)
     assert resp.status_code == 200 and evs[-1].event == "done", evs[-1:]
     return str(resp.headers["x-request-id"])
