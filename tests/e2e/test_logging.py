@@ -115,4 +115,7 @@ def test_spans_follow_messaging_and_genai_conventions(client: httpx.Client, stac
     assert a["gen_ai.request.seed"] == rec["record"]["request"]["sampling"]["seed"]
     first = [e for e in infer["events"] if e["name"] == "gen_ai.first_token"]
     assert first and first[0]["attributes"]["ttft_ms"] > 0
+    # The event marks the first token: inside the span, and before its end when more tokens followed.
     assert infer["start_ns"] <= first[0]["time_ns"] <= infer["end_ns"]
+    if a["gen_ai.usage.output_tokens"] > 1:
+        assert first[0]["time_ns"] < infer["end_ns"]

@@ -185,7 +185,7 @@ async function renderRequest(rid) {
   const replays = (r.replays || []).length ? h("div", { class: "card", id: "replays" }, h("h2", {}, "Replays"),
     h("ul", {}, r.replays.map((x) => h("li", {}, h("a", { href: `#/compare/${rid}/${x.rid}` }, x.rid.slice(0, 12)), " ",
       badge(x.status), ` ${fmt.datetime(x.created_ms)}`)))) : null;
-  view.replaceChildren(summary, replays,
+  view.replaceChildren(...[summary, replays,
     h("div", { class: "card" }, h("h2", {}, "Waterfall"), waterfall(got.spans || [])),
     h("div", { class: "cols" },
       h("div", { class: "card" }, h("h2", {}, "Request"), pre(req.text, { id: "request-text" }),
@@ -203,7 +203,7 @@ async function renderRequest(rid) {
       h("div", { class: "card" }, h("h2", {}, "Route and tools"), pre(r.route || "no route"),
         h("h3", {}, "tool calls"), (r.tools || []).length ? pre(r.tools, { id: "tools" }) : h("p", { class: "muted" }, "none"))),
     (r.feedback || []).length ? h("div", { class: "card" }, h("h2", {}, "Feedback"), pre(r.feedback)) : null,
-    r.status ? replayForm(rid) : null);
+    r.status ? replayForm(rid) : null].filter(Boolean));
 }
 
 // ---- Side by side ---------------------------------------------------------------------------------
