@@ -127,6 +127,11 @@ async def _work(gw: Gateway, key: ApiKey, rid: str, record: dict[str, Any], req:
     if o.model is not None and o.model not in gw.settings.models:
         raise ApiError(ErrorCode.not_found, f"model {o.model!r} does not exist; GET /v1/models lists them")
     if req.mode == "inference":
+        if record.get("safety_action") == "block" and "inference" not in _dict(record.get("stages")):
+            # An inference replay skips input safety: it must not hand the model a prompt that was never allowed.
+            raise ApiError(
+                ErrorCode.bad_request, f"request {rid} was blocked by input safety; replay it in pipeline mode"
+            )
         prompt = _str(record.get("prompt"))
         if not prompt:
             raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged prompt to replay")

@@ -256,3 +256,20 @@ async def test_replay_pipeline_uses_the_conversation_as_it_was(env: Env) -> None
 async def _has_output(c: httpx.AsyncClient, rid: str) -> bool:
     r = await c.get(f"/v1/admin/requests/{rid}")
     return r.status_code == 200 and "raw_output" in r.json()["record"] and "request" in r.json()["record"]
+
+
+async def test_a_blocked_request_replays_only_through_the_pipeline(env: Env) -> None:
+    rid = f"b-{uuid.uuid4().hex[:8]}"
+    bus = env.pipeline.bus
+    await log(bus, rid, "acme", "gateway", api="chat", request={"text": "bad", "user": "ann", "sampling": {"seed": 1}})
+    await log(bus, rid, "acme", "context", prompt="<prompt>bad</prompt>")
+    await log(bus, rid, "acme", "safety_in", safety_in=[], safety_action="block")
+    async with httpx.AsyncClient(base_url=env.gw.url, headers=env.h(env.admin), timeout=30) as c:
+
+        async def blocked() -> bool:
+            r = await c.get(f"/v1/admin/requests/{rid}")
+            return r.status_code == 200 and r.json()["record"].get("safety_action") == "block"
+
+        await _until(blocked)
+        r = await c.post(f"/v1/admin/replay/{rid}", json={"mode": "inference"})
+        assert r.status_code == 400 and "pipeline mode" in r.json()["error"]["message"]
