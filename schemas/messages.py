@@ -89,6 +89,10 @@ class Work(BaseModel):
     created_ms: int = 0
     # False for replays and evaluations: the answer is logged but no conversation changes.
     persist: bool = True
+    # OpenAI-style function tools the client defines (the model may call them; the client runs them),
+    # and the choice: None/'auto', 'none', 'required', or 'function:<name>' to force one.
+    client_tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: str | None = None
     # Replays: the original request, and 'inference' (the logged prompt as it was) or 'pipeline'.
     replay_of: str | None = None
     replay_mode: Literal["inference", "pipeline"] | None = None
@@ -254,3 +258,24 @@ class RequestRecordReply(BaseModel):
     rid: str
     record: dict[str, Any]
     spans: list[SpanRecord] = Field(default_factory=list)
+
+
+class KeyStanding(BaseModel):
+    """A key's standing, shared by every gateway through the key-value bucket `key_standing`."""
+
+    key_id: str
+    state: Literal["active", "suspended"] = "active"
+    reason: str = ""
+    since_ms: int = 0
+    blocked: int = 0
+    flagged: int = 0
+
+
+class ToolSpecsQuery(BaseModel):
+    tenant: str = ""
+
+
+class ToolSpecs(BaseModel):
+    """The server-side tools the tools stage runs (`GET /v1/tools`)."""
+
+    tools: list[dict[str, Any]] = Field(default_factory=list)

@@ -10,6 +10,7 @@ ROUTE = "pipeline.route"
 TOOLS = "pipeline.tools"
 SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
 
+TOOLS_SPECS = "tools.specs"  # request/reply: the server-side tools, for GET /v1/tools
 SAVE_TURN = "context.save_turn"  # request/reply: persist a finished turn before `done`
 CONVERSATION_GET = "context.conversation.get"
 # Opens (creating when absent) a tenant's conversation; not_found when the id belongs to another tenant.
@@ -20,6 +21,9 @@ REPLICAS_BUCKET = "replicas"
 REPLICAS_TTL_S = 10.0
 
 ADMIN_REQUEST_GET = "admin.requests.get"
+
+# Key standing (abuse detection): the logger suspends, an admin reinstates, every gateway enforces.
+STANDING_BUCKET = "key_standing"
 
 LOG_STREAM = "LOG"
 LOG_SUBJECTS = "log.>"

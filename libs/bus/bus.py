@@ -143,6 +143,29 @@ class Bus:
             raise BusError(info.code, info.message)
         return reply_type.model_validate_json(reply.data)
 
+    async def publish_marker(self, subject: str, headers: dict[str, str]) -> None:
+        """An empty message whose headers are the content (ownership markers kept by JetStream)."""
+        await self.nc.publish(subject, b"", headers=headers)
+
+    async def watch(self, subject: str, model: type[M], handler: Callable[[M], Awaitable[None]]) -> Any:
+        """A per-request subscription: not tracked for drain and no span per message (one stream's
+        deltas would bury the trace); undecodable messages are logged and skipped. Returns the
+        subscription; end it with `await sub.unsubscribe()`."""
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                item = model.model_validate_json(msg.data)
+            except ValidationError:
+                log.warning("undecodable message", subject=msg.subject)
+                return
+            await handler(item)
+
+        return await self.nc.subscribe(subject, cb=on_msg)
+
+    async def flush(self) -> None:
+        """Make the server register subscriptions made so far before anything that depends on them."""
+        await self.nc.flush()
+
     async def publish_durable(self, subject: str, msg: BaseModel, msg_id: str) -> None:
         """Acknowledged JetStream publish, de-duplicated by `Nats-Msg-Id`: a logger that is down loses nothing."""
         hdrs = self._headers(None, None, None)

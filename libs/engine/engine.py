@@ -18,15 +18,28 @@ from libs.engine.request import Request, TextStream
 from libs.engine.runner import ModelRunner
 from libs.engine.sampler import sample
 from libs.engine.scheduler import ScheduledSeq, Scheduler
-from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk
+from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
 from libs.engine.weights import load_weights
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
 log = logging.getLogger(__name__)
 
 # Measured on the 2-core CPU box (see docs/benchmarks.md): the fastest weight format here.
-AUTO_DTYPE = "bf16"
+AUTO_DTYPE = "hybrid"
 _KV_BYTES_DEFAULT = 1 << 30
+
+
+def engine_threads() -> int:
+    """Intra-op threads for the step loop.
+
+    Measured on the shared 2-core box: with another busy process, 2 OpenMP threads spin on
+    each other and a step gets 5-10x slower, while 1 thread degrades gracefully. So leave one
+    core to the rest of the pipeline unless told otherwise.
+    """
+    env = os.environ.get("SWITCHYARD_ENGINE_THREADS")
+    if env:
+        return max(1, int(env))
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 @dataclass
@@ -47,6 +60,7 @@ class NativeEngine:
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._cancel_lock = threading.Lock()
         self._cancels: set[str] = set()
+        self._early_cancels: dict[str, None] = {}
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
         self._thread: threading.Thread | None = None
@@ -99,6 +113,13 @@ class NativeEngine:
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
+        with self._cancel_lock:
+            early = self._early_cancels.pop(request_id, 0) is None
+        if early:
+            yield StreamChunk(
+                request_id, "", [], finished=True, finish_reason="cancelled", usage=Usage(0, 0, 0, None, None)
+            )
+            return
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids or len(ids) >= self.max_model_len or self._thread is None:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
@@ -107,7 +128,7 @@ class NativeEngine:
             request_id,
             ids,
             params,
-            self.tokenizer.eos_token_ids,
+            set() if params.ignore_eos else self.tokenizer.eos_token_ids,
             max_len=self.max_model_len,
         )
         stream = _Stream(
@@ -132,6 +153,12 @@ class NativeEngine:
     def cancel(self, request_id: str) -> None:
         with self._cancel_lock:
             self._cancels.add(request_id)
+            if request_id not in self._streams:
+                # generate() was called but not yet iterated: remember, bounded, so a late
+                # start is still cancelled while stray ids cannot grow memory.
+                self._early_cancels[request_id] = None
+                while len(self._early_cancels) > 1024:
+                    self._early_cancels.pop(next(iter(self._early_cancels)))
         self._wake.set()
 
     def metrics(self) -> EngineMetrics:
@@ -182,6 +209,7 @@ class NativeEngine:
     def _loop(self) -> None:
         assert self.scheduler is not None
         torch.set_grad_enabled(False)
+        torch.set_num_threads(engine_threads())
         # Invariant at the top of each iteration: every cancel and new request that arrived
         # before the previous step ended is applied before the next batch is formed.
         while not self._stopping:
@@ -202,10 +230,10 @@ class NativeEngine:
                 for s in seqs:
                     if s.request.finish_reason is None:
                         self._finish(s.request, "error")
-        for st_rid in list(self._streams):
-            req = self.scheduler.find(st_rid)
-            if req is not None:
-                self._finish(req, "cancelled")
+        # Shutting down: nobody may be left waiting on a stream that will never end.
+        self._drain_control()
+        for req in [*self.scheduler.running, *self.scheduler.waiting]:
+            self._finish(req, "cancelled")
 
     def _step(self, seqs: list[ScheduledSeq]) -> None:
         assert self.scheduler is not None and self.runner is not None

@@ -54,10 +54,26 @@ class KVCache:
         return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * elem
 
 
-Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+@dataclass
+class DualWeight:
+    """fp32 and int8 copies of one matrix; see weights.convert('hybrid')."""
+
+    full: torch.Tensor
+    q: torch.Tensor
+    scale: torch.Tensor
+
+
+Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | DualWeight
+
+# Up to this many rows the int8 kernel beats fp32 here (bench/engine_bench.py, mm sweep).
+INT8_MAX_ROWS = 16
 
 
 def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
+    if isinstance(w, DualWeight):
+        if x.shape[0] <= INT8_MAX_ROWS:
+            return torch._weight_int8pack_mm(x.to(torch.bfloat16), w.q, w.scale).to(x.dtype)
+        return F.linear(x, w.full)
     if isinstance(w, tuple):
         # The int8 kernel is only fast with bf16 activations; everything around it stays fp32.
         return torch._weight_int8pack_mm(x.to(torch.bfloat16), w[0], w[1]).to(x.dtype)
@@ -118,6 +134,8 @@ class LlamaModel:
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None) -> Weight:
+        if name + ".q" in t and name in t:
+            return DualWeight(t[name], t[name + ".q"], t[name + ".scale"])
         if name + ".q" in t:
             return (t[name + ".q"], t[name + ".scale"])
         if name in t:
@@ -129,6 +147,13 @@ class LlamaModel:
     def _fuse(cls, t: dict[str, torch.Tensor], names: list[str]) -> Weight:
         # One matmul instead of several: fewer kernel launches per layer on a small model.
         parts = [cls._weight(t, n) for n in names]
+        if isinstance(parts[0], DualWeight):
+            duals = [p for p in parts if isinstance(p, DualWeight)]
+            return DualWeight(
+                torch.cat([p.full for p in duals]).contiguous(),
+                torch.cat([p.q for p in duals]).contiguous(),
+                torch.cat([p.scale for p in duals]).contiguous(),
+            )
         if isinstance(parts[0], tuple):
             return (
                 torch.cat([p[0] for p in parts if isinstance(p, tuple)]).contiguous(),

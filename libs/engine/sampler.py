@@ -7,9 +7,7 @@ import torch
 from libs.engine.types import SamplingParams
 
 
-def sample(
-    logits: torch.Tensor, params: list[SamplingParams], gens: list[torch.Generator | None]
-) -> list[int]:
+def sample(logits: torch.Tensor, params: list[SamplingParams], gens: list[torch.Generator | None]) -> list[int]:
     """logits: [S, V] fp32, one row per sampling request."""
     greedy = logits.argmax(dim=-1).tolist()
     out: list[int] = []

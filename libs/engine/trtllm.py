@@ -131,9 +131,7 @@ class TrtLlmEngine:
             if request_id in self._cancelled:
                 reason = "cancelled"
             self._release(request_id, handle)
-            yield StreamChunk(
-                request_id, "", [], True, reason, self._usage(len(ids), cached, n_out, t0, first, last)
-            )
+            yield StreamChunk(request_id, "", [], True, reason, self._usage(len(ids), cached, n_out, t0, first, last))
         finally:
             self._release(request_id, handle)
 

@@ -18,6 +18,7 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False  # keep generating past EOS (benchmarks); an addition to the spec
 
 
 @dataclass

@@ -95,7 +95,18 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
-    """Cast to the serving dtype. Norm weights stay fp32-compatible via the compute dtype."""
+    """Cast to the serving dtype.
+
+    'hybrid' keeps both an fp32 and an int8 copy of every matrix: on this AVX2 box the int8
+    kernel wins for a few rows (single-stream decode, bandwidth-bound) and fp32 wins for many
+    (batched steps, compute-bound); the model picks per call.
+    """
+    if dtype == "hybrid":
+        both = convert(tensors, "fp32")
+        both.update({k: v for k, v in convert(tensors, "int8").items() if k.endswith((".q", ".scale"))})
+        if "output.weight" not in both:
+            both["output.weight"] = both["token_embd.weight"]
+        return both
     # int8 keeps fp32 activations and only feeds its matmuls bf16 (the fast int8 kernel
     # path); on AVX2-only CPUs bf16 elementwise ops are slow.
     compute = torch.bfloat16 if dtype == "bf16" else torch.float32

@@ -59,9 +59,7 @@ _CARD = re.compile(
 )
 _SSN = re.compile(r"(?<![\d\-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d\-])")
 _SSN_LABELLED = re.compile(r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\b)[\s#:]*(?P<v>\d{9})(?!\d)")
-_UK_NINO = re.compile(
-    r"(?<![A-Za-z0-9])(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z]{2}\d{6}[A-D](?![A-Za-z0-9])"
-)
+_UK_NINO = re.compile(r"(?<![A-Za-z0-9])(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z]{2}\d{6}[A-D](?![A-Za-z0-9])")
 _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[A-Z0-9]{4}){2,7}[A-Z0-9]{1,4}(?![A-Za-z0-9])")
 
 

@@ -50,8 +50,7 @@ class OrdersDB:
         with self._lock:
             conn = self._connect()
             base = (
-                "SELECT o.* FROM orders o JOIN customers c ON c.id = o.customer_id "
-                "WHERE c.tenant = ? AND c.user_id = ?"
+                "SELECT o.* FROM orders o JOIN customers c ON c.id = o.customer_id WHERE c.tenant = ? AND c.user_id = ?"
             )
             if order_id is None:
                 row = conn.execute(base + " ORDER BY o.placed_at DESC LIMIT 1", (tenant, user)).fetchone()
@@ -63,8 +62,7 @@ class OrdersDB:
             order["items"] = [
                 dict(r)
                 for r in conn.execute(
-                    "SELECT sku, name, quantity, unit_price_cents FROM order_items WHERE order_id = ? "
-                    "ORDER BY id",
+                    "SELECT sku, name, quantity, unit_price_cents FROM order_items WHERE order_id = ? ORDER BY id",
                     (order["id"],),
                 )
             ]
@@ -98,9 +96,7 @@ def format_order(order: dict[str, Any]) -> str:
         lines.append(f"Carrier {order['carrier']}, tracking {order['tracking_number']}.")
     if order.get("estimated_delivery") and order["status"] not in ("delivered", "returned", "cancelled"):
         lines.append(f"Estimated delivery {order['estimated_delivery']}.")
-    items = "; ".join(
-        f"{i['quantity']} x {i['name']} ({_money(i['unit_price_cents'], cur)})" for i in order["items"]
-    )
+    items = "; ".join(f"{i['quantity']} x {i['name']} ({_money(i['unit_price_cents'], cur)})" for i in order["items"])
     lines.append(f"Items: {items}.")
     if order["delivery_events"]:
         lines.append("Delivery events:")

@@ -235,9 +235,7 @@ class ToolPlanner:
                 hit = True
                 if not ids:
                     add("orders", {})
-            if DOCS_INTENT.search(CODE_RETURNS.sub(" ", clause)) or (
-                ctx.files and self._mentions_files(clause, ctx)
-            ):
+            if DOCS_INTENT.search(CODE_RETURNS.sub(" ", clause)) or (ctx.files and self._mentions_files(clause, ctx)):
                 hit = True
                 add("docs", {"query": clause})
             if WEB_INTENT.search(clause):

@@ -63,9 +63,7 @@ class ToolRunner:
     async def _run_one(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         start = time.perf_counter()
 
-        def result(
-            status: str, output: str, data: Any = None, sources: list[str] | None = None
-        ) -> ToolResult:
+        def result(status: str, output: str, data: Any = None, sources: list[str] | None = None) -> ToolResult:
             return ToolResult(
                 call_id=call.id,
                 name=call.name,

@@ -55,9 +55,7 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: s
 
 # Top-level directories the interpreter and libc need; every other one (/root, /home, /work, /var,
 # /opt, /mnt, ...) is covered by an empty tmpfs so user code can neither read nor write it.
-SYSTEM_DIRS = frozenset(
-    {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "tmp"}
-)
+SYSTEM_DIRS = frozenset({"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys", "tmp"})
 
 
 def _first_closed_ancestor(path: str) -> str | None:

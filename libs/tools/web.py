@@ -67,8 +67,7 @@ class LocalIndexProvider:
             return []
         order = ranked(self.bm25.scores(q), min_score=0.0)[:k]
         return [
-            WebHit(self.pages[i]["url"], self.pages[i]["title"], best_snippet(self.pages[i]["text"], q))
-            for i in order
+            WebHit(self.pages[i]["url"], self.pages[i]["title"], best_snippet(self.pages[i]["text"], q)) for i in order
         ]
 
 

@@ -80,7 +80,11 @@ def system_block(parts: PromptParts, file_chars: int) -> str:
     """Tools, instructions, memory, files: always in this order, and each list in storage order."""
     sections: list[str] = []
     if parts.tools:
-        sections.append("# Tools\n" + "\n".join(json.dumps(t, sort_keys=True) for t in parts.tools))
+        sections.append(
+            "# Tools\nYou may call one of these functions. To call one, reply with only "
+            '<tool_call>{"name": <function name>, "arguments": <JSON object>}</tool_call>\n'
+            + "\n".join(json.dumps(t, sort_keys=True) for t in parts.tools)
+        )
     if parts.instructions.strip():
         sections.append(parts.instructions.strip())
     if parts.client_system.strip():

@@ -89,7 +89,7 @@ class Context:
             # The newest facts, still in saved order so the block only grows at its end.
             memory=memory[-self.memory_items :] if self.memory_items else [],
             files=chat_files,
-            tools=self.tools,
+            tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
         )
 
     async def assemble(self, work: Work) -> Forward:

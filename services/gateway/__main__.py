@@ -54,7 +54,7 @@ async def main() -> None:
     await bus.ensure_log_stream()
     if settings.resume_stream:
         try:
-            await ensure_events_stream(bus.js, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
+            await ensure_events_stream(bus, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
         except Exception as e:  # e.g. a JetStream memory limit: resuming then works on the relaying replica only
             log.warning("stream replay across replicas unavailable", error=str(e))
 

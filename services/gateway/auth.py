@@ -26,6 +26,13 @@ async def authenticate(request: Request, keys: KeyStore) -> ApiKey:
     if key is None:
         # One message for unknown and revoked keys: the answer must not tell an attacker which it was.
         raise ApiError(ErrorCode.unauthorized, "invalid API key")
+    standings = getattr(getattr(request.app.state, "gateway", None), "standings", None)
+    if standings is not None and not key.admin:
+        standing = await standings.get(key.id)
+        if standing is not None and standing.state == "suspended":
+            raise ApiError(
+                ErrorCode.forbidden, f"this API key is suspended: {standing.reason}. An admin can reinstate it."
+            )
     request.state.key = key
     return key
 

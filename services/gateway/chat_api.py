@@ -114,7 +114,7 @@ def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
 async def relay_replay(gw: Gateway, rid: str, after: int) -> AsyncIterator[bytes]:
     """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
     timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
-    async for item in replay(gw.bus.js, rid, after, gw.settings.keepalive_s, timeout):
+    async for item in replay(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
         if item is None:
             yield KEEPALIVE
             continue
@@ -136,7 +136,7 @@ async def resume(rid: str, request: Request) -> StreamingResponse:
     if run is not None:
         body = relay_chat(gw, run, after)
     elif gw.settings.resume_stream:
-        await owned(gw.bus.js, rid, key.tenant)
+        await owned(gw.bus, rid, key.tenant)
         body = relay_replay(gw, rid, after)
     else:
         raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
@@ -155,7 +155,7 @@ async def stop(rid: str, request: Request) -> JSONResponse:
     if not gw.settings.resume_stream:
         raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
     # Relayed by another replica: the cancel reaches inference (and that replica's reader) through the bus.
-    await owned(gw.bus.js, rid, key.tenant)
+    await owned(gw.bus, rid, key.tenant)
     await gw.bus.publish(subjects.chat_cancel(rid), CancelNotice(rid=rid, reason="stopped"), rid=rid, tenant=key.tenant)
     return JSONResponse({"rid": rid, "status": "cancelling"}, status_code=202)
 

@@ -22,6 +22,7 @@ from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
 from services.gateway.replay import mark_owner
 from services.gateway.settings import GatewaySettings
+from services.gateway.standing import Standings
 from services.gateway.streams import Run, Streams
 
 MODES: tuple[Mode, ...] = ("fast", "reasoning")
@@ -35,12 +36,14 @@ class Gateway:
     keys: KeyStore
     metrics: Metrics = field(default_factory=Metrics)
     streams: Streams = field(init=False)
+    standings: Standings = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _limiter_retry_at: float = 0.0
 
     def __post_init__(self) -> None:
         self.streams = Streams(self.bus, self.settings, self.metrics)
+        self.standings = Standings(self.bus)
 
     async def limiter(self) -> Limiter | None:
         """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan.
@@ -158,6 +161,8 @@ async def start_run(
     model: str | None = None,
     mode: Mode | None = None,
     sampling: Sampling,
+    client_tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
@@ -196,9 +201,11 @@ async def start_run(
             mode=mode,
             sampling=sampling,
             created_ms=run.started_ms,
+            client_tools=client_tools or [],
+            tool_choice=tool_choice,
         )
         if gw.settings.resume_stream:
-            await mark_owner(gw.bus.nc, rid, key.tenant)
+            await mark_owner(gw.bus, rid, key.tenant)
         await gw.streams.launch(run, work)
     except ApiError as e:
         await gw.streams.abandon(run, e)

@@ -18,6 +18,7 @@ from services.gateway.errors import ApiError, error_response
 from services.gateway.relay import terminal_error, wait_events
 from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
+from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
 
 router = APIRouter()
 
@@ -34,6 +35,8 @@ class OpenAIMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
 
 
 class StreamOptions(BaseModel):
@@ -55,6 +58,8 @@ class CompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     n: int = 1
     reasoning_effort: str | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: str | NamedChoice | None = None
 
 
 def _text(message: OpenAIMessage) -> str:
@@ -70,18 +75,29 @@ def _text(message: OpenAIMessage) -> str:
     return "".join(texts)
 
 
+def _as_chat(m: OpenAIMessage) -> ChatMessage:
+    if m.role == "tool":
+        return ChatMessage(role="tool", content=_text(m))
+    if m.role == "assistant" and m.tool_calls:
+        calls = "".join(
+            render_call(str(c.get("function", {}).get("name", "")), str(c.get("function", {}).get("arguments", "")))
+            for c in m.tool_calls
+        )
+        return ChatMessage(role="assistant", content=_text(m) + calls)
+    return ChatMessage(role="user" if m.role == "user" else "assistant", content=_text(m))
+
+
 def split_messages(messages: list[OpenAIMessage]) -> tuple[str | None, list[ChatMessage], str]:
-    """(system, earlier turns, the new user text); the last message must be the user's."""
+    """(system, earlier turns, the new user text); the last message must be the user's, or a tool
+    result the client sends back, which becomes the new user turn marked as that function's result."""
     system = [_text(m) for m in messages if m.role in ("system", "developer")]
     turns = [m for m in messages if m.role not in ("system", "developer")]
-    if not turns or turns[-1].role != "user":
-        raise ApiError(ErrorCode.bad_request, "messages must end with a user message")
-    earlier = []
-    for m in turns[:-1]:
-        if m.role == "tool":
-            raise ApiError(ErrorCode.bad_request, "tool messages are not supported; tools run inside Switchyard")
-        earlier.append(ChatMessage(role="user" if m.role == "user" else "assistant", content=_text(m)))
-    return ("\n\n".join(system) or None), earlier, _text(turns[-1])
+    if not turns or turns[-1].role not in ("user", "tool"):
+        raise ApiError(ErrorCode.bad_request, "messages must end with a user message or a tool result")
+    earlier = [_as_chat(m) for m in turns[:-1]]
+    last = turns[-1]
+    text = _text(last) if last.role == "user" else f"Result of the function call: {_text(last)}"
+    return ("\n\n".join(system) or None), earlier, text
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:
@@ -118,8 +134,12 @@ class _Chunks:
         return frame({**self.base, "choices": [], "usage": usage_json(usage)})
 
 
-async def stream_chunks(gw: Gateway, run: Run, model: str, include_usage: bool) -> AsyncIterator[bytes]:
+async def stream_chunks(
+    gw: Gateway, run: Run, model: str, include_usage: bool, tool_names: set[str] | None = None
+) -> AsyncIterator[bytes]:
     chunks = _Chunks(run, model, include_usage)
+    # With client tools the answer may turn out to be a call: hold the text until it is complete.
+    held: list[str] | None = [] if tool_names else None
     gw.streams.attach(run)
     completed = False
     try:
@@ -130,12 +150,23 @@ async def stream_chunks(gw: Gateway, run: Run, model: str, include_usage: bool) 
                 continue
             event = item[1]
             if event.type == "delta":
-                yield chunks.choice({"content": event.text})
+                if held is not None:
+                    held.append(event.text)
+                else:
+                    yield chunks.choice({"content": event.text})
             elif event.type == "thinking":
                 # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
                 yield chunks.choice({"reasoning_content": event.text})
             elif event.type == "done":
-                yield chunks.choice({}, FINISH.get(event.finish_reason or "stop", "stop"))
+                finish = FINISH.get(event.finish_reason or "stop", "stop")
+                if held is not None:
+                    call = parse_call("".join(held), tool_names or set())
+                    if call is not None:
+                        yield chunks.choice({"tool_calls": [{"index": 0, **call}]})
+                        finish = "tool_calls"
+                    elif held:
+                        yield chunks.choice({"content": "".join(held)})
+                yield chunks.choice({}, finish)
                 if include_usage:
                     yield chunks.usage(event.usage or Usage())
             elif event.type == "error" and event.error is not None:
@@ -146,11 +177,15 @@ async def stream_chunks(gw: Gateway, run: Run, model: str, include_usage: bool) 
         gw.streams.detach(run, completed)
 
 
-def completion(run: Run, model: str, events: list[ChatEvent]) -> dict[str, Any]:
+def completion(run: Run, model: str, events: list[ChatEvent], tool_names: set[str] | None = None) -> dict[str, Any]:
     text = "".join(e.text for e in events if e.type == "delta")
     thinking = "".join(e.text for e in events if e.type == "thinking")
     done = events[-1]
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    finish = FINISH.get(done.finish_reason or "stop")
+    call = parse_call(text, tool_names) if tool_names else None
+    if call is not None:
+        message["content"], message["tool_calls"], finish = None, [call], "tool_calls"
     if thinking:
         message["reasoning_content"] = thinking
     return {
@@ -164,7 +199,7 @@ def completion(run: Run, model: str, events: list[ChatEvent]) -> dict[str, Any]:
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": FINISH.get(done.finish_reason or "stop"),
+                "finish_reason": finish,
             }
         ],
         "usage": usage_json(done.usage or Usage()),
@@ -183,6 +218,8 @@ async def chat_completions(request: Request) -> Response:
     if body.reasoning_effort and body.reasoning_effort not in ("none", "minimal"):
         mode = mode or "reasoning"
     system, earlier, text = split_messages(body.messages)
+    tool_choice = choice_of(body.tools, body.tool_choice)
+    tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()
     check_text(gw.settings, text, "the last user message")
     run = await start_run(
         gw,
@@ -203,6 +240,8 @@ async def chat_completions(request: Request) -> Response:
             seed=body.seed,
             stop=body.stop,
         ),
+        client_tools=specs(body.tools),
+        tool_choice=tool_choice,
     )
     if body.stream:
         # Hold the status line until the first event: a request refused by the pipeline (policy, deadline)
@@ -213,7 +252,9 @@ async def chat_completions(request: Request) -> Response:
             return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            stream_chunks(gw, run, model, include_usage), media_type="text/event-stream", headers=SSE_HEADERS
+            stream_chunks(gw, run, model, include_usage, tool_names),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
         )
     events = await wait_events(gw, run, request)
     if not events or events[-1].type not in ("done", "error"):
@@ -221,4 +262,4 @@ async def chat_completions(request: Request) -> Response:
     err = terminal_error(events)
     if err is not None:
         return error_response(err, request.url.path)
-    return JSONResponse(completion(run, model, events))
+    return JSONResponse(completion(run, model, events, tool_names))

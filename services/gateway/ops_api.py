@@ -10,7 +10,16 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from libs.bus import BusError
-from schemas import HealthReply, HealthRequest, RequestQuery, RequestRecordReply, SpanRecord, subjects
+from schemas import (
+    HealthReply,
+    HealthRequest,
+    RequestQuery,
+    RequestRecordReply,
+    SpanRecord,
+    ToolSpecs,
+    ToolSpecsQuery,
+    subjects,
+)
 from services.gateway.auth import authenticate, authenticate_admin
 from services.gateway.core import gateway
 from services.gateway.errors import ApiError
@@ -59,6 +68,18 @@ async def models(request: Request) -> dict[str, Any]:
         "object": "list",
         "data": [{"id": m, "object": "model", "created": 0, "owned_by": "switchyard"} for m in gw.settings.models],
     }
+
+
+@router.get("/v1/tools")
+async def tools(request: Request) -> dict[str, Any]:
+    """The server-side tools the pipeline runs before the model writes (asked of the tools stage)."""
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    try:
+        reply = await gw.bus.request(subjects.TOOLS_SPECS, ToolSpecsQuery(tenant=key.tenant), ToolSpecs, timeout=3.0)
+    except BusError as e:
+        raise ApiError.from_bus(e) from e
+    return {"object": "list", "data": [{"type": "function", "function": t} for t in reply.tools]}
 
 
 def span_tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:

@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from nats.aio.msg import Msg
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from pydantic import ValidationError
 
 from libs.bus import Bus
 from libs.bus import headers as H
@@ -173,23 +171,16 @@ class Streams:
         run.work = work
         run.deadline_ms = H.now_ms() + int(self.settings.request_timeout_s * 1000)
 
-        async def on_msg(msg: Msg) -> None:
-            try:
-                event = ChatEvent.model_validate_json(msg.data)
-            except ValidationError:
-                log.warning("undecodable chat event", rid=run.rid)
-                return
+        async def on_event(event: ChatEvent) -> None:
             await self._receive(run, event)
 
-        # Subscribed on the raw connection, not bus.subscribe: per-request subscriptions must not pile up
-        # in the bus's list of long-lived ones, and deltas need no consumer span each.
-        run._sub = await self.bus.nc.subscribe(subjects.chat_events(run.rid), cb=on_msg)
+        run._sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
         run.launched = True
         self.runs[run.rid] = run
         loop = asyncio.get_running_loop()
         run._timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
         # The server must know the subscription before the work goes out, or the first events could be lost.
-        await self.bus.nc.flush()
+        await self.bus.flush()
         with run.activate():
             await self.bus.publish(subjects.CONTEXT, work, rid=run.rid, tenant=run.tenant, deadline_ms=run.deadline_ms)
 

@@ -4,6 +4,7 @@ served from the prefix cache the thinking phase filled."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from libs.engine import SamplingParams
@@ -38,3 +39,26 @@ def thinking_budget(s: Sampling) -> int:
 
 def answer_request_id(rid: str) -> str:
     return f"{rid}#answer"
+
+
+TOOL_CALL_CLOSE = "</tool_call>"
+
+
+def tool_prefill(client_tools: list[dict[str, object]], tool_choice: str | None) -> str:
+    """When the client forces a tool call, the answer starts with the call's opening, so even a small
+    model completes a well-formed call; with a named function, the name is not the model's to choose."""
+    if not client_tools or tool_choice in (None, "auto", "none"):
+        return ""
+    if tool_choice.startswith("function:"):
+        name = tool_choice.removeprefix("function:")
+        fn = next((t for t in client_tools if t.get("name") == name), {})
+        params = fn.get("parameters")
+        props = params.get("properties", {}) if isinstance(params, dict) else {}
+        required = params.get("required", []) if isinstance(params, dict) else []
+        first = (required or list(props) or [None])[0]
+        opening = '<tool_call>{"name": "' + name + '", "arguments": {'
+        if isinstance(first, str) and isinstance(props, dict) and (props.get(first) or {}).get("type") == "string":
+            # Open the first required string argument too: the model only has to write its value.
+            return opening + json.dumps(first) + ': "'
+        return opening
+    return '<tool_call>{"name": "'

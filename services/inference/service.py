@@ -30,7 +30,15 @@ from schemas import (
     subjects,
 )
 from services.inference.metrics import EngineGauges, start_metrics_server
-from services.inference.phases import ANSWER_OPEN, THINK_OPEN, answer_request_id, params_of, thinking_budget
+from services.inference.phases import (
+    ANSWER_OPEN,
+    THINK_OPEN,
+    TOOL_CALL_CLOSE,
+    answer_request_id,
+    params_of,
+    thinking_budget,
+    tool_prefill,
+)
 from services.inference.settings import InferenceSettings
 
 log = structlog.get_logger()
@@ -165,7 +173,17 @@ class Inference:
                             False,
                         )
                 else:
-                    gen.finish = await self._phase(gen, "delta", work.rid, work.prompt, params_of(s), span, True)
+                    prefill = tool_prefill(work.client_tools, work.tool_choice)
+                    if prefill:
+                        gen.answer.append(prefill)
+                        await self.bus.publish(
+                            subjects.stream_raw(work.rid), RawChunk(rid=work.rid, seq=gen.seq, text=prefill)
+                        )
+                        gen.seq += 1
+                    stops = [TOOL_CALL_CLOSE] if work.client_tools else []
+                    gen.finish = await self._phase(
+                        gen, "delta", work.rid, work.prompt + prefill, params_of(s, extra_stop=stops), span, True
+                    )
             except Exception as e:
                 log.exception("generation failed")
                 gen.finish = "error"

@@ -77,7 +77,7 @@ class SafetyOut:
 
         st.sub = await self.bus.subscribe(subjects.stream_raw(work.rid), RawChunk, on_chunk, ordered=True, span=False)
         # The answer must not overtake the subscription: make the server register it first.
-        await self.bus.nc.flush()
+        await self.bus.flush()
         deadline = current_context().deadline_ms
         timeout = (deadline - now_ms()) / 1000 if deadline else self.settings.default_stream_timeout_s
         st.watchdog = asyncio.create_task(self._expire(st, max(timeout, 0.1)))

@@ -6,9 +6,21 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from libs.bus import Bus, BusError
+from libs.safety import InputGuard
 from libs.tokenizer import Tokenizer, load_tokenizer
 from libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
-from schemas import ChatEvent, ChatMessage, ErrorCode, Forward, ToolEvent, Work, subjects
+from schemas import (
+    ChatEvent,
+    ChatMessage,
+    ErrorCode,
+    Forward,
+    SafetyVerdict,
+    ToolEvent,
+    ToolSpecs,
+    ToolSpecsQuery,
+    Work,
+    subjects,
+)
 from services.tools.settings import ToolsSettings
 
 
@@ -31,8 +43,9 @@ def with_tool_results(messages: list[ChatMessage], data: str) -> list[ChatMessag
 
 
 class ToolsStage:
-    def __init__(self, bus: Bus, planner: ToolPlanner, runner: ToolRunner, tokenizer: Tokenizer):
+    def __init__(self, bus: Bus, planner: ToolPlanner, runner: ToolRunner, tokenizer: Tokenizer, guard: InputGuard):
         self.bus = bus
+        self.guard = guard
         self.planner = planner
         self.runner = runner
         self.tokenizer = tokenizer
@@ -60,6 +73,22 @@ class ToolsStage:
             )
         results = await self.runner.run(calls, ctx)
         work.tools = [to_event(r) for r in results]
+        # Indirect injection: tool output that tries to instruct the model is flagged (never blocked) and
+        # goes into the prompt marked as data either way.
+        for r in results:
+            for v in await asyncio.to_thread(self.guard.check, r.output, source="tool"):
+                if v.action != "allow":
+                    work.verdicts.append(
+                        SafetyVerdict(
+                            category=v.category,
+                            score=v.score,
+                            action=v.action,  # type: ignore[arg-type]
+                            classifier=v.classifier,
+                            version=v.version,
+                            detail=f"{r.name}: {v.detail}",
+                            source="tool",
+                        )
+                    )
         for ev in work.tools:
             await self.bus.emit(ChatEvent(rid=work.rid, type="tool", tool=ev))
         if work.prompt_messages:
@@ -69,7 +98,11 @@ class ToolsStage:
             work.prompt_tokens = self.tokenizer.count(work.prompt)
         decision = {
             "planned": [c.name for c in calls],
-            "record": {"tools": [t.model_dump() for t in work.tools], "prompt": work.prompt},
+            "record": {
+                "tools": [t.model_dump() for t in work.tools],
+                "prompt": work.prompt,
+                "tool_verdicts": [v.model_dump() for v in work.verdicts if v.source == "tool"],
+            },
         }
         return Forward(subject=nxt, work=work, decision=decision)
 
@@ -82,5 +115,11 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     await asyncio.to_thread(planner.warmup)
     runner = ToolRunner(settings.tools)
     await runner.warmup()
-    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer).handle)
+    guard = InputGuard(use_embeddings=False)
+    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard).handle)
+
+    async def specs(_: ToolSpecsQuery) -> ToolSpecs:
+        return ToolSpecs(tools=runner.specs())
+
+    await bus.subscribe(subjects.TOOLS_SPECS, ToolSpecsQuery, specs, queue="tools", span=False)
     return runner.aclose

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -36,9 +37,27 @@ def fp32_model(model_path) -> LlamaModel:
 def hf_model(model_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    return transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(model_path), gguf_file=os.path.basename(model_path), dtype=torch.float32
-    ).eval()
+    import gguf
+
+    # transformers rebuilds gguf's (pure) tensor-name map ~400 times and parses the file twice,
+    # over a minute on this box; memoising both changes no value, only the load time.
+    orig_map, orig_reader = gguf.get_tensor_name_map, gguf.GGUFReader
+    readers: dict[str, object] = {}
+
+    def cached_reader(path, *args, **kwargs):
+        key = str(path)
+        if key not in readers:
+            readers[key] = orig_reader(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(orig_map)
+    gguf.GGUFReader = cached_reader
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(model_path), gguf_file=os.path.basename(model_path), dtype=torch.float32
+        ).eval()
+    finally:
+        gguf.get_tensor_name_map, gguf.GGUFReader = orig_map, orig_reader
 
 
 def tiny_model(seed: int = 0, vocab: int = 49152) -> LlamaModel:

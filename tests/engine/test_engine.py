@@ -99,3 +99,21 @@ def test_stop_strings_never_leak(tokenizer):
 def test_create_engine_kinds():
     with pytest.raises(ValueError):
         create_engine(EngineConfig(kind="nope"))
+
+
+async def test_cancel_before_iteration_starts(tiny_engine):
+    agen = tiny_engine.generate("early", _prompt(5, 11), SamplingParams(max_tokens=50))
+    tiny_engine.cancel("early")
+    chunks = [c async for c in agen]
+    assert [c.finish_reason for c in chunks] == ["cancelled"]
+
+
+async def test_stop_finishes_open_streams(tiny):
+    eng = make_engine(tiny, block_size=4, num_blocks=64)
+    await eng.start()
+    agen = eng.generate("s", _prompt(5, 12), SamplingParams(max_tokens=10_000))
+    first = await agen.__anext__()
+    assert not first.finished
+    await eng.stop()
+    rest = [c async for c in agen]
+    assert rest[-1].finished and rest[-1].finish_reason == "cancelled"

@@ -210,7 +210,7 @@ async def gateway(
     store = keys or await KeyStore.open(settings.db_url())
     bus = await connect(nats_server, "gateway")
     await bus.ensure_log_stream()
-    await ensure_events_stream(bus.js, 60, 64 * 1024 * 1024)
+    await ensure_events_stream(bus, 60, 64 * 1024 * 1024)
     app = create_app(settings, bus, store)
     async with serve(app) as url:
         gw = Gateway(url=url, app=app, bus=bus, keys=store, settings=settings)

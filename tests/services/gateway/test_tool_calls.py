@@ -1,0 +1,40 @@
+import json
+
+import pytest
+
+from services.gateway.errors import ApiError
+from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call
+
+TOOLS = [ToolDef.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": {}}})]
+
+
+def test_parse_call_restores_missing_braces_and_checks_the_name() -> None:
+    call = parse_call('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"', {"get_weather"})
+    assert call is not None and call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert parse_call('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', {"get_weather"}) is None
+    assert parse_call("It is sunny in Paris.", {"get_weather"}) is None
+    # Rambling after a complete value: the longest prefix that closes into JSON is the call.
+    ramble = parse_call(
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris", France, 2022, 2', {"get_weather"}
+    )
+    assert ramble is not None and json.loads(ramble["function"]["arguments"]) == {"city": "Paris"}
+    assert parse_call("<tool_call>not json at all", {"get_weather"}) is None
+
+
+def test_render_call_round_trips() -> None:
+    text = render_call("get_weather", '{"city": "Oslo"}')
+    call = parse_call(text, {"get_weather"})
+    assert call is not None and json.loads(call["function"]["arguments"]) == {"city": "Oslo"}
+
+
+def test_choice_of() -> None:
+    assert choice_of(None, "required") is None
+    assert choice_of(TOOLS, None) is None
+    assert choice_of(TOOLS, "required") == "required"
+    named = NamedChoice.model_validate({"type": "function", "function": {"name": "get_weather"}})
+    assert choice_of(TOOLS, named) == "function:get_weather"
+    with pytest.raises(ApiError):
+        choice_of(TOOLS, NamedChoice.model_validate({"type": "function", "function": {"name": "nope"}}))
+    with pytest.raises(ApiError):
+        choice_of(TOOLS, "sometimes")
