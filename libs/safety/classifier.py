@@ -35,6 +35,16 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return out
 
 
+def harm_scores(p: np.ndarray, benign_index: int) -> np.ndarray:
+    """Copy of ``p`` where each row's most likely harm class scores ``1 - P(benign)``."""
+    p = p.copy()
+    harm = p.copy()
+    harm[:, benign_index] = -1.0
+    top = harm.argmax(axis=1)
+    p[np.arange(len(p)), top] = 1.0 - p[:, benign_index]
+    return p
+
+
 def chunk_text(text: str, size: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
     """Split at sentence boundaries into pieces of at most ``size`` characters (hard-cut if needed)."""
     text = text.strip()
@@ -96,13 +106,7 @@ class EmbeddingClassifier:
         crosses a threshold. "Harmful at all" is the better-calibrated question; the argmax
         only names the category.
         """
-        p = self.proba(embeddings)
-        bi = self.classes.index(BENIGN)
-        harm = p.copy()
-        harm[:, bi] = -1.0
-        top = harm.argmax(axis=1)
-        p[np.arange(len(p)), top] = 1.0 - p[:, bi]
-        return p
+        return harm_scores(self.proba(embeddings), self.classes.index(BENIGN))
 
     def score_many(self, texts: list[str]) -> list[dict[str, float]]:
         """Per text, each category's probability (max over the text's chunks)."""

@@ -26,11 +26,14 @@ class Threshold(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    flag_at: float = Field(default=0.5, ge=0.0, le=1.0)
-    block_at: float | None = Field(default=0.75, ge=0.0, le=1.0)
+    flag_at: float = Field(default=0.45, ge=0.0, le=1.0)
+    block_at: float | None = Field(default=0.5, ge=0.0, le=1.0)
 
 
 def default_thresholds() -> dict[str, Threshold]:
+    # Learned scores are P(harmful) from the classifier (see classifier.category_scores): block
+    # once harm is the likelier reading, flag just below for review. Chosen on the training
+    # set's cross-validation and the dev set (docs/safety.md); tenants can raise them.
     t = {c: Threshold() for c in HARM_CATEGORIES}
     t[PROMPT_INJECTION] = Threshold()
     t[JAILBREAK] = Threshold()
@@ -58,6 +61,9 @@ class SafetyPolicy(BaseModel):
     # and "ignore previous instructions" in an answer is not an attack on anyone.
     output_categories: frozenset[str] = frozenset(HARM_CATEGORIES)
     disabled: frozenset[str] = frozenset()
+    # The classifier learned from requests; on answers (explanations, refusals that name the
+    # topic) its middling scores are noise. Stopping a stream needs a near-certain score.
+    model_block_at: float = Field(default=0.9, ge=0.0, le=1.0)
 
     @field_validator("thresholds", mode="before")
     @classmethod
@@ -83,7 +89,10 @@ class SafetyPolicy(BaseModel):
         if not self.applies(category, source):
             return ALLOW
         t = self.threshold(category)
-        if t.block_at is not None and score >= t.block_at:
+        block_at = t.block_at
+        if block_at is not None and source == "model":
+            block_at = max(block_at, self.model_block_at)
+        if block_at is not None and score >= block_at:
             return FLAG if source in self.untrusted_sources else BLOCK
         if score >= t.flag_at:
             return FLAG

@@ -10,20 +10,26 @@ redaction span and outside any half-arrived private key. No redaction can stradd
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from libs.safety.credentials import OPEN_SECRET
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
 from libs.safety.redact import Redaction, apply, find_pii
-from libs.safety.taxonomy import BLOCK, FLAG, Verdict
+from libs.safety.taxonomy import BLOCK, EMBEDDING, FLAG, Verdict
 
 _BOUNDARY = re.compile(r"[.!?;:][\"')\]]*\s+|\n\s*")
 # A cut right after "555 " or "(555) " could split a phone or card number across releases.
 _DIGITISH = frozenset("0123456789()+-")
 # Text judged by the classifier per check: the new sentences plus a little context before them.
 _CONTEXT_CHARS = 200
-_CLASSIFY_EVERY_CHARS = 400
+# A refusal names the harm it refuses ("I can't help you make explosives"); the classifier, trained
+# on requests, scores the topic. Learned blocks on a refusal sentence are downgraded to flags.
+_REFUSAL = re.compile(
+    r"^\W*(?:I(?:'m| am) (?:sorry|afraid|unable|not able)|I (?:can(?:no|')t|won't|will not|must decline)"
+    r"|Sorry,? (?:but )?I)",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -81,7 +87,7 @@ class StreamGuard:
 
     def final_check(self) -> list[Verdict]:
         """Judge the whole answer (original text) before it is saved; worst verdict first."""
-        return self.guard.check(self.full_text, source="model")
+        return _soften_refusal(self.full_text, self.guard.check(self.full_text, source="model"))
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -116,7 +122,9 @@ class StreamGuard:
                     p = s.start
         if p <= cut:
             return Release("")
-        verdict = self._judge(p, final)
+        verdict, p = self._judge(p, final)
+        if p <= cut:
+            return Release("")
         if verdict is not None:
             self.blocked = verdict
             return Release("", verdict)
@@ -127,15 +135,42 @@ class StreamGuard:
         self.redactions += ready
         return Release(text, None, ready)
 
-    def _judge(self, p: int, final: bool) -> Verdict | None:
-        window = self.full_text[max(0, self._cut - _CONTEXT_CHARS) : p]
-        verdicts = self._rules.check(window, source="model")
-        pending = self.full_text[self._classified_to : p]
-        due = final or len(pending) >= _CLASSIFY_EVERY_CHARS or bool(_BOUNDARY.search(pending))
-        if self.guard.use_embeddings and due and pending.strip():
-            start = max(0, self._classified_to - _CONTEXT_CHARS)
-            verdicts += self.guard.check(self.full_text[start:p], source="model")
-            self._classified_to = p
+    def _judge(self, p: int, final: bool) -> tuple[Verdict | None, int]:
+        """Check the text up to ``p`` before it is released; returns (block, how far to release).
+
+        Rules run on every release. With an embedding guard, the classifier runs once at least
+        ``holdback_chars`` (or a sentence) is waiting, and text is released only after it was
+        classified: so the window is held until judged instead of leaking ahead of the model.
+        """
+        verdicts = self._rules.check(self.full_text[max(0, self._cut - _CONTEXT_CHARS) : p], source="model")
+        if self.guard.use_embeddings:
+            pending = self.full_text[self._classified_to : p]
+            due = final or len(pending) >= max(self.holdback_chars, 16) or bool(_BOUNDARY.search(pending))
+            if due and pending.strip():
+                start = self._sentence_start(self._classified_to)
+                learned = self.guard.check(self.full_text[start:p], source="model")
+                verdicts += _soften_refusal(pending, [v for v in learned if v.classifier == EMBEDDING])
+                self._classified_to = p
+            elif not due:
+                p = min(p, self._classified_to)
         self.flags += [v for v in verdicts if v.action == FLAG]
         blocks = [v for v in verdicts if v.action == BLOCK]
-        return max(blocks, key=lambda v: v.score) if blocks else None
+        return (max(blocks, key=lambda v: v.score) if blocks else None), p
+
+    def _sentence_start(self, at: int) -> int:
+        # The classifier sees whole sentences: back up to the start of the one ``at`` falls in,
+        # but not into earlier sentences (a refusal before must not colour the next sentence).
+        lo = max(0, at - _CONTEXT_CHARS)
+        start = lo
+        for m in _BOUNDARY.finditer(self.full_text, lo, at):
+            start = m.end()
+        return start
+
+
+def _soften_refusal(text: str, verdicts: list[Verdict]) -> list[Verdict]:
+    if not _REFUSAL.search(text):
+        return verdicts
+    return [
+        replace(v, action=FLAG, detail="refusal") if v.classifier == EMBEDDING and v.action == BLOCK else v
+        for v in verdicts
+    ]

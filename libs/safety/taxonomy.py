@@ -105,6 +105,11 @@ def user_message(verdict: Verdict) -> str:
         )
     if verdict.category in (PROMPT_INJECTION, JAILBREAK):
         return "Your message looks like an attempt to override the assistant's instructions."
+    if verdict.category == S11:
+        return (
+            "I can't help with that. If you are thinking about harming yourself, please reach out to "
+            "someone now: local emergency services, or a crisis line such as 988 in the US."
+        )
     if verdict.category == INVISIBLE_TEXT:
         return "Your message contains hidden or invisible characters."
     return f"Your message was blocked by the content policy ({verdict.name})."

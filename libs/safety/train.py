@@ -19,16 +19,16 @@ from pathlib import Path
 
 import numpy as np
 
-from libs.safety.classifier import WEIGHTS_PATH, softmax
+from libs.safety.classifier import WEIGHTS_PATH, harm_scores, softmax
 from libs.safety.taxonomy import BENIGN
 
 DATA = Path(__file__).resolve().parent / "data"
-L2_GRID = (1e-5, 3e-5, 1e-4, 3e-4)
+L2_GRID = (1e-5, 3e-5, 1e-4)
 FOLDS = 5
 BENIGN_SHARE = 0.5
 DEFAULT_L2 = 3e-5
-BLOCK_AT = 0.75  # mirrors the default policy threshold, for the cross-validation report
-FLAG_AT = 0.5
+BLOCK_AT = 0.5  # mirrors the default policy thresholds, for the cross-validation report
+FLAG_AT = 0.45
 
 
 def load(path: Path) -> list[dict[str, str]]:
@@ -37,15 +37,19 @@ def load(path: Path) -> list[dict[str, str]]:
 
 
 def embed_cached(texts: list[str], model: str, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
-    """Embeddings of ``texts``, reused from the temp dir when the same texts were embedded before
-    (re-embedding the set costs a minute of CPU; retraining with other settings should not)."""
-    key = hashlib.sha256("\x00".join([model, *texts]).encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"switchyard-safety-emb-{key}.npy"
+    """Embeddings of ``texts``; vectors of texts embedded in an earlier run are reused from a
+    cache in the temp dir (re-embedding the whole set costs minutes of CPU on a small machine)."""
+    key = hashlib.sha256(model.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"switchyard-safety-emb-{key}.npz"
+    known: dict[str, np.ndarray] = {}
     if path.exists():
-        return np.load(path)
-    X = embed(texts)
-    np.save(path, X)
-    return X
+        with np.load(path, allow_pickle=False) as z:
+            known = dict(zip((str(t) for t in z["texts"]), z["X"], strict=True))
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    if missing:
+        known.update(zip(missing, embed(missing), strict=True))
+        np.savez(path, texts=np.array(list(known)), X=np.stack(list(known.values())))
+    return np.stack([known[t] for t in texts]).astype(np.float32)
 
 
 def fit(
@@ -87,6 +91,7 @@ def fit(
 def report(P: np.ndarray, y: np.ndarray, classes: list[str]) -> tuple[float, float]:
     """(mean per-class recall at BLOCK_AT, benign false-positive rate at FLAG_AT)."""
     bi = classes.index(BENIGN)
+    P = harm_scores(P, bi)
     harm = np.delete(P, bi, axis=1)
     benign = y == bi
     fpr = float((harm[benign].max(axis=1) >= FLAG_AT).mean())
@@ -130,7 +135,7 @@ def main() -> None:
             P = np.zeros((len(rows), len(classes)), dtype=np.float32)
             for k in range(FOLDS):
                 tr, te = fold != k, fold == k
-                W, b = fit(X[tr], y[tr], len(classes), bi, cand)
+                W, b = fit(X[tr], y[tr], len(classes), bi, cand, steps=600)
                 P[te] = softmax(X[te] @ W.T + b)
             rec, fpr = report(P, y, classes)
             print(f"  cv l2={cand:g}: mean recall@{BLOCK_AT}={rec:.3f} benign FPR@{FLAG_AT}={fpr:.3f}")

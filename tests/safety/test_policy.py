@@ -30,7 +30,7 @@ def test_untrusted_sources_never_block() -> None:
 def test_model_output_only_judged_on_harm() -> None:
     p = SafetyPolicy()
     assert p.action(SECRETS, 1.0, "model") == ALLOW
-    assert p.action(S6, 1.0, "model") == BLOCK
+    assert p.action(S6, 1.0, "model") == BLOCK  # see model_block_at
 
 
 def test_tenant_overrides_merge_with_defaults() -> None:
@@ -46,3 +46,9 @@ def test_worst_action() -> None:
     assert worst_action(v) == BLOCK
     assert worst_action(v[:1]) == FLAG
     assert worst_action([]) == ALLOW
+
+
+def test_model_output_needs_near_certain_score_to_block() -> None:
+    p = SafetyPolicy()
+    assert p.action(S6, 0.7, "model") == FLAG
+    assert p.action(S6, 0.95, "model") == BLOCK

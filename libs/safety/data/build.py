@@ -4,6 +4,8 @@
 holds short goals ("steal a car", "bake bread") that are put into the same request frames for
 every label, harmful and benign alike, so the classifier learns the goal, not the phrasing.
 Objectives only feed the training set; the eval set is written separately, in other words.
+``src/holdout`` (-> ``holdout.jsonl``) was written last, after all tuning, in a looser chat
+style, and never used to choose data, thresholds or hyperparameters.
 
 Run: ``python -m libs.safety.data.build``
 """
@@ -48,7 +50,7 @@ def _label(path: Path) -> str:
 def build() -> dict[str, int]:
     rng = random.Random(13)
     counts: dict[str, int] = {}
-    for split in ("train", "eval"):
+    for split in ("train", "eval", "holdout"):
         rows: list[dict[str, str]] = []
         for f in sorted((SRC / split).glob("*.txt")):
             rows += [{"text": t, "label": _label(f)} for t in _lines(f)]
