@@ -18,7 +18,6 @@ import time
 import uuid
 from typing import Any
 
-from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
@@ -159,20 +158,16 @@ async def _run(gw: Gateway, work: Work, subject: str, timeout_s: float) -> list[
     got: list[ChatEvent] = []
     finished = asyncio.Event()
 
-    async def on_msg(msg: Msg) -> None:
-        try:
-            ev = ChatEvent.model_validate_json(msg.data)
-        except ValidationError:
-            return
+    async def on_event(ev: ChatEvent) -> None:
         if not finished.is_set():
             got.append(ev)
             if ev.type in ("done", "error"):
                 finished.set()
 
     # Subscribed (and known to the server) before the work goes out, so no event is missed.
-    sub = await gw.bus.nc.subscribe(subjects.chat_events(work.rid), cb=on_msg)
+    sub = await gw.bus.watch(subjects.chat_events(work.rid), ChatEvent, on_event)
     try:
-        await gw.bus.nc.flush()
+        await gw.bus.flush()
         deadline = H.now_ms() + int(timeout_s * 1000)
         await gw.bus.publish(subject, work, rid=work.rid, tenant=work.tenant, deadline_ms=deadline)
         with contextlib.suppress(TimeoutError):
@@ -268,7 +263,9 @@ async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> Repl
                             "user": work.user,
                         },
                         "client_status": status,
-                        "key_id": key.id,
+                        # Not `key_id`: abuse detection counts blocked requests per key, and an operator
+                        # replaying a blocked request is not the one who sent it.
+                        "replayed_by": key.id,
                         "finish_reason": final.finish_reason if final is not None else None,
                         "usage": final.usage.model_dump() if final is not None and final.usage else {},
                         "events": len(events),
