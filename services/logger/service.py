@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -12,7 +13,7 @@ import structlog
 from libs.bus import Bus, BusError
 from libs.store.db import make_engine
 from libs.store.records import RecordStore
-from libs.store.sql import now_ms
+from libs.store.sql import encode_cursor, now_ms
 from schemas import (
     ErrorCode,
     FeedbackList,
@@ -40,6 +41,7 @@ from services.logger.settings import LoggerSettings
 
 log = structlog.get_logger()
 DAY_MS = 24 * 3600 * 1000
+EXPORT_PAGE_BYTES = 512 * 1024
 
 
 class Admin:
@@ -66,9 +68,16 @@ class Admin:
         return RequestList(items=items, next_cursor=nxt)
 
     async def export(self, q: RequestListQuery) -> RequestExport:
-        # Pages stay small: full records carry prompts, and a NATS message has a size limit.
+        # Full records carry prompts and a NATS message has a size limit (1 MiB by default): a page ends
+        # early, with a cursor at its last row, once it holds about half of that.
         q = q.model_copy(update={"limit": min(q.limit, 50)})
         items, nxt = await self.store.export(q)
+        size = 0
+        for i, item in enumerate(items):
+            size += len(json.dumps(item, default=str))
+            if size > EXPORT_PAGE_BYTES and i > 0:
+                last = items[i - 1]
+                return RequestExport(items=items[:i], next_cursor=encode_cursor(last["created_ms"], last["rid"]))
         return RequestExport(items=items, next_cursor=nxt)
 
     async def stats(self, q: StatsQuery) -> Stats:

@@ -46,3 +46,30 @@ async def test_purge_once_follows_the_settings(tmp_path: Path) -> None:
     assert await store.get("ancient") is None
     assert await purge_once(store, settings) == (0, 0)
     await store.engine.dispose()
+
+
+async def test_export_pages_stay_under_the_message_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas import RequestListQuery
+    from services.logger import service
+
+    monkeypatch.setattr(service, "EXPORT_PAGE_BYTES", 3000)
+    store = RecordStore(make_engine(f"sqlite+aiosqlite:///{tmp_path / 'l.db'}"))
+    await store.init()
+    big = "x" * 1000
+    for i in range(7):
+        rec = _rec(f"r{i}", 1_000 + i)
+        rec.decision["record"]["output"] = big
+        await store.apply([rec])
+    admin = service.Admin(store)
+    seen: list[str] = []
+    q = RequestListQuery(limit=50)
+    pages = 0
+    while True:
+        page = await admin.export(q)
+        pages += 1
+        seen += [r["rid"] for r in page.items]
+        if not page.next_cursor:
+            break
+        q = q.model_copy(update={"cursor": page.next_cursor})
+    assert seen == [f"r{i}" for i in reversed(range(7))] and pages >= 3
+    await store.engine.dispose()
