@@ -89,6 +89,13 @@ class Admin:
     async def preferences(self, q: PreferenceQuery) -> PreferenceList:
         q = q.model_copy(update={"limit": min(q.limit, 100)})
         items, nxt = await self.store.preferences(q)
+        size = 0
+        for i, item in enumerate(items):
+            size += len(item.model_dump_json())
+            if size > EXPORT_PAGE_BYTES and i > 0:
+                last = items[i - 1]
+                cursor = encode_cursor(last.created_ms, last.chosen_rid, last.user)
+                return PreferenceList(items=items[:i], next_cursor=cursor)
         return PreferenceList(items=items, next_cursor=nxt)
 
 
