@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import os
 import platform
 import resource
@@ -20,6 +21,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from libs.engine import EngineConfig, SamplingParams, create_engine, default_model_path
+from libs.tokenizer import load_tokenizer
 
 MARK_BEGIN = "<!-- engine_bench:begin -->"
 MARK_END = "<!-- engine_bench:end -->"
@@ -89,6 +91,43 @@ async def bench_turns(dtype: str, turns: int, caching: bool) -> tuple[float, flo
     return ttfts[0], ttfts[-1]
 
 
+def bench_dtype_ab(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[str, dict[int, float]]:
+    """Min time of one decode step per dtype, interleaved so that load from other processes on
+    a shared box hits every dtype alike (the engine-level numbers above are far noisier)."""
+    import torch
+
+    from libs.engine.engine import engine_threads
+    from libs.engine.model import AttnBatch, KVCache, LlamaModel
+    from libs.engine.weights import load_weights
+
+    torch.set_num_threads(engine_threads())
+    models = {}
+    for d in dtypes:
+        cfg, w = load_weights(default_model_path(), d, os.path.join("var", "cache", "engine"))
+        models[d] = LlamaModel(cfg, w, d)
+    kv = KVCache(cfg, 64, 16, torch.float32)
+    ctx = 128
+    out: dict[str, dict[int, float]] = {d: {} for d in dtypes}
+    for b in batches:
+        batch = AttnBatch(
+            input_ids=torch.arange(b) + 100,
+            positions=torch.full((b,), ctx - 1),
+            slot_mapping=torch.full((b,), ctx - 1),
+            decode_rows=torch.arange(b),
+            decode_slots=torch.arange(ctx).expand(b, -1).contiguous(),
+            decode_mask=torch.ones(b, 1, 1, ctx, dtype=torch.bool),
+            prefills=[],
+            logits_rows=torch.arange(b),
+        )
+        for _ in range(reps):
+            for d, m in models.items():
+                t = time.perf_counter()
+                m.forward(batch, kv)
+                el = time.perf_counter() - t
+                out[d][b] = min(out[d].get(b, 1e9), el)
+    return out
+
+
 def bench_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
     try:
         import torch
@@ -102,10 +141,11 @@ def bench_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
     d, f = os.path.dirname(path), os.path.basename(path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     tok.padding_side = "left"
+    ours = load_tokenizer(path)  # renders the same prompt strings as the native runs
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
     res: dict[str, Any] = {}
     for s in [1, *streams]:
-        prompts = [chat_prompt(tok, i) for i in range(s)]
+        prompts = [chat_prompt(ours, i) for i in range(s)]
         batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         t = time.perf_counter()
         with torch.no_grad():
@@ -143,6 +183,7 @@ def render(
     hf: dict[str, Any],
     lcpp: dict[str, Any],
     rss_mb: float,
+    ab: dict[str, dict[int, float]] | None = None,
 ) -> str:
     lines = [
         MARK_BEGIN,
@@ -189,6 +230,20 @@ def render(
     ]
     for k, (a, b) in turns.items():
         lines.append(f"| {k} | {a:.3f} | {b:.3f} | {b / a if a else float('nan'):.2f}x |")
+    if ab:
+        batches = sorted(next(iter(ab.values())))
+        lines += [
+            "",
+            "Weight format sweep: best-of-5 time of one decode step (128-token context), "
+            "dtypes interleaved, tokens/s in brackets:",
+            "",
+            "| dtype | " + " | ".join(f"batch {b}" for b in batches) + " |",
+            "|---|" + "---|" * len(batches),
+        ]
+        for d, row in ab.items():
+            lines.append(
+                f"| {d} | " + " | ".join(f"{row[b] * 1000:.0f} ms ({b / row[b]:.0f})" for b in batches) + " |"
+            )
     lines += ["", f"Peak RSS of the benchmark process (native engines only): {rss_mb:.0f} MiB", MARK_END, ""]
     return "\n".join(lines)
 
@@ -214,19 +269,42 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--reuse-native", action="store_true", help="reuse bench/results/native.json")
+    ap.add_argument("--dtype-sweep", action="store_true", help="interleaved per-step dtype comparison")
     args = ap.parse_args()
     args.dtypes = args.dtypes.split(",")
     args.streams = [int(s) for s in args.streams.split(",")]
-    native = []
-    for d in args.dtypes:
-        print(f"native {d} ...", flush=True)
-        native.append(asyncio.run(bench_native(d, args.streams, args.max_tokens, args.turns)))
-        print(native[-1], flush=True)
-    turns = {}
-    for caching in (True, False):
-        turns["on" if caching else "off"] = asyncio.run(bench_turns(args.dtypes[0], args.turns, caching))
-        print("turns", caching, turns, flush=True)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    saved = os.path.join("bench", "results", "native.json")
+    if args.reuse_native and os.path.exists(saved):
+        # Resume after a failure in a later phase: the native runs take longest.
+        with open(saved) as fh:
+            blob = json.load(fh)
+        native, turns, rss_mb = (
+            blob["native"],
+            {k: tuple(v) for k, v in blob["turns"].items()},
+            blob["rss_mb"],
+        )
+        if not rss_mb:
+            asyncio.run(bench_native(args.dtypes[0], [8], 8, 1))
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    else:
+        native = []
+        for d in args.dtypes:
+            print(f"native {d} ...", flush=True)
+            native.append(asyncio.run(bench_native(d, args.streams, args.max_tokens, args.turns)))
+            print(native[-1], flush=True)
+        turns = {}
+        for caching in (True, False):
+            turns["on" if caching else "off"] = asyncio.run(bench_turns(args.dtypes[0], args.turns, caching))
+            print("turns", caching, turns, flush=True)
+        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        os.makedirs(os.path.dirname(saved), exist_ok=True)
+        with open(saved, "w") as fh:
+            json.dump({"native": native, "turns": turns, "rss_mb": rss_mb}, fh)
+    ab = None
+    if args.dtype_sweep:
+        ab = bench_dtype_ab(["fp32", "int8", "hybrid"], [1, 8, 32])
+        print("sweep", ab, flush=True)
     hf: dict[str, Any] = {"note": "skipped (--no-baselines)"}
     lcpp: dict[str, Any] = {"note": "skipped (--no-baselines)"}
     if not args.no_baselines:
@@ -234,7 +312,7 @@ def main() -> None:
         hf = bench_hf(args.streams, args.max_tokens)
         print(hf, flush=True)
         lcpp = bench_llama_cpp(args.max_tokens)
-    section = render(args, native, turns, hf, lcpp, rss_mb)
+    section = render(args, native, turns, hf, lcpp, rss_mb, ab)
     write(args.out, section)
     print(section)
 

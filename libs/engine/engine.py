@@ -113,13 +113,6 @@ class NativeEngine:
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
-        with self._cancel_lock:
-            early = self._early_cancels.pop(request_id, 0) is None
-        if early:
-            yield StreamChunk(
-                request_id, "", [], finished=True, finish_reason="cancelled", usage=Usage(0, 0, 0, None, None)
-            )
-            return
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids or len(ids) >= self.max_model_len or self._thread is None:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
@@ -136,8 +129,23 @@ class NativeEngine:
             asyncio.Queue(),
             TextStream(self.tokenizer, params.stop, self.tokenizer.eos_token_ids),
         )
-        self._streams[request_id] = stream
-        self._inbox.put(req)
+        # Registered under the cancel lock: a concurrent cancel() either lands in
+        # _early_cancels before this point or finds the request queued (see _drain_control).
+        with self._cancel_lock:
+            early = self._early_cancels.pop(request_id, 0) is None
+            if not early:
+                self._streams[request_id] = stream
+                self._inbox.put(req)
+        if early:
+            yield StreamChunk(
+                request_id,
+                "",
+                [],
+                finished=True,
+                finish_reason="cancelled",
+                usage=Usage(len(ids), 0, 0, None, None),
+            )
+            return
         self._wake.set()
         finished = False
         try:
@@ -194,13 +202,15 @@ class NativeEngine:
 
     def _drain_control(self) -> None:
         assert self.scheduler is not None
+        # Snapshot cancels before draining the inbox: a cancel taken here was issued after its
+        # request was queued, so the request is in the scheduler by the time we look it up.
+        with self._cancel_lock:
+            cancels, self._cancels = self._cancels, set()
         while True:
             try:
                 self.scheduler.add(self._inbox.get_nowait())
             except queue.Empty:
                 break
-        with self._cancel_lock:
-            cancels, self._cancels = self._cancels, set()
         for rid in cancels:
             req = self.scheduler.find(rid)
             if req is not None:

@@ -141,7 +141,7 @@ def load_weights(path: str, dtype: str, cache_dir: str | None) -> tuple[LlamaCon
         cache_file = os.path.join(cache_dir, f"{_file_key(path)}-{dtype}-v{_CACHE_VERSION}.pt")
         if os.path.exists(cache_file):
             try:
-                blob = torch.load(cache_file, map_location="cpu", weights_only=True)
+                blob = torch.load(cache_file, map_location="cpu", weights_only=True, mmap=True)
                 return LlamaConfig(**blob["config"]), blob["tensors"]
             except Exception:  # a torn or stale cache file is just a miss
                 log.warning("ignoring unreadable weight cache %s", cache_file, exc_info=True)

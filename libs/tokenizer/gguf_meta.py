@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gguf import GGUFReader
+
+log = logging.getLogger(__name__)
+_CACHE_VERSION = 1
 
 
 @dataclass
@@ -55,3 +62,36 @@ def read_tokenizer_meta(path: str) -> TokenizerMeta:
         context_length=int(_field(reader, f"{arch}.context_length", 2048)),
         extra=extra,
     )
+
+
+def _cache_file(path: str, cache_dir: str) -> str:
+    st = os.stat(path)
+    key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:20]
+    return os.path.join(cache_dir, f"{key}-v{_CACHE_VERSION}.json")
+
+
+def load_tokenizer_meta(path: str, cache_dir: str | None) -> TokenizerMeta:
+    """read_tokenizer_meta, memoised on disk.
+
+    GGUFReader builds a numpy view per vocabulary string (~100k of them), which takes seconds;
+    every service that counts tokens pays that at start-up, so the parsed result is cached as
+    JSON keyed by the file's path, size and mtime. Cache failures only cost the slow path.
+    """
+    if not cache_dir:
+        return read_tokenizer_meta(path)
+    cache = _cache_file(path, cache_dir)
+    try:
+        with open(cache, encoding="utf-8") as f:
+            return TokenizerMeta(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        pass
+    meta = read_tokenizer_meta(path)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(asdict(meta), f)
+        os.replace(tmp, cache)
+    except OSError:
+        log.warning("cannot write tokenizer cache %s", cache, exc_info=True)
+    return meta

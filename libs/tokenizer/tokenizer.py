@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from libs.tokenizer.gguf_meta import TokenizerMeta, read_tokenizer_meta
+from libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
 
 _CONTROL = 3
 _USER_DEFINED = 4
@@ -149,6 +150,8 @@ def load_tokenizer(gguf_path: str | None = None) -> Tokenizer:
     with _CACHE_LOCK:
         tok = _CACHE.get(gguf_path)
         if tok is None:
-            tok = Tokenizer(read_tokenizer_meta(gguf_path))
+            default_dir = os.path.join("var", "cache", "tokenizer")
+            cache_dir = os.environ.get("SWITCHYARD_TOKENIZER_CACHE", default_dir)
+            tok = Tokenizer(load_tokenizer_meta(gguf_path, cache_dir or None))
             _CACHE[gguf_path] = tok
         return tok

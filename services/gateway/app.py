@@ -16,6 +16,7 @@ from schemas import ErrorCode, ErrorInfo
 from services.gateway import admin_api, anthropic_api, chat_api, errors, feedback_api, openai_api, ops_api, standing
 from services.gateway.core import Gateway
 from services.gateway.metrics import Metrics
+from services.gateway.product import router as product_router
 from services.gateway.settings import GatewaySettings
 
 log = structlog.get_logger()
@@ -75,6 +76,7 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gateway = gw
     errors.install(app)
+    app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
     app.include_router(chat_api.router)
     app.include_router(openai_api.router)
     app.include_router(anthropic_api.router)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from libs.bus import BusError
 from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
+from services.gateway.attach import attach_files
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
@@ -38,6 +39,7 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    file_ids: list[str] = Field(default_factory=list, alias="fileIds", max_length=10)
 
 
 def chat_payload(event: ChatEvent) -> dict[str, Any]:
@@ -77,6 +79,8 @@ async def chat(request: Request) -> StreamingResponse:
     body = await read_json(request, ChatRequest, gw.settings.max_body_bytes)
     text = check_text(gw.settings, body.text)
     model, mode = resolve_model(gw.settings, body.model)
+    if body.file_ids:
+        await attach_files(gw, key, body.chat_id, body.file_ids)
     run = await start_run(
         gw,
         request,

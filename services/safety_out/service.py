@@ -18,7 +18,7 @@ import structlog
 
 from libs.bus import Bus, BusError, current_context
 from libs.bus.headers import now_ms
-from libs.safety import StreamGuard
+from libs.safety import InputGuard, StreamGuard
 from schemas import (
     CancelNotice,
     ChatEvent,
@@ -58,16 +58,18 @@ class Stream:
 
 
 class SafetyOut:
-    def __init__(self, bus: Bus, settings: SafetyOutSettings):
+    def __init__(self, bus: Bus, settings: SafetyOutSettings, classifier: InputGuard | None):
         self.bus = bus
         self.settings = settings
+        # Shared by every stream: with embeddings, each finished sentence is classified before release.
+        self.classifier = classifier
 
     async def open(self, req: StreamOpen) -> StreamOpenAck:
         work = req.work
         st = Stream(
             work=work,
-            guard=StreamGuard(holdback_chars=self.settings.holdback_chars),
-            thinking=StreamGuard(holdback_chars=self.settings.holdback_chars),
+            guard=StreamGuard(holdback_chars=self.settings.holdback_chars, guard=self.classifier),
+            thinking=StreamGuard(holdback_chars=self.settings.holdback_chars, guard=self.classifier),
             started_ms=now_ms(),
             t0=time.perf_counter(),
         )
@@ -97,7 +99,7 @@ class SafetyOut:
     async def _flush_thinking(self, st: Stream) -> None:
         if st.thinking.full_text and not st.thinking_done:
             st.thinking_done = True
-            rel = st.thinking.finish()
+            rel = await asyncio.to_thread(st.thinking.finish)
             st.redactions += [r.__dict__ for r in rel.redactions]
             await self._release(st, rel.text, "thinking")
 
@@ -109,14 +111,15 @@ class SafetyOut:
         st.next_seq = chunk.seq + 1
         if chunk.kind == "thinking":
             # Thinking is shown to the user too, so it passes the same redaction, on its own window.
-            trel = st.thinking.feed(chunk.text)
+            trel = await asyncio.to_thread(st.thinking.feed, chunk.text)
             st.redactions += [r.__dict__ for r in trel.redactions]
             await self._release(st, trel.text, "thinking")
             if not chunk.finished:
                 return
         else:
             await self._flush_thinking(st)
-        rel = st.guard.feed(chunk.text) if chunk.text and chunk.kind == "delta" else None
+        # Off the event loop: a finished sentence may go through the embedding classifier.
+        rel = await asyncio.to_thread(st.guard.feed, chunk.text) if chunk.text and chunk.kind == "delta" else None
         if rel is not None:
             st.redactions += [r.__dict__ for r in rel.redactions]
             await self._release(st, rel.text)
@@ -140,7 +143,7 @@ class SafetyOut:
         if not chunk.finished:
             return
         await self._flush_thinking(st)
-        rel = st.guard.finish()
+        rel = await asyncio.to_thread(st.guard.finish)
         st.redactions += [r.__dict__ for r in rel.redactions]
         await self._release(st, rel.text)
         usage = chunk.usage or Usage(prompt_tokens=st.work.prompt_tokens)
@@ -160,7 +163,7 @@ class SafetyOut:
         if st.watchdog is not None and st.watchdog is not asyncio.current_task():
             st.watchdog.cancel()
         work = st.work
-        final = [v.__dict__ for v in st.guard.final_check()]
+        final = [v.__dict__ for v in await asyncio.to_thread(st.guard.final_check)]
         if work.persist and work.chat_id:
             turn = Turn(
                 id=uuid.uuid4().hex,
@@ -224,5 +227,9 @@ class SafetyOut:
 
 
 async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable[None]] | None:
-    await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, SafetyOut(bus, settings).open, queue="safety_out")
+    classifier = None
+    if settings.use_embeddings:
+        classifier = await asyncio.to_thread(InputGuard, use_embeddings=True)
+        await asyncio.to_thread(classifier.check, "warm up", source="model")
+    await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, SafetyOut(bus, settings, classifier).open, queue="safety_out")
     return None

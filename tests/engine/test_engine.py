@@ -117,3 +117,12 @@ async def test_stop_finishes_open_streams(tiny):
     await eng.stop()
     rest = [c async for c in agen]
     assert rest[-1].finished and rest[-1].finish_reason == "cancelled"
+
+
+def test_package_import_is_cheap():
+    import os
+    import subprocess
+    import sys
+
+    code = "import sys, libs.engine; assert 'torch' not in sys.modules, 'torch imported eagerly'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())

@@ -96,3 +96,14 @@ def test_incremental_decoder_never_emits_broken_utf8(tok):
 def test_no_torch_import():
     code = "import sys, libs.tokenizer as t; t.load_tokenizer(); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
+
+
+def test_metadata_cache_roundtrip(tmp_path):
+    from libs.tokenizer.gguf_meta import load_tokenizer_meta, read_tokenizer_meta
+
+    path = default_model_path()
+    fresh = read_tokenizer_meta(path)
+    first = load_tokenizer_meta(path, str(tmp_path))  # writes the cache
+    assert list(tmp_path.iterdir())
+    again = load_tokenizer_meta(path, str(tmp_path))  # reads it back
+    assert fresh == first == again

@@ -39,7 +39,8 @@ async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, 
     bus = await connect(nats_server, "probe")
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
-            for _ in range(200):
+            # A process start under a loaded 2-core machine can take a while: wait up to a minute.
+            for _ in range(1200):
                 try:
                     if (await c.get("/healthz")).status_code == 200:
                         break

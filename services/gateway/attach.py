@@ -1,0 +1,71 @@
+"""`fileIds` on /chat: the named files join the conversation before its work is published."""
+
+from __future__ import annotations
+
+from libs.store.keys import ApiKey
+from schemas import ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
+from schemas import conversations as subj
+from services.gateway.core import Gateway
+from services.gateway.errors import ApiError
+from services.gateway.proxy import ask
+
+MAX_ATTACHED = 10
+
+
+async def attach_files(gw: Gateway, key: ApiKey, chat_id: str, file_ids: list[str]) -> None:
+    """`fileIds` on /chat: make each file part of the conversation before the work is published.
+
+    A library file is copied into the chat (the library keeps its own); one already attached there, or
+    copied there by an earlier message, is not added twice. Every id is checked before anything is
+    copied, so an unknown one (or another tenant's: the same 404) changes nothing.
+    """
+    ids = list(dict.fromkeys(file_ids))
+    if len(ids) > MAX_ATTACHED:
+        raise ApiError(ErrorCode.bad_request, f"at most {MAX_ATTACHED} files per message")
+    wanted = [
+        await ask(
+            gw,
+            subj.FILES_GET,
+            FileQuery(tenant=key.tenant, id=fid),
+            FileContent,
+            tenant=key.tenant,
+            missing=f"file {fid!r}",
+        )
+        for fid in ids
+    ]
+    if not wanted:
+        return
+    present = await ask(
+        gw,
+        subj.FILES_LIST,
+        FileListQuery(tenant=key.tenant, chat_id=chat_id),
+        FileList,
+        tenant=key.tenant,
+        missing="files",
+    )
+    for f in wanted:
+        if f.info.chat_id == chat_id or await _copied(gw, key, f, present.items):
+            continue
+        upload = FileUpload(
+            tenant=key.tenant,
+            user=key.user,
+            name=f.info.name,
+            media_type=f.info.media_type,
+            text=f.text,
+            chat_id=chat_id,
+        )
+        present.items.append(
+            await ask(gw, subj.FILES_PUT, upload, FileInfo, tenant=key.tenant, missing=f"conversation {chat_id!r}")
+        )
+
+
+async def _copied(gw: Gateway, key: ApiKey, f: FileContent, attached: list[FileInfo]) -> bool:
+    for info in attached:
+        if (info.name, info.chars, info.media_type) != (f.info.name, f.info.chars, f.info.media_type):
+            continue
+        got = await ask(
+            gw, subj.FILES_GET, FileQuery(tenant=key.tenant, id=info.id), FileContent, tenant=key.tenant, missing="file"
+        )
+        if got.text == f.text:
+            return True
+    return False

@@ -1,0 +1,156 @@
+"""Conversations: create, list (newest first, cursor pages), rename, delete, search.
+
+`GET /v1/conversations/{id}` (the thread) lives in chat_api.py. This router is included before it so
+that `/v1/conversations/search` is not taken for a conversation id. Lists and search show the key's
+own conversations (every one of the tenant's for a key without a user); reads by id are tenant-wide,
+and whatever belongs to another tenant is a 404, never a 403.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import (
+    ConversationList,
+    ConversationListQuery,
+    ConversationQuery,
+    ConversationRename,
+    ConversationReply,
+    ConversationSearch,
+    ConversationSummary,
+    DeleteAck,
+    SearchReply,
+    subjects,
+)
+from schemas import conversations as subj
+from services.gateway.auth import authenticate
+from services.gateway.body import read_json
+from services.gateway.chat_api import CHAT_ID_PATTERN
+from services.gateway.core import gateway
+from services.gateway.proxy import ask
+
+router = APIRouter()
+
+
+class CreateConversation(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", str_strip_whitespace=True)
+
+    # Optional: a client that names its chats (the page does, to put the id in the URL at once).
+    id: str | None = Field(None, pattern=CHAT_ID_PATTERN, alias="chatId")
+    title: str | None = Field(None, min_length=1, max_length=200)
+
+
+class RenameConversation(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    title: str = Field(min_length=1, max_length=200)
+
+
+def _has_body(request: Request) -> bool:
+    return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+
+
+@router.post("/v1/conversations")
+async def create(request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    body = (
+        await read_json(request, CreateConversation, gw.settings.max_body_bytes)
+        if _has_body(request)
+        else CreateConversation()
+    )
+    chat_id = body.id or uuid.uuid4().hex
+    missing = f"conversation {chat_id!r}"
+    conv = await ask(
+        gw,
+        subjects.CONVERSATION_OPEN,
+        ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
+        ConversationReply,
+        tenant=key.tenant,
+        missing=missing,
+    )
+    summary = ConversationSummary(chat_id=conv.chat_id, title=conv.title, created_ms=conv.created_ms)
+    if body.title:
+        summary = await ask(
+            gw,
+            subj.CONVERSATIONS_RENAME,
+            ConversationRename(tenant=key.tenant, chat_id=chat_id, title=body.title),
+            ConversationSummary,
+            tenant=key.tenant,
+            missing=missing,
+        )
+    return JSONResponse(summary.model_dump(mode="json"), status_code=201)
+
+
+@router.get("/v1/conversations")
+async def list_conversations(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=200)] = 20,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    page = await ask(
+        gw,
+        subj.CONVERSATIONS_LIST,
+        ConversationListQuery(tenant=key.tenant, user=key.user, limit=limit, cursor=cursor or None),
+        ConversationList,
+        tenant=key.tenant,
+        missing="conversations",
+    )
+    return JSONResponse(page.model_dump(mode="json"))
+
+
+@router.get("/v1/conversations/search")
+async def search(
+    request: Request,
+    q: Annotated[str, Query(min_length=1, max_length=200)],
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    reply = await ask(
+        gw,
+        subj.CONVERSATIONS_SEARCH,
+        ConversationSearch(tenant=key.tenant, user=key.user, q=q, limit=limit),
+        SearchReply,
+        tenant=key.tenant,
+        missing="conversations",
+    )
+    return JSONResponse(reply.model_dump(mode="json"))
+
+
+@router.patch("/v1/conversations/{chat_id}")
+async def rename(chat_id: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    body = await read_json(request, RenameConversation, gw.settings.max_body_bytes)
+    summary = await ask(
+        gw,
+        subj.CONVERSATIONS_RENAME,
+        ConversationRename(tenant=key.tenant, chat_id=chat_id, title=body.title),
+        ConversationSummary,
+        tenant=key.tenant,
+        missing=f"conversation {chat_id!r}",
+    )
+    return JSONResponse(summary.model_dump(mode="json"))
+
+
+@router.delete("/v1/conversations/{chat_id}")
+async def delete(chat_id: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    ack = await ask(
+        gw,
+        subj.CONVERSATIONS_DELETE,
+        ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
+        DeleteAck,
+        tenant=key.tenant,
+        missing=f"conversation {chat_id!r}",
+    )
+    return JSONResponse(ack.model_dump(mode="json"))

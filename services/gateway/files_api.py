@@ -1,0 +1,213 @@
+"""Uploads: text, markdown and PDF (its text layer, through pypdf) become files the context service
+keeps. A file lands in the user's library, or attached to a conversation (form field `chatId`, or
+`fileIds` on a later `/chat`); an attached file's text joins that chat's prompts within the budget.
+
+No python-multipart here: one form with one file is all we take, parsed with the standard library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from dataclasses import dataclass
+from email.message import Message
+from email.parser import BytesHeaderParser
+from pathlib import PurePosixPath
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from schemas import DeleteAck, ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
+from schemas import conversations as subj
+from services.gateway.auth import authenticate
+from services.gateway.body import read_body
+from services.gateway.chat_api import CHAT_ID_PATTERN
+from services.gateway.core import gateway
+from services.gateway.errors import ApiError
+from services.gateway.proxy import ask
+
+router = APIRouter()
+
+# The whole multipart body. The text kept is limited again, in characters, by the context service.
+MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+
+TEXT_TYPES = {"text/plain": "text/plain", "text/markdown": "text/markdown", "text/x-markdown": "text/markdown"}
+PDF = "application/pdf"
+BY_SUFFIX = {
+    ".txt": "text/plain",
+    ".text": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".pdf": PDF,
+}
+UNTYPED = {"", "application/octet-stream"}
+
+
+@dataclass
+class Part:
+    name: str
+    filename: str | None
+    media_type: str
+    data: bytes
+
+
+def _boundary(content_type: str) -> bytes:
+    msg = Message()
+    msg["content-type"] = content_type
+    if msg.get_content_type() != "multipart/form-data":
+        raise ApiError(ErrorCode.unsupported_media_type, f"upload as multipart/form-data, got {content_type!r}")
+    boundary = msg.get_param("boundary")
+    if not isinstance(boundary, str) or not boundary:
+        raise ApiError(ErrorCode.bad_request, "multipart body without a boundary")
+    return boundary.encode("latin-1")
+
+
+def parse_form(content_type: str, body: bytes) -> list[Part]:
+    """The parts of a multipart/form-data body (RFC 7578), in order."""
+    delimiter = b"\r\n--" + _boundary(content_type)
+    chunks = (b"\r\n" + body).split(delimiter)
+    parts: list[Part] = []
+    closed = False
+    for chunk in chunks[1:]:
+        if chunk.startswith(b"--"):
+            closed = True
+            break
+        head, sep, data = chunk.partition(b"\r\n\r\n")
+        if not sep:
+            raise ApiError(ErrorCode.bad_request, "malformed multipart part (no header end)")
+        headers = BytesHeaderParser().parsebytes(head.lstrip(b" \t").removeprefix(b"\r\n") + b"\r\n\r\n")
+        name = headers.get_param("name", header="content-disposition")
+        if not isinstance(name, str):
+            raise ApiError(ErrorCode.bad_request, "multipart part without a name")
+        filename = headers.get_filename()
+        media = headers.get_content_type() if headers.get("content-type") else ""
+        parts.append(Part(name, filename, media.lower(), data))
+    if not closed:
+        raise ApiError(ErrorCode.bad_request, "truncated multipart body (no closing boundary)")
+    return parts
+
+
+def media_type_of(filename: str, declared: str) -> str:
+    """What we will read the bytes as: the declared type when it is one we take, else the suffix's."""
+    if declared in TEXT_TYPES:
+        return TEXT_TYPES[declared]
+    if declared == PDF:
+        return PDF
+    suffix = PurePosixPath(filename).suffix.lower()
+    if declared in UNTYPED and suffix in BY_SUFFIX:
+        return BY_SUFFIX[suffix]
+    what = declared if declared not in UNTYPED else (suffix or "a file without a suffix")
+    raise ApiError(ErrorCode.unsupported_media_type, f"cannot read {what}: upload text, markdown or PDF")
+
+
+def _pdf_text(data: bytes) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except (PyPdfError, ValueError, KeyError, TypeError) as e:
+        raise ApiError(ErrorCode.bad_request, f"cannot read this PDF: {e}") from e
+    return "\n\n".join(p.strip() for p in pages if p.strip())
+
+
+async def extract_text(data: bytes, media_type: str) -> str:
+    if media_type == PDF:
+        if not data.startswith(b"%PDF-"):
+            raise ApiError(ErrorCode.bad_request, "not a PDF (no %PDF- header)")
+        # Parsing a PDF is CPU work; keep the loop free for the streams meanwhile.
+        text = await asyncio.to_thread(_pdf_text, data)
+        if not text:
+            raise ApiError(ErrorCode.bad_request, "this PDF has no text layer (a scan?): nothing to read")
+        return text
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ApiError(ErrorCode.bad_request, f"file is not valid UTF-8 (byte {e.start})") from e
+    if "\x00" in text:
+        raise ApiError(ErrorCode.unsupported_media_type, "file holds NUL bytes: binary files cannot be uploaded")
+    if not text.strip():
+        raise ApiError(ErrorCode.bad_request, "file is empty")
+    return text.replace("\r\n", "\n")
+
+
+@router.post("/v1/files")
+async def upload(request: Request) -> JSONResponse:
+    """multipart/form-data: `file` (required), `chatId` (optional: attach to that conversation)."""
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    content_type = request.headers.get("content-type", "")
+    _boundary(content_type)  # the wrong type fails before the body is read
+    parts = parse_form(content_type, await read_body(request, MAX_UPLOAD_BYTES))
+    files = [p for p in parts if p.name == "file"]
+    if len(files) != 1 or files[0].filename is None:
+        raise ApiError(ErrorCode.bad_request, "send exactly one file, in the form field `file`")
+    part = files[0]
+    fields = {p.name: p.data.decode("utf-8", "replace").strip() for p in parts if p.filename is None}
+    chat_id = fields.get("chatId") or fields.get("chat_id") or None
+    if chat_id is not None and not re.fullmatch(CHAT_ID_PATTERN, chat_id):
+        raise ApiError(ErrorCode.bad_request, f"chatId {chat_id!r} is not a conversation id")
+    name = PurePosixPath((part.filename or "").replace("\\", "/")).name.strip() or "upload"
+    media_type = media_type_of(name, part.media_type)
+    text = await extract_text(part.data, media_type)
+    info = await ask(
+        gw,
+        subj.FILES_PUT,
+        FileUpload(
+            tenant=key.tenant, user=key.user, name=name[:255], media_type=media_type, text=text, chat_id=chat_id
+        ),
+        FileInfo,
+        tenant=key.tenant,
+        missing=f"conversation {chat_id!r}",
+    )
+    return JSONResponse(info.model_dump(mode="json"), status_code=201)
+
+
+@router.get("/v1/files")
+async def list_files(
+    request: Request, chat_id: Annotated[str | None, Query(alias="chatId", max_length=128)] = None
+) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    got = await ask(
+        gw,
+        subj.FILES_LIST,
+        FileListQuery(tenant=key.tenant, user=key.user, chat_id=chat_id),
+        FileList,
+        tenant=key.tenant,
+        missing="files",
+    )
+    return JSONResponse(got.model_dump(mode="json"))
+
+
+@router.get("/v1/files/{file_id}")
+async def get_file(file_id: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    got = await ask(
+        gw,
+        subj.FILES_GET,
+        FileQuery(tenant=key.tenant, id=file_id),
+        FileContent,
+        tenant=key.tenant,
+        missing=f"file {file_id!r}",
+    )
+    return JSONResponse(got.model_dump(mode="json"))
+
+
+@router.delete("/v1/files/{file_id}")
+async def delete_file(file_id: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    ack = await ask(
+        gw,
+        subj.FILES_DELETE,
+        FileQuery(tenant=key.tenant, id=file_id),
+        DeleteAck,
+        tenant=key.tenant,
+        missing=f"file {file_id!r}",
+    )
+    return JSONResponse(ack.model_dump(mode="json"))

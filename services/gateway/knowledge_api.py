@@ -1,0 +1,118 @@
+"""Saved memory (per user) and tenant instructions (set by an admin): what context renders into the
+system block of every prompt after they change."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import (
+    DeleteAck,
+    Instructions,
+    InstructionsQuery,
+    MemoryAdd,
+    MemoryDelete,
+    MemoryItem,
+    MemoryList,
+    MemoryQuery,
+)
+from schemas import conversations as subj
+from services.gateway.auth import authenticate, authenticate_admin
+from services.gateway.body import read_json
+from services.gateway.core import gateway
+from services.gateway.proxy import ask
+
+router = APIRouter()
+
+
+class NewMemory(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    text: str = Field(min_length=1, max_length=2000)
+
+
+class SetInstructions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=200)
+    # Empty clears them.
+    text: str = Field(max_length=20000)
+
+
+@router.get("/v1/memory")
+async def memory_list(request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    items = await ask(
+        gw,
+        subj.MEMORY_LIST,
+        MemoryQuery(tenant=key.tenant, user=key.user),
+        MemoryList,
+        tenant=key.tenant,
+        missing="memory",
+    )
+    return JSONResponse(items.model_dump(mode="json"))
+
+
+@router.post("/v1/memory")
+async def memory_add(request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    body = await read_json(request, NewMemory, gw.settings.max_body_bytes)
+    item = await ask(
+        gw,
+        subj.MEMORY_ADD,
+        MemoryAdd(tenant=key.tenant, user=key.user, text=body.text),
+        MemoryItem,
+        tenant=key.tenant,
+        missing="memory",
+    )
+    return JSONResponse(item.model_dump(mode="json"), status_code=201)
+
+
+@router.delete("/v1/memory/{item_id}")
+async def memory_delete(item_id: str, request: Request) -> JSONResponse:
+    gw = gateway(request)
+    key = await authenticate(request, gw.keys)
+    ack = await ask(
+        gw,
+        subj.MEMORY_DELETE,
+        MemoryDelete(tenant=key.tenant, user=key.user, id=item_id),
+        DeleteAck,
+        tenant=key.tenant,
+        missing=f"memory item {item_id!r}",
+    )
+    return JSONResponse(ack.model_dump(mode="json"))
+
+
+@router.put("/v1/admin/instructions")
+async def instructions_set(request: Request) -> JSONResponse:
+    gw = gateway(request)
+    await authenticate_admin(request, gw.keys)
+    body = await read_json(request, SetInstructions, gw.settings.max_body_bytes)
+    saved = await ask(
+        gw,
+        subj.INSTRUCTIONS_SET,
+        Instructions(tenant=body.tenant, text=body.text),
+        Instructions,
+        tenant=body.tenant,
+        missing="instructions",
+    )
+    return JSONResponse(saved.model_dump(mode="json"))
+
+
+@router.get("/v1/admin/instructions")
+async def instructions_get(
+    request: Request, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+) -> JSONResponse:
+    """`?tenant=`; without it, the admin key's own tenant."""
+    gw = gateway(request)
+    key = await authenticate_admin(request, gw.keys)
+    who = tenant or key.tenant
+    got = await ask(
+        gw, subj.INSTRUCTIONS_GET, InstructionsQuery(tenant=who), Instructions, tenant=who, missing="instructions"
+    )
+    return JSONResponse(got.model_dump(mode="json"))
