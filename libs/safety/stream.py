@@ -147,9 +147,12 @@ class StreamGuard:
             pending = self.full_text[self._classified_to : p]
             due = final or len(pending) >= max(self.holdback_chars, 16) or bool(_BOUNDARY.search(pending))
             if due and pending.strip():
-                start = self._sentence_start(self._classified_to)
-                learned = self.guard.check(self.full_text[start:p], source="model")
-                verdicts += _soften_refusal(pending, [v for v in learned if v.classifier == EMBEDDING])
+                # One verdict list per sentence, so a refusal only softens its own sentence.
+                sentences = _sentences(self.full_text[self._sentence_start(self._classified_to) : p])
+                for sent, learned in zip(
+                    sentences, self.guard.check_many(sentences, source="model"), strict=True
+                ):
+                    verdicts += _soften_refusal(sent, [v for v in learned if v.classifier == EMBEDDING])
                 self._classified_to = p
             elif not due:
                 p = min(p, self._classified_to)
@@ -165,6 +168,15 @@ class StreamGuard:
         for m in _BOUNDARY.finditer(self.full_text, lo, at):
             start = m.end()
         return start
+
+
+def _sentences(text: str) -> list[str]:
+    out, at = [], 0
+    for m in _BOUNDARY.finditer(text):
+        out.append(text[at : m.end()])
+        at = m.end()
+    out.append(text[at:])
+    return [s for s in out if s.strip()]
 
 
 def _soften_refusal(text: str, verdicts: list[Verdict]) -> list[Verdict]:
