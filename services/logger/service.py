@@ -36,6 +36,7 @@ from schemas.records import (
     ADMIN_REQUESTS_LIST,
     ADMIN_STATS,
 )
+from services.logger.abuse import start_abuse_monitor
 from services.logger.consume import LogConsumer
 from services.logger.settings import LoggerSettings
 
@@ -126,6 +127,8 @@ async def setup(bus: Bus, settings: LoggerSettings) -> Callable[[], Awaitable[No
     await store.init()
     consumer = LogConsumer(bus, store, settings)
     await consumer.start()
+    # Its own durable consumer on the same stream: counting blocks never waits on the record writer.
+    abuse = await start_abuse_monitor(bus)
     admin = Admin(store)
     purge: asyncio.Task[None] | None = None
     if settings.retention_days is not None or settings.record_retention_days is not None:
@@ -146,6 +149,8 @@ async def setup(bus: Bus, settings: LoggerSettings) -> Callable[[], Awaitable[No
             purge.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await purge
+        if abuse is not None:
+            await abuse.stop()
         await consumer.stop()
         await engine.dispose()
 
