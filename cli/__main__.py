@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="start nats-server and every service; print the chat URL")
     p_run.add_argument("--timeout", type=float, default=600.0)
     sub.add_parser("keys", help="create, list and revoke API keys", add_help=False)
+    sub.add_parser("replay", help="replay logged requests and report changed outputs", add_help=False)
+    sub.add_parser("export", help="write logged requests or preference pairs as JSONL", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "run":
         return run(args)
@@ -59,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         from cli.keys import main as keys_main
 
         return keys_main(rest)
+    if args.cmd == "replay":
+        from cli.replay import main as replay_main
+
+        return replay_main(rest)
+    if args.cmd == "export":
+        from cli.export import main as export_main
+
+        return export_main(rest)
     return 2
 
 

@@ -45,6 +45,7 @@ class Stack:
     api_key: str = ""
     admin_key: str = ""
     metrics_port: int = 0
+    # The environment every service was started with, so one can be restarted alike.
     service_env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -114,6 +115,12 @@ class Stack:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def restart_service(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Stop one service (if running) and start it again with the stack's environment."""
+        if name in self.procs:
+            self.stop_service(name)
+        return self.start_service(name, {**self.service_env, **(extra_env or {})})
 
     def stop(self) -> None:
         # Reverse order: the gateway stops taking requests before the stages behind it go.

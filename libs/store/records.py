@@ -2,9 +2,14 @@
 
 A request's record is one JSON document keyed by rid, merged from every stage's StageRecord:
 `stages[<stage>]` holds that stage's timing, status and decision, and each decision's `record` dict is
-merged into the top level (gateway: api and request; context: prompt; safety_out: status, output,
-usage, model). Merging is idempotent, so a redelivered message changes nothing. A few fields are
-copied into columns so the console can filter without parsing JSON.
+merged into the top level (gateway: api and request; context: prompt; tools: the final prompt;
+safety_out: status, output, usage, model). When two stages set the same key, the later stage of the
+pipeline wins whatever the arrival order (`sources` remembers who set each key), so a record rebuilt
+from a redelivered stream is the same record. Merging is idempotent, so a redelivered message changes
+nothing. A few fields are copied into columns so the console can filter without parsing JSON.
+
+Tenants listed in `no_raw_text_tenants` never have raw text written: their records are scrubbed before
+the write. `purge_text` does the same to every record older than the retention cutoff.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Float,
     Index,
@@ -25,15 +31,32 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    delete,
+    inspect,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from libs.store.db import create_all
+from libs.store.record_merge import merge_stage, summarize
+from libs.store.record_stats import Row, aggregate, pick_bucket_s
+from libs.store.record_text import answer_text, dataset_row, digest, scrub
 from libs.store.sql import decode_cursor, encode_cursor, insert_ignore, now_ms, upsert
-from schemas import Feedback, RequestListQuery, RequestSummary, SpanBatch, SpanRecord, StageRecord
+from schemas import (
+    Feedback,
+    PreferencePair,
+    PreferenceQuery,
+    RequestListQuery,
+    RequestSummary,
+    SpanBatch,
+    SpanRecord,
+    StageRecord,
+    Stats,
+    StatsQuery,
+)
 
 metadata = MetaData()
 
@@ -45,16 +68,21 @@ requests = Table(
     Column("status", String(32), nullable=False, default="running"),
     Column("model", String()),
     Column("api", String(32)),
+    Column("mode", String(16)),
+    Column("safety_action", String(16)),
     Column("trace_id", String(32), nullable=False, default=""),
     Column("created_ms", BigInteger, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
     Column("latency_ms", Float),
     Column("ttft_ms", Float),
+    Column("tpot_ms", Float),
     Column("prompt_tokens", Integer),
     Column("cached_tokens", Integer),
     Column("completion_tokens", Integer),
     # The rid this request replays (gateway record key `replay_of`, api "replay").
     Column("replay_of", String()),
+    # Raw text removed (retention): the purge skips these rows.
+    Column("text_purged", Boolean, nullable=False, default=False),
     Column("record", JSON, nullable=False),
     Index("ix_requests_created", "created_ms"),
     Index("ix_requests_replay_of", "replay_of"),
@@ -98,72 +126,8 @@ feedback = Table(
 )
 
 Item = StageRecord | SpanBatch | Feedback
-
-
-def merge_stage(record: dict[str, Any], stage: StageRecord) -> dict[str, Any]:
-    """`record` with one stage's part merged in; applying the same stage twice gives the same record."""
-    out = dict(record)
-    decision = dict(stage.decision)
-    top = decision.pop("record", None)
-    stages = dict(out.get("stages") or {})
-    stages[stage.stage] = {
-        "replica": stage.replica,
-        "started_ms": stage.started_ms,
-        "duration_ms": stage.duration_ms,
-        "status": stage.status,
-        "decision": decision,
-        "error": stage.error.model_dump(mode="json") if stage.error else None,
-    }
-    out["stages"] = stages
-    if isinstance(top, dict):
-        out.update({k: v for k, v in top.items() if k != "stages"})
-    out["rid"] = stage.rid
-    for key in ("tenant", "trace_id"):
-        value = getattr(stage, key)
-        if value and not out.get(key):
-            out[key] = value
-    if stage.error and not out.get("error"):
-        out["error"] = {"stage": stage.stage, **stage.error.model_dump(mode="json")}
-    return out
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def summarize(record: dict[str, Any]) -> dict[str, Any]:
-    """The filterable columns of a record."""
-    stages: dict[str, dict[str, Any]] = record.get("stages") or {}
-    starts = [s["started_ms"] for s in stages.values()]
-    ends = [s["started_ms"] + s["duration_ms"] for s in stages.values()]
-    created = min(starts) if starts else now_ms()
-    status = record.get("status")
-    if not isinstance(status, str):
-        status = "error" if any(s["status"] == "error" for s in stages.values()) else "running"
-    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
-    assert isinstance(usage, dict)
-
-    def tokens(key: str) -> int | None:
-        v = _num(usage.get(key))
-        return None if v is None else int(v)
-
-    model = record.get("model")
-    api = record.get("api")
-    replay_of = record.get("replay_of")
-    return {
-        "tenant": str(record.get("tenant") or ""),
-        "trace_id": str(record.get("trace_id") or ""),
-        "status": status[:32],
-        "model": str(model)[:200] if model else None,
-        "api": str(api)[:32] if api else None,
-        "replay_of": str(replay_of) if replay_of else None,
-        "created_ms": int(created),
-        "latency_ms": (max(ends) - created) if ends else None,
-        "ttft_ms": _num(usage.get("ttft_ms")),
-        "prompt_tokens": tokens("prompt_tokens"),
-        "cached_tokens": tokens("cached_tokens"),
-        "completion_tokens": tokens("completion_tokens"),
-    }
+# Re-exported: the merge is part of this store's contract.
+__all__ = ["Item", "RecordStore", "merge_stage", "summarize"]
 
 
 def _summary(row: Any) -> RequestSummary:
@@ -176,12 +140,26 @@ def _span(row: Any) -> SpanRecord:
     return SpanRecord(**{k: m[k] for k in SpanRecord.model_fields})
 
 
+def _add_missing_columns(sync_conn: Any) -> None:
+    """A logger.db from an older version lacks the newer columns: add them (all are nullable or defaulted)."""
+    have = {c["name"] for c in inspect(sync_conn).get_columns("requests")}
+    for col in requests.columns:
+        if col.name in have:
+            continue
+        ddl = col.type.compile(dialect=sync_conn.dialect)
+        default = " NOT NULL DEFAULT false" if col.name == "text_purged" else ""
+        sync_conn.execute(text(f"ALTER TABLE requests ADD COLUMN {col.name} {ddl}{default}"))
+
+
 class RecordStore:
-    def __init__(self, engine: AsyncEngine):
+    def __init__(self, engine: AsyncEngine, no_raw_text_tenants: Sequence[str] = ()):
         self.engine = engine
+        self.no_raw_text = frozenset(no_raw_text_tenants)
 
     async def init(self) -> None:
         await create_all(self.engine, metadata)
+        async with self.engine.begin() as conn:
+            await conn.run_sync(_add_missing_columns)
 
     async def apply(self, items: Sequence[Item]) -> None:
         """Write a batch in one transaction: after it returns, every item is durable (ack then)."""
@@ -201,9 +179,12 @@ class RecordStore:
             if span_rows:
                 await conn.execute(insert_ignore(conn, spans, ["trace_id", "span_id"]), span_rows)
             for fb in ratings:
+                row = {**fb.model_dump(), "created_ms": fb.created_ms or now_ms()}
+                if fb.tenant in self.no_raw_text and row["comment"]:
+                    row["comment"] = "sha256:" + digest(row["comment"])["sha256"]
                 await conn.execute(
                     upsert(conn, feedback, ["rid", "user", "kind"], ["value", "other_rid", "comment", "created_ms"]),
-                    {**fb.model_dump(), "created_ms": fb.created_ms or now_ms()},
+                    row,
                 )
 
     async def _merge(self, conn: AsyncConnection, rid: str, stages: list[StageRecord]) -> None:
@@ -213,10 +194,19 @@ class RecordStore:
         await conn.execute(
             insert_ignore(conn, requests, ["rid"]).values(rid=rid, created_ms=now, updated_ms=now, record={})
         )
-        row = (await conn.execute(select(requests.c.record).where(requests.c.rid == rid).with_for_update())).first()
+        row = (
+            await conn.execute(
+                select(requests.c.record, requests.c.text_purged).where(requests.c.rid == rid).with_for_update()
+            )
+        ).first()
         record: dict[str, Any] = dict(row[0]) if row and row[0] else {}
+        purged = bool(row[1]) if row else False
         for stage in stages:
             record = merge_stage(record, stage)
+        # Scrubbed before it is written: an opted-out tenant's text never reaches the disk, and a stage
+        # record redelivered after the retention purge does not bring the text back.
+        if purged or record.get("tenant") in self.no_raw_text:
+            record = scrub(record)
         await conn.execute(
             update(requests).where(requests.c.rid == rid).values(record=record, updated_ms=now, **summarize(record))
         )
@@ -234,12 +224,25 @@ class RecordStore:
         async with self.engine.connect() as conn:
             return [_span(r) for r in (await conn.execute(q)).all()]
 
-    async def list_requests(self, q: RequestListQuery) -> tuple[list[RequestSummary], str | None]:
+    def _filtered(self, q: RequestListQuery) -> Any:
         c = requests.c
         sel = select(requests)
-        for col, value in ((c.tenant, q.tenant), (c.status, q.status), (c.model, q.model), (c.replay_of, q.replay_of)):
+        filters = (
+            (c.tenant, q.tenant),
+            (c.status, q.status),
+            (c.model, q.model),
+            (c.api, q.api),
+            (c.mode, q.mode),
+            (c.safety_action, q.safety_action),
+            (c.replay_of, q.replay_of),
+        )
+        for col, value in filters:
             if value:
                 sel = sel.where(col == value)
+        if q.replays is True:
+            sel = sel.where(c.replay_of.is_not(None))
+        elif q.replays is False:
+            sel = sel.where(c.replay_of.is_(None))
         if q.since_ms is not None:
             sel = sel.where(c.created_ms >= q.since_ms)
         if q.until_ms is not None:
@@ -247,21 +250,157 @@ class RecordStore:
         after = decode_cursor(q.cursor, 2)
         if after is not None:
             sel = sel.where(or_(c.created_ms < after[0], and_(c.created_ms == after[0], c.rid < after[1])))
-        sel = sel.order_by(c.created_ms.desc(), c.rid.desc()).limit(q.limit + 1)
+        return sel.order_by(c.created_ms.desc(), c.rid.desc()).limit(q.limit + 1)
+
+    async def list_requests(self, q: RequestListQuery) -> tuple[list[RequestSummary], str | None]:
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(sel)).all()
+            rows = (await conn.execute(self._filtered(q))).all()
         items = [_summary(r) for r in rows[: q.limit]]
         nxt = encode_cursor(items[-1].created_ms, items[-1].rid) if len(rows) > q.limit else None
         return items, nxt
 
-    async def feedback(self, tenant: str | None = None, rid: str | None = None, limit: int = 100) -> list[Feedback]:
+    async def export(self, q: RequestListQuery) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of dataset rows, newest first, with each request's feedback."""
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(self._filtered(q))).all()
+        page = rows[: q.limit]
+        ratings: dict[str, list[dict[str, Any]]] = {}
+        if page:
+            rids = [r.rid for r in page]
+            async with self.engine.connect() as conn:
+                for f in (await conn.execute(select(feedback).where(feedback.c.rid.in_(rids)))).all():
+                    m = f._mapping
+                    ratings.setdefault(m["rid"], []).append(
+                        {"kind": m["kind"], "value": m["value"], "other_rid": m["other_rid"], "comment": m["comment"]}
+                    )
+        items = []
+        for r in page:
+            summary = _summary(r).model_dump()
+            record = {**dict(r.record), "feedback": ratings.get(r.rid, [])}
+            items.append(dataset_row(r.rid, summary, record))
+        nxt = encode_cursor(page[-1].created_ms, page[-1].rid) if len(rows) > q.limit else None
+        return items, nxt
+
+    async def stats(self, q: StatsQuery) -> Stats:
+        until = q.until_ms or now_ms()
+        since = until - q.window_s * 1000
+        bucket_s = pick_bucket_s(q.window_s, q.bucket_s)
+        c = requests.c
+        sel = select(
+            c.created_ms,
+            c.status,
+            c.safety_action,
+            c.ttft_ms,
+            c.tpot_ms,
+            c.prompt_tokens,
+            c.cached_tokens,
+            c.completion_tokens,
+        ).where(c.created_ms >= since, c.created_ms < until)
+        if q.tenant:
+            sel = sel.where(c.tenant == q.tenant)
+        if not q.include_replays:
+            sel = sel.where(c.replay_of.is_(None))
+        async with self.engine.connect() as conn:
+            rows = [Row(*r) for r in (await conn.execute(sel)).all()]
+        total, buckets = aggregate(rows, since, until, bucket_s)
+        return Stats(
+            since_ms=since,
+            until_ms=until,
+            window_s=q.window_s,
+            bucket_s=bucket_s,
+            total=total,
+            buckets=buckets,
+            requests_per_minute=total.requests / (q.window_s / 60),
+        )
+
+    async def purge_text(self, before_ms: int, batch: int = 500) -> int:
+        """Scrub the raw text of records created before `before_ms` (retention); returns how many."""
+        c = requests.c
+        done = 0
+        while True:
+            async with self.engine.begin() as conn:
+                rows = (
+                    await conn.execute(
+                        select(c.rid, c.record).where(c.created_ms < before_ms, c.text_purged.is_(False)).limit(batch)
+                    )
+                ).all()
+                for rid, record in rows:
+                    await conn.execute(
+                        update(requests).where(c.rid == rid).values(record=scrub(dict(record)), text_purged=True)
+                    )
+            done += len(rows)
+            if len(rows) < batch:
+                return done
+
+    async def delete_before(self, before_ms: int) -> int:
+        """Drop whole records (and their spans and feedback) created before `before_ms`."""
+        c = requests.c
+        async with self.engine.begin() as conn:
+            old = select(c.rid).where(c.created_ms < before_ms)
+            traces = select(c.trace_id).where(c.created_ms < before_ms, c.trace_id != "")
+            await conn.execute(delete(spans).where(spans.c.trace_id.in_(traces)))
+            await conn.execute(delete(feedback).where(feedback.c.rid.in_(old)))
+            res = await conn.execute(delete(requests).where(c.created_ms < before_ms))
+        return int(res.rowcount or 0)
+
+    async def feedback(
+        self, tenant: str | None = None, rid: str | None = None, limit: int = 100, kind: str | None = None
+    ) -> list[Feedback]:
         f = feedback.c
         sel = select(feedback)
         if tenant:
             sel = sel.where(f.tenant == tenant)
         if rid:
             sel = sel.where(or_(f.rid == rid, f.other_rid == rid))
+        if kind:
+            sel = sel.where(f.kind == kind)
         sel = sel.order_by(f.created_ms.desc()).limit(limit)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(sel)).all()
         return [Feedback(**{k: r._mapping[k] for k in Feedback.model_fields}) for r in rows]
+
+    async def preferences(self, q: PreferenceQuery) -> tuple[list[PreferencePair], str | None]:
+        """Preference feedback joined with both answers and the prompt the chosen one saw."""
+        f = feedback.c
+        sel = select(feedback).where(f.kind == "preference", f.other_rid.is_not(None))
+        if q.tenant:
+            sel = sel.where(f.tenant == q.tenant)
+        after = decode_cursor(q.cursor, 3)
+        if after is not None:
+            sel = sel.where(
+                or_(
+                    f.created_ms < after[0],
+                    and_(f.created_ms == after[0], or_(f.rid < after[1], and_(f.rid == after[1], f.user < after[2]))),
+                )
+            )
+        sel = sel.order_by(f.created_ms.desc(), f.rid.desc(), f.user.desc()).limit(q.limit + 1)
+        async with self.engine.connect() as conn:
+            prefs = (await conn.execute(sel)).all()
+            page = prefs[: q.limit]
+            rids = {p.rid for p in page} | {p.other_rid for p in page}
+            got = await conn.execute(select(requests.c.rid, requests.c.record).where(requests.c.rid.in_(rids)))
+            recs = {r.rid: dict(r.record) for r in got}
+        items = []
+        for p in page:
+            chosen, rejected = recs.get(p.rid, {}), recs.get(p.other_rid, {})
+            req = chosen.get("request") if isinstance(chosen.get("request"), dict) else {}
+            assert isinstance(req, dict)
+            prompt = chosen.get("prompt")
+            items.append(
+                PreferencePair(
+                    tenant=p.tenant,
+                    user=p.user,
+                    chosen_rid=p.rid,
+                    rejected_rid=p.other_rid,
+                    prompt=prompt if isinstance(prompt, str) else "",
+                    text=req.get("text") if isinstance(req.get("text"), str) else "",
+                    chosen=answer_text(chosen),
+                    rejected=answer_text(rejected),
+                    created_ms=p.created_ms,
+                )
+            )
+        nxt = None
+        if len(prefs) > q.limit:
+            last = page[-1]
+            nxt = encode_cursor(last.created_ms, last.rid, last.user)
+        return items, nxt

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from libs.bus import Bus
 from libs.store.keys import KeyStore
 from schemas import ErrorCode, ErrorInfo
-from services.gateway import anthropic_api, chat_api, errors, openai_api, ops_api, standing
+from services.gateway import admin_api, anthropic_api, chat_api, errors, feedback_api, openai_api, ops_api, standing
 from services.gateway.core import Gateway
 from services.gateway.metrics import Metrics
 from services.gateway.product import router as product_router
@@ -82,5 +82,7 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(anthropic_api.router)
     app.include_router(ops_api.router)
     app.include_router(standing.router)
+    app.include_router(admin_api.router)
+    app.include_router(feedback_api.router)
     app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
     return app

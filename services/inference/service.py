@@ -107,7 +107,10 @@ class Inference:
         raw = subjects.stream_raw(gen.rid)
         out = gen.thinking if kind == "thinking" else gen.answer
         finish = "error"
+        first_ns: int | None = None
         async for chunk in self.engine.generate(request_id, prompt, params):
+            if first_ns is None:
+                first_ns = time.time_ns()  # the span event sits where the first token came out, not at the end
             if chunk.text:
                 out.append(chunk.text)
                 await self.bus.publish(raw, RawChunk(rid=gen.rid, seq=gen.seq, text=chunk.text, kind=kind))  # type: ignore[arg-type]
@@ -120,7 +123,7 @@ class Inference:
                     if first_phase:
                         gen.prompt_tokens, gen.cached_tokens, gen.ttft_s = u.prompt_tokens, u.cached_tokens, u.ttft_s
                         if gen.ttft_s is not None:
-                            span.add_event("gen_ai.first_token", {"ttft_ms": gen.ttft_s * 1000})
+                            span.add_event("gen_ai.first_token", {"ttft_ms": gen.ttft_s * 1000}, timestamp=first_ns)
                     if u.tpot_s is not None:
                         gen.decode_s += u.tpot_s * max(u.completion_tokens - 1, 0)
                 break

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
@@ -19,6 +20,14 @@ class LoggerSettings(ServiceSettings):
     ack_wait_s: float = 30.0
     # A message that fails this many deliveries is dropped (logged), so it cannot block the stream.
     max_deliver: int = 10
+
+    # Tenants whose raw text (prompts, outputs, tool results) is never stored: hashes and lengths instead.
+    no_raw_text_tenants: list[str] = Field(default_factory=list)
+    # Prompts and outputs older than this many days are scrubbed the same way; None keeps them.
+    retention_days: float | None = None
+    # Whole records (and their spans and feedback) older than this many days are deleted; None keeps them.
+    record_retention_days: float | None = None
+    purge_interval_s: float = 3600.0
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "logger")

@@ -1,0 +1,298 @@
+"""Replaying a logged request (`POST /v1/admin/replay/{rid}`).
+
+`inference`: the logged final prompt and sampling (seed included) go straight to `pipeline.route`, so the
+router picks a replica, tools passes the prompt through, and a greedy or seeded request must reproduce
+its output token for token. `pipeline`: the original message runs through every stage again against a
+snapshot of the conversation as it was (its earlier turns as client messages, no chat id), so nothing in
+the original conversation changes. Either way the replay is a request of its own: a new rid with
+`persist=False`, its own trace, and a gateway record carrying `replay_of`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+import re
+import time
+import uuid
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from pydantic import ValidationError
+
+from libs.bus import BusError
+from libs.bus import headers as H
+from libs.store.keys import ApiKey
+from schemas import (
+    ChatEvent,
+    ChatMessage,
+    ConversationQuery,
+    ConversationReply,
+    DiffSegment,
+    ErrorCode,
+    ReplayRequest,
+    ReplayResult,
+    RequestQuery,
+    RequestRecordReply,
+    Sampling,
+    StageRecord,
+    Work,
+    subjects,
+)
+from services.gateway.core import Gateway
+from services.gateway.errors import ApiError
+
+HISTORY_STATUSES = ("complete", "stopped")
+_WORDS = re.compile(r"\S+\s*|\s+")
+
+
+async def _record(gw: Gateway, rid: str) -> dict[str, Any]:
+    try:
+        reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
+    except BusError as e:
+        raise ApiError.from_bus(e) from e
+    return reply.record
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _sampling(record: dict[str, Any], req: ReplayRequest) -> Sampling:
+    # Inference logs the sampling it ran with (after the router's changes); the gateway logs what was asked.
+    base = _dict(record.get("sampling")) or _dict(_dict(record.get("request")).get("sampling"))
+    o = req.overrides
+    values = {**base, **{k: v for k, v in o.model_dump().items() if k not in ("model", "mode") and v is not None}}
+    try:
+        return Sampling.model_validate(values)
+    except ValidationError as e:
+        raise ApiError(ErrorCode.bad_request, f"invalid sampling overrides: {e.errors()[0]['msg']}") from e
+
+
+async def _history(gw: Gateway, record: dict[str, Any]) -> list[ChatMessage]:
+    """The conversation as the original request saw it: the turns before its own."""
+    request = _dict(record.get("request"))
+    chat_id = request.get("chat_id")
+    if not chat_id:
+        return [ChatMessage.model_validate(m) for m in request.get("messages") or []]
+    try:
+        conv = await gw.bus.request(
+            subjects.CONVERSATION_GET,
+            ConversationQuery(tenant=record.get("tenant", ""), chat_id=chat_id),
+            ConversationReply,
+            tenant=record.get("tenant", ""),
+        )
+    except BusError as e:
+        if e.code != ErrorCode.not_found:
+            raise ApiError.from_bus(e) from e
+        return []  # the conversation was deleted since: replay the message on its own
+    turns = conv.turns
+    idx = next((i for i, t in enumerate(turns) if t.rid == record["rid"]), None)
+    before = turns[:idx] if idx is not None else [t for t in turns if t.created_ms < int(record.get("created_ms", 0))]
+    out: list[ChatMessage] = []
+    for t in before:
+        if t.status in HISTORY_STATUSES:
+            out += [ChatMessage(role="user", content=t.user_text), ChatMessage(role="assistant", content=t.answer)]
+    return out
+
+
+async def _work(gw: Gateway, key: ApiKey, rid: str, record: dict[str, Any], req: ReplayRequest) -> tuple[Work, str]:
+    request = _dict(record.get("request"))
+    if not request:
+        raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged request yet (still running?)")
+    route = _dict(record.get("route"))
+    o = req.overrides
+    common: dict[str, Any] = {
+        "rid": uuid.uuid4().hex,
+        "tenant": record.get("tenant") or key.tenant,
+        "user": request.get("user") or key.user,
+        "key_id": key.id,
+        "api": "replay",
+        "chat_id": None,
+        "text": request.get("text") or "",
+        "system": request.get("system"),
+        "sampling": _sampling(record, req),
+        "created_ms": H.now_ms(),
+        "persist": False,
+        "replay_of": rid,
+        "replay_mode": req.mode,
+    }
+    if o.model is not None and o.model not in gw.settings.models:
+        raise ApiError(ErrorCode.not_found, f"model {o.model!r} does not exist; GET /v1/models lists them")
+    if req.mode == "inference":
+        if record.get("safety_action") == "block" and "inference" not in _dict(record.get("stages")):
+            # An inference replay skips input safety: it must not hand the model a prompt that was never allowed.
+            raise ApiError(
+                ErrorCode.bad_request, f"request {rid} was blocked by input safety; replay it in pipeline mode"
+            )
+        prompt = _str(record.get("prompt"))
+        if not prompt:
+            raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged prompt to replay")
+        context = _dict(_dict(_dict(record.get("stages")).get("context")).get("decision"))
+        tokens = _dict(record.get("usage")).get("prompt_tokens") or context.get("prompt_tokens")
+        work = Work(
+            **common,
+            model=o.model or record.get("model") or route.get("model") or request.get("model"),
+            mode=o.mode or record.get("mode") or route.get("mode") or request.get("mode"),
+            prompt=prompt,
+            prompt_tokens=tokens if isinstance(tokens, int) else 0,
+        )
+        return work, subjects.ROUTE
+    work = Work(
+        **common,
+        messages=await _history(gw, record),
+        model=o.model or request.get("model"),
+        mode=o.mode or request.get("mode"),
+    )
+    return work, subjects.CONTEXT
+
+
+async def _run(gw: Gateway, work: Work, subject: str, timeout_s: float) -> list[ChatEvent]:
+    """Publish the work and collect its events up to `done` or `error` (or the deadline)."""
+    got: list[ChatEvent] = []
+    finished = asyncio.Event()
+
+    async def on_event(ev: ChatEvent) -> None:
+        if not finished.is_set():
+            got.append(ev)
+            if ev.type in ("done", "error"):
+                finished.set()
+
+    # Subscribed (and known to the server) before the work goes out, so no event is missed.
+    sub = await gw.bus.watch(subjects.chat_events(work.rid), ChatEvent, on_event)
+    try:
+        await gw.bus.flush()
+        deadline = H.now_ms() + int(timeout_s * 1000)
+        await gw.bus.publish(subject, work, rid=work.rid, tenant=work.tenant, deadline_ms=deadline)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(finished.wait(), timeout_s)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    return got
+
+
+def word_diff(a: str, b: str) -> tuple[str, list[DiffSegment]]:
+    """A unified diff with one word per line, and the same comparison as segments for side-by-side views."""
+    wa, wb = _WORDS.findall(a), _WORDS.findall(b)
+    unified = "\n".join(
+        difflib.unified_diff([w.rstrip() for w in wa], [w.rstrip() for w in wb], "original", "replay", lineterm="")
+    )
+    segs = [
+        DiffSegment(op=op, a="".join(wa[i1:i2]), b="".join(wb[j1:j2]))  # type: ignore[arg-type]
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes()
+    ]
+    return unified, segs
+
+
+async def _replay_record(gw: Gateway, rid: str, timeout_s: float) -> dict[str, Any]:
+    """The replay's own record once inference has logged its raw output (the logger writes a moment later)."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
+            last = reply.record
+            if "raw_output" in last or last.get("status") == "error":
+                return last
+        except BusError:
+            pass
+        await asyncio.sleep(0.2)
+    return last
+
+
+async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> ReplayResult:
+    original = await _record(gw, rid)
+    work, subject = await _work(gw, key, rid, original, req)
+    t0, started = time.perf_counter(), H.now_ms()
+    span = gw.bus.tracer.start_span(
+        f"replay {req.mode}",
+        kind=SpanKind.SERVER,
+        attributes={
+            "http.request.method": "POST",
+            "http.route": "/v1/admin/replay/{rid}",
+            "switchyard.rid": work.rid,
+            "switchyard.replay_of": rid,
+            "switchyard.tenant": work.tenant,
+            "switchyard.api": "replay",
+        },
+    )
+    overrides = req.overrides.model_dump(exclude_none=True)
+    with trace.use_span(span, end_on_exit=True):
+        events = await _run(gw, work, subject, gw.settings.request_timeout_s)
+        final = events[-1] if events and events[-1].type in ("done", "error") else None
+        error = final.error if final is not None and final.type == "error" else None
+        if final is None:
+            status = "error"
+        elif error is not None:
+            status = "error"
+        else:
+            status = "stopped" if final.finish_reason == "cancelled" else "complete"
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error.message))
+        released = "".join(e.text for e in events if e.type == "delta")
+        await gw.bus.log_stage(
+            StageRecord(
+                rid=work.rid,
+                stage="gateway",
+                tenant=work.tenant,
+                started_ms=started,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                status="error" if status == "error" else "ok",
+                error=error,
+                decision={
+                    "record": {
+                        "api": "replay",
+                        "replay_of": rid,
+                        "replay_mode": req.mode,
+                        "overrides": overrides,
+                        "request": {
+                            "text": work.text,
+                            "chat_id": None,
+                            "model": work.model,
+                            "mode": work.mode,
+                            "system": work.system,
+                            "messages": [m.model_dump() for m in work.messages],
+                            "sampling": work.sampling.model_dump(),
+                            "user": work.user,
+                        },
+                        "client_status": status,
+                        # Not `key_id`: abuse detection counts blocked requests per key, and an operator
+                        # replaying a blocked request is not the one who sent it.
+                        "replayed_by": key.id,
+                        "finish_reason": final.finish_reason if final is not None else None,
+                        "usage": final.usage.model_dump() if final is not None and final.usage else {},
+                        "events": len(events),
+                    }
+                },
+            )
+        )
+    new = await _replay_record(gw, work.rid, 10.0)
+    # Token for token: the raw model output (before output redaction) of each; thinking too when present.
+    a = _str(original.get("raw_output")) or _str(original.get("output"))
+    b = _str(new.get("raw_output")) if "raw_output" in new else released
+    matched = a == b and _str(original.get("thinking")) == _str(new.get("thinking", original.get("thinking")))
+    diff, segs = ("", []) if matched else word_diff(a, b)
+    return ReplayResult(
+        rid=work.rid,
+        replay_of=rid,
+        mode=req.mode,
+        overrides=overrides,
+        status=status,
+        finish_reason=final.finish_reason if final is not None else None,
+        error=error.model_dump(mode="json") if error is not None else None,
+        output=b,
+        original_output=a,
+        matched=matched and status != "error",
+        diff=diff,
+        segments=segs,
+        usage=final.usage.model_dump() if final is not None and final.usage else {},
+        original_usage=_dict(original.get("usage")),
+        duration_ms=(time.perf_counter() - t0) * 1000,
+    )
