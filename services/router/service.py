@@ -110,6 +110,10 @@ async def setup(bus: Bus, settings: RouterSettings) -> Callable[[], Awaitable[No
     # Every router replica watches every replica's heartbeat (a watch, not a queue group).
     await registry.watch(router.registry_changed)
     await bus.stage(subjects.ROUTE, router.route)
+    # Ready (health answered, which serve() subscribes after setup) only once some replica is live:
+    # a router that knows no replica could only fail the requests /readyz invites.
+    while not router.replicas.live():
+        await asyncio.sleep(0.2)
 
     async def cleanup() -> None:
         registry.stop()
