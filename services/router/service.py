@@ -30,12 +30,14 @@ class Router:
         self.replicas = ReplicaTable(settings.replica_ttl_s)
         # Where each conversation went last, so a move can be explained as a failover.
         self._last: dict[str, str] = {}
+        self.first_replica = asyncio.Event()
 
     async def registry_changed(self, key: str, beat: Heartbeat | None) -> None:
         if beat is None:
             self.replicas.forget(key.split(".", 1)[1])
         else:
             self.replicas.observe(beat)
+            self.first_replica.set()
 
     def _model(self, work: Work) -> ModelSpec:
         name = (work.model or self.settings.default_model).split(":")[0]
@@ -112,8 +114,7 @@ async def setup(bus: Bus, settings: RouterSettings) -> Callable[[], Awaitable[No
     await bus.stage(subjects.ROUTE, router.route)
     # Ready (health answered, which serve() subscribes after setup) only once some replica is live:
     # a router that knows no replica could only fail the requests /readyz invites.
-    while not router.replicas.live():
-        await asyncio.sleep(0.2)
+    await router.first_replica.wait()
 
     async def cleanup() -> None:
         registry.stop()
