@@ -10,7 +10,10 @@ class InferenceSettings(ServiceSettings):
 
     engine: str = "native"  # 'native' | 'tensorrt_llm'
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
-    dtype: str = "auto"
+    # fp32 by default: its logits for a token do not depend on how many rows share the step, so a
+    # replay served from the prefix cache reproduces the original token for token. 'hybrid' (int8
+    # for small batches) decodes a single stream faster but picks its kernel by batch size.
+    dtype: str = "fp32"
     model_path: str | None = None
     # The name clients and the router use; None => the GGUF file name without its quantization suffix.
     model_name: str | None = None
