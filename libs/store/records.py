@@ -142,13 +142,16 @@ def _span(row: Any) -> SpanRecord:
 
 def _add_missing_columns(sync_conn: Any) -> None:
     """A logger.db from an older version lacks the newer columns: add them (all are nullable or defaulted)."""
-    have = {c["name"] for c in inspect(sync_conn).get_columns("requests")}
+    # The table may live in a translated schema (tests give each run a private PostgreSQL schema).
+    schema = (sync_conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    have = {c["name"] for c in inspect(sync_conn).get_columns("requests", schema=schema)}
+    table = f'"{schema}".requests' if schema else "requests"
     for col in requests.columns:
         if col.name in have:
             continue
         ddl = col.type.compile(dialect=sync_conn.dialect)
         default = " NOT NULL DEFAULT false" if col.name == "text_purged" else ""
-        sync_conn.execute(text(f"ALTER TABLE requests ADD COLUMN {col.name} {ddl}{default}"))
+        sync_conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {col.name} {ddl}{default}"))
 
 
 class RecordStore:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.records import RecordStore
+from libs.store.records import RecordStore, feedback, requests
 from libs.store.sql import now_ms
 from schemas import Feedback, PreferenceQuery, RequestListQuery, StageRecord, StatsQuery
 
@@ -145,8 +145,9 @@ async def test_opted_out_tenant_never_stores_raw_text(engine: AsyncEngine) -> No
     await store.apply([Feedback(rid="p1", tenant="private", user="u", value=-1, comment="my words")])
     await store.apply(_request("o1", 1_000))
     async with engine.connect() as conn:
-        raw = " ".join(str(r) for r in (await conn.execute(text("SELECT * FROM requests WHERE rid='p1'"))).all())
-        raw += " ".join(str(r) for r in (await conn.execute(text("SELECT * FROM feedback"))).all())
+        # Table objects, not SQL text, so the per-test PostgreSQL schema applies.
+        raw = " ".join(str(r) for r in (await conn.execute(select(requests).where(requests.c.rid == "p1"))).all())
+        raw += " ".join(str(r) for r in (await conn.execute(select(feedback))).all())
     for secret in (
         "secret question",
         "context prompt",
