@@ -2,7 +2,7 @@
 
 from libs.bus.bus import Bus, BusError, MsgContext, current_context
 from libs.bus.embedded import NatsServer, start_nats_server
-from libs.bus.runner import serve
+from libs.bus.runner import run_service, serve
 from libs.bus.settings import ServiceSettings
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "NatsServer",
     "ServiceSettings",
     "current_context",
+    "run_service",
     "serve",
     "start_nats_server",
 ]

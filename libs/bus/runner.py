@@ -6,15 +6,31 @@ import asyncio
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import structlog
 
 from libs.bus.bus import Bus, stable_id
+from libs.bus.settings import ServiceSettings
 from libs.telemetry import configure_logging, setup_tracing
 from schemas import HealthReply, HealthRequest, SpanBatch, subjects
 
 Cleanup = Callable[[], Awaitable[None]]
 Setup = Callable[[Bus], Awaitable[Cleanup | None]]
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[Cleanup | None]]) -> None:
+    """A service's `__main__`: the settings are built once there and handed to its setup."""
+    asyncio.run(
+        serve(
+            service,
+            settings.nats_url,
+            lambda bus: setup(bus, settings),
+            replica=settings.replica,
+            log_level=settings.log_level,
+        )
+    )
 
 
 async def serve(

@@ -149,9 +149,7 @@ class StreamGuard:
             if due and pending.strip():
                 # One verdict list per sentence, so a refusal only softens its own sentence.
                 sentences = _sentences(self.full_text[self._sentence_start(self._classified_to) : p])
-                for sent, learned in zip(
-                    sentences, self.guard.check_many(sentences, source="model"), strict=True
-                ):
+                for sent, learned in zip(sentences, self.guard.check_many(sentences, source="model"), strict=True):
                     verdicts += _soften_refusal(sent, [v for v in learned if v.classifier == EMBEDDING])
                 self._classified_to = p
             elif not due:

@@ -1,25 +1,11 @@
-import asyncio
 import uuid
 
-from libs.bus import serve
+from libs.bus import run_service
 from services.inference.service import setup
 from services.inference.settings import InferenceSettings
 
-
-def main() -> None:
+if __name__ == "__main__":
     settings = InferenceSettings()
     # The replica id is also this replica's subject (`infer.<pool>.<replica>`), so it must exist up front.
     settings.replica = settings.replica or uuid.uuid4().hex[:8]
-    asyncio.run(
-        serve(
-            "inference",
-            settings.nats_url,
-            lambda bus: setup(bus, settings),
-            replica=settings.replica,
-            log_level=settings.log_level,
-        )
-    )
-
-
-if __name__ == "__main__":
-    main()
+    run_service("inference", settings, setup)

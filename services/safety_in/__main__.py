@@ -1,22 +1,6 @@
-import asyncio
-
-from libs.bus import serve
+from libs.bus import run_service
 from services.safety_in.service import setup
 from services.safety_in.settings import SafetyInSettings
 
-
-def main() -> None:
-    settings = SafetyInSettings()
-    asyncio.run(
-        serve(
-            "safety_in",
-            settings.nats_url,
-            lambda bus: setup(bus, settings),
-            replica=settings.replica,
-            log_level=settings.log_level,
-        )
-    )
-
-
 if __name__ == "__main__":
-    main()
+    run_service("safety_in", SafetyInSettings(), setup)

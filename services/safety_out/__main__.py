@@ -1,22 +1,6 @@
-import asyncio
-
-from libs.bus import serve
+from libs.bus import run_service
 from services.safety_out.service import setup
 from services.safety_out.settings import SafetyOutSettings
 
-
-def main() -> None:
-    settings = SafetyOutSettings()
-    asyncio.run(
-        serve(
-            "safety_out",
-            settings.nats_url,
-            lambda bus: setup(bus, settings),
-            replica=settings.replica,
-            log_level=settings.log_level,
-        )
-    )
-
-
 if __name__ == "__main__":
-    main()
+    run_service("safety_out", SafetyOutSettings(), setup)

@@ -1,22 +1,6 @@
-import asyncio
-
-from libs.bus import serve
+from libs.bus import run_service
 from services.tools.service import setup
 from services.tools.settings import ToolsSettings
 
-
-def main() -> None:
-    settings = ToolsSettings()
-    asyncio.run(
-        serve(
-            "tools",
-            settings.nats_url,
-            lambda bus: setup(bus, settings),
-            replica=settings.replica,
-            log_level=settings.log_level,
-        )
-    )
-
-
 if __name__ == "__main__":
-    main()
+    run_service("tools", ToolsSettings(), setup)
