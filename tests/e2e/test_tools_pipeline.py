@@ -1,0 +1,28 @@
+"""A two-part question plans both tools, runs them before the first token, and the prompt holds both results."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+
+from cli.stack import Stack
+from tests.e2e.conftest import admin_record, chat
+
+
+def test_two_part_question_uses_orders_and_policy(client: httpx.Client, stack: Stack) -> None:
+    text = "What is the delivery status of my order, and what's your policy if it arrives damaged?"
+    evs, resp = chat(client, f"t-{uuid.uuid4().hex[:8]}", text)
+    kinds = [e.event for e in evs]
+    assert kinds[-1] == "done", kinds
+    finished = {e.data["name"]: e.data for e in evs if e.event == "tool" and e.data["status"] != "running"}
+    assert {"orders", "docs"} <= set(finished), finished
+    assert all(finished[n]["status"] == "ok" for n in ("orders", "docs"))
+    # Every tool event comes before the first token of the answer.
+    assert max(i for i, k in enumerate(kinds) if k == "tool") < kinds.index("delta")
+    rec = admin_record(stack, resp.headers["x-request-id"], lambda r: r["record"].get("status") == "complete")
+    prompt = rec["record"]["prompt"]
+    assert "<tool_results>" in prompt and "A100" in prompt and "damaged" in prompt.lower()
+    # Results sit after the history and before the new question, marked as data.
+    assert prompt.index("<tool_results>") < prompt.rindex(text)
+    assert {t["name"] for t in rec["record"]["tools"]} >= {"orders", "docs"}
