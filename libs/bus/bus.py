@@ -83,11 +83,15 @@ class Bus:
         self.telemetry = telemetry
         self.tracer = telemetry.tracer()
         self._subs: list[Any] = []
+        self._kvs: list[TypedKV[Any]] = []
         self._inflight = _Handled()
 
     @classmethod
     async def connect(cls, url: str, service: str, replica: str, telemetry: Telemetry) -> Bus:
-        nc = await nats.connect(url, name=f"{service}-{replica}", max_reconnect_attempts=-1, reconnect_time_wait=0.5)
+        # A bounded drain: shutdown waits for in-flight work (quiesce), not for idle subscriptions.
+        nc = await nats.connect(
+            url, name=f"{service}-{replica}", max_reconnect_attempts=-1, reconnect_time_wait=0.5, drain_timeout=5
+        )
         return cls(nc, service, replica, telemetry)
 
     # ---- headers -------------------------------------------------------------------------
@@ -228,7 +232,9 @@ class Bus:
         return sub
 
     async def kv(self, bucket: str, model: type[M], ttl_s: float | None = None) -> TypedKV[M]:
-        return TypedKV(await open_bucket(self.js, bucket, ttl_s), model)
+        kv = TypedKV(await open_bucket(self.js, bucket, ttl_s), model)
+        self._kvs.append(kv)
+        return kv
 
     async def unsubscribe(self, sub: Any) -> None:
         if sub in self._subs:
@@ -352,6 +358,8 @@ class Bus:
 
     async def quiesce(self, timeout: float = 10.0) -> None:
         """Stop taking work and let in-flight handlers finish; the connection stays up for flushing."""
+        for kv in self._kvs:
+            await kv.close()
         for sub in self._subs:
             try:
                 await sub.unsubscribe()

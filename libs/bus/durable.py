@@ -41,6 +41,7 @@ class DurableConsumer:
         self._batch = batch
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
+        self._sub: JetStreamContext.PullSubscription | None = None
 
     async def start(self) -> None:
         sub = await self._js.pull_subscribe(
@@ -49,6 +50,7 @@ class DurableConsumer:
             stream=self._stream,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL, ack_wait=30),
         )
+        self._sub = sub
         self._task = asyncio.create_task(self._run(sub))
 
     async def _run(self, sub: JetStreamContext.PullSubscription) -> None:
@@ -81,3 +83,6 @@ class DurableConsumer:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._task, 5.0)
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()

@@ -31,6 +31,7 @@ class TypedKV(Generic[M]):
         self._kv = kv
         self._model = model
         self._watch: asyncio.Task[None] | None = None
+        self._watcher: KeyValue.KeyWatcher | None = None
 
     async def put(self, key: str, value: M) -> int:
         return int(await self._kv.put(key, value.model_dump_json().encode()))
@@ -48,7 +49,7 @@ class TypedKV(Generic[M]):
 
     async def watch(self, on_change: Callable[[str, M | None], Awaitable[None]]) -> None:
         """Calls `on_change(key, value)` for every current and later value; `None` when a key is deleted."""
-        watcher = await self._kv.watchall()
+        watcher = self._watcher = await self._kv.watchall()
 
         async def run() -> None:
             async for entry in watcher:
@@ -64,3 +65,11 @@ class TypedKV(Generic[M]):
     def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
+
+    async def close(self) -> None:
+        """Stop watching and end the watch's subscription, so a draining connection need not wait on it."""
+        self.stop()
+        if self._watcher is not None:
+            with contextlib.suppress(Exception):
+                await self._watcher.stop()
+            self._watcher = None
