@@ -39,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        # A second Ctrl-C must not cut the shutdown short and leave services running.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("\nstopping...")
         stack.stop()
         print("stopped.")
