@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from libs.bus import BusError
 from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
 from services.gateway.attach import attach_files
@@ -17,6 +16,7 @@ from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
+from services.gateway.proxy import ask
 from services.gateway.replay import owned, replay
 from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
@@ -168,15 +168,12 @@ async def stop(rid: str, request: Request) -> JSONResponse:
 async def conversation(chat_id: str, request: Request) -> JSONResponse:
     gw = gateway(request)
     key = await authenticate(request, gw.keys)
-    try:
-        reply = await gw.bus.request(
-            subjects.CONVERSATION_GET,
-            ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
-            ConversationReply,
-            tenant=key.tenant,
-        )
-    except BusError as e:
-        if e.code == ErrorCode.not_found:
-            raise ApiError(ErrorCode.not_found, f"conversation {chat_id!r} not found") from e
-        raise ApiError.from_bus(e) from e
+    reply = await ask(
+        gw,
+        subjects.CONVERSATION_GET,
+        ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
+        ConversationReply,
+        tenant=key.tenant,
+        missing=f"conversation {chat_id!r}",
+    )
     return JSONResponse(reply.model_dump(mode="json"))
