@@ -1,8 +1,12 @@
-"""Engine benchmark: decode speed, batching, prefix-cache TTFT, vs transformers / llama.cpp.
+"""Engine benchmark: the native engine against transformers and llama-cpp-python, in one run.
 
-    python bench/engine_bench.py --out docs/benchmarks.md [--quick]
+    python bench/engine_bench.py --out docs/benchmarks.md [--quick] [--no-baselines]
 
-Writes a markdown section (appended to --out, or replacing this benchmark's earlier section).
+Every engine runs in its own worker process (`--worker ...`), one after another, so each peak
+RSS is its own and no engine warms another's caches. Every engine gets the same number of
+threads (SWITCHYARD_ENGINE_THREADS, else cores-1). The result is a markdown section written
+into --out (replacing this benchmark's earlier section), with the targets of the engine issue
+as ratios against the baselines measured in the same run.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import time
 from typing import Any
@@ -21,6 +26,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from libs.engine import EngineConfig, SamplingParams, create_engine, default_model_path
+from libs.engine.engine import engine_threads
 from libs.tokenizer import load_tokenizer
 
 MARK_BEGIN = "<!-- engine_bench:begin -->"
@@ -31,13 +37,21 @@ QUESTIONS = [
     "What are the benefits of regular exercise?",
     "Describe the water cycle.",
 ]
+# llama-cpp-python serves one request at a time: beyond this many streams its aggregate rate is
+# its sequential rate, so larger counts are not run (they would only cost minutes).
+LCPP_MAX_STREAMS = 8
 
 
 def chat_prompt(tok: Any, i: int) -> str:
-    return tok.apply_chat_template([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)] + f" ({i})"}])
+    return str(tok.apply_chat_template([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)] + f" ({i})"}]))
 
 
-async def one(eng: Any, rid: str, prompt: str, max_tokens: int) -> tuple[int, float | None]:
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- workers (each runs in its own process) ---------------------------------------------------
+async def _one(eng: Any, rid: str, prompt: str, max_tokens: int) -> tuple[int, float | None]:
     n, ttft = 0, None
     async for c in eng.generate(rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True)):
         n += len(c.token_ids)
@@ -46,65 +60,72 @@ async def one(eng: Any, rid: str, prompt: str, max_tokens: int) -> tuple[int, fl
     return n, ttft
 
 
-async def bench_native(dtype: str, streams: list[int], max_tokens: int, turns: int) -> dict[str, Any]:
-    res: dict[str, Any] = {"dtype": dtype}
-    eng = create_engine(EngineConfig(dtype=dtype))
+async def worker_native(dtype: str, streams: list[int], max_tokens: int, device: str) -> dict[str, Any]:
+    eng = create_engine(EngineConfig(dtype=dtype, device=device))
     t = time.perf_counter()
     await eng.start()
-    res["load_s"] = time.perf_counter() - t
+    res: dict[str, Any] = {"load_s": time.perf_counter() - t, "dtype": getattr(eng, "dtype", dtype)}
+    cal = getattr(eng, "calibration", None)
+    if cal is not None:
+        res["int8_max_rows"] = cal.int8_max_rows
     tok = eng.tokenizer
-    await one(eng, "warm", chat_prompt(tok, 0), 4)
-    # Single stream: decode rate excludes the first token (that is TTFT).
+    await _one(eng, "warm", chat_prompt(tok, 0), 4)
     t = time.perf_counter()
-    n, ttft = await one(eng, "single", chat_prompt(tok, 1), max_tokens)
+    n, ttft = await _one(eng, "single", chat_prompt(tok, 1), max_tokens)
     el = time.perf_counter() - t
-    res["single_ttft_s"] = ttft
-    res["single_tok_s"] = (n - 1) / (el - (ttft or 0))
+    res["ttft_s"] = ttft
+    res["decode_tok_s"] = (n - 1) / (el - (ttft or 0))
     for s in streams:
         t = time.perf_counter()
-        outs = await asyncio.gather(
-            *(one(eng, f"c{s}-{i}", chat_prompt(tok, i), max_tokens) for i in range(s))
-        )
+        outs = await asyncio.gather(*(_one(eng, f"c{s}-{i}", chat_prompt(tok, i), max_tokens) for i in range(s)))
         res[f"agg_{s}"] = sum(o[0] for o in outs) / (time.perf_counter() - t)
     await eng.stop()
     return res
 
 
-async def bench_turns(dtype: str, turns: int, caching: bool) -> tuple[float, float]:
-    """TTFT of turn 1 and turn `turns` of one growing conversation."""
+async def worker_turns(dtype: str, turns: int, caching: bool, reps: int = 3) -> dict[str, Any]:
+    """Median TTFT of each turn over `reps` growing conversations (distinct from their first
+    message, so one conversation never reuses another's cache): a turn's TTFT is tens of
+    milliseconds, and one scheduling hiccup would otherwise decide the ratio."""
+    import statistics
+
     eng = create_engine(EngineConfig(dtype=dtype, enable_prefix_caching=caching))
     await eng.start()
     tok = eng.tokenizer
-    msgs: list[dict[str, str]] = []
-    ttfts: list[float] = []
-    for t in range(turns):
-        msgs.append({"role": "user", "content": QUESTIONS[t % len(QUESTIONS)]})
-        text, ttft = "", 0.0
-        prompt = tok.apply_chat_template(msgs)
-        async for c in eng.generate(f"turn{t}", prompt, SamplingParams(max_tokens=48)):
-            text += c.text
-            if c.finished and c.usage is not None:
-                ttft = c.usage.ttft_s or 0.0
-        ttfts.append(ttft)
-        msgs.append({"role": "assistant", "content": text})
+    await _one(eng, "warm", chat_prompt(tok, 0), 4)
+    per_turn: list[list[float]] = [[] for _ in range(turns)]
+    prompt_tokens = 0
+    for rep in range(reps):
+        msgs: list[dict[str, str]] = []
+        for t in range(turns):
+            content = QUESTIONS[t % len(QUESTIONS)] + (f" (conversation {rep})" if t == 0 else "")
+            msgs.append({"role": "user", "content": content})
+            text = ""
+            async for c in eng.generate(f"r{rep}t{t}", tok.apply_chat_template(msgs), SamplingParams(max_tokens=48)):
+                text += c.text
+                if c.finished and c.usage is not None:
+                    per_turn[t].append(c.usage.ttft_s or 0.0)
+                    prompt_tokens = c.usage.prompt_tokens
+            msgs.append({"role": "assistant", "content": text})
     await eng.stop()
-    return ttfts[0], ttfts[-1]
+    return {"ttfts": [statistics.median(x) for x in per_turn], "last_prompt_tokens": prompt_tokens}
 
 
-def bench_dtype_ab(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[str, dict[int, float]]:
-    """Min time of one decode step per dtype, interleaved so that load from other processes on
-    a shared box hits every dtype alike (the engine-level numbers above are far noisier)."""
+def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[str, Any]:
+    """Best time of one decode step per weight format, formats interleaved so that load from
+    other processes on a shared box hits all of them alike."""
     import torch
 
-    from libs.engine.engine import engine_threads
+    from libs.engine.kernels import measure
     from libs.engine.model import AttnBatch, KVCache, LlamaModel
     from libs.engine.weights import load_weights
 
-    torch.set_num_threads(engine_threads())
+    cal = measure()
     models = {}
     for d in dtypes:
         cfg, w = load_weights(default_model_path(), d, os.path.join("var", "cache", "engine"))
         models[d] = LlamaModel(cfg, w, d)
+        models[d].int8_max_rows = cal.int8_max_rows
     kv = KVCache(cfg, 64, 16, torch.float32)
     ctx = 128
     out: dict[str, dict[int, float]] = {d: {} for d in dtypes}
@@ -113,11 +134,12 @@ def bench_dtype_ab(dtypes: list[str], batches: list[int], reps: int = 5) -> dict
             input_ids=torch.arange(b) + 100,
             positions=torch.full((b,), ctx - 1),
             slot_mapping=torch.full((b,), ctx - 1),
-            decode_rows=torch.arange(b),
-            decode_slots=torch.arange(ctx).expand(b, -1).contiguous(),
+            num_decodes=b,
+            decode_slots=torch.arange(ctx).repeat(b),
             decode_mask=torch.ones(b, 1, 1, ctx, dtype=torch.bool),
             prefills=[],
             logits_rows=torch.arange(b),
+            generated_only=True,
         )
         for _ in range(reps):
             for d, m in models.items():
@@ -125,18 +147,15 @@ def bench_dtype_ab(dtypes: list[str], batches: list[int], reps: int = 5) -> dict
                 m.forward(batch, kv)
                 el = time.perf_counter() - t
                 out[d][b] = min(out[d].get(b, 1e9), el)
-    return out
+    return {"steps": out, "calibration_us": cal.us, "int8_max_rows": cal.int8_max_rows}
 
 
-def bench_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
+def worker_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         return {"note": f"transformers not importable: {exc}"}
-    from libs.engine.engine import engine_threads
-
-    torch.set_num_threads(engine_threads())
     path = default_model_path()
     d, f = os.path.dirname(path), os.path.basename(path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
@@ -144,30 +163,82 @@ def bench_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
     ours = load_tokenizer(path)  # renders the same prompt strings as the native runs
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
     res: dict[str, Any] = {}
-    for s in [1, *streams]:
-        prompts = [chat_prompt(ours, i) for i in range(s)]
+
+    def gen(prompts: list[str], new: int) -> float:
         batch = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         t = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(
-                **batch, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False, pad_token_id=0
-            )
-        n = (out.shape[1] - batch["input_ids"].shape[1]) * s
-        res[f"agg_{s}"] = n / (time.perf_counter() - t)
+            model.generate(**batch, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0)
+        return time.perf_counter() - t
+
+    gen([chat_prompt(ours, 0)], 2)
+    ttft = gen([chat_prompt(ours, 1)], 1)
+    res["ttft_s"] = ttft
+    res["decode_tok_s"] = (max_tokens - 1) / (gen([chat_prompt(ours, 1)], max_tokens) - ttft)
+    for s in streams:
+        res[f"agg_{s}"] = s * max_tokens / gen([chat_prompt(ours, i) for i in range(s)], max_tokens)
     return res
 
 
-def bench_llama_cpp(max_tokens: int) -> dict[str, Any]:
+def worker_llama_cpp(streams: list[int], max_tokens: int) -> dict[str, Any]:
     try:
-        from llama_cpp import Llama  # type: ignore[import-not-found]
+        from llama_cpp import Llama  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
-        return {"note": "llama-cpp-python not installed (not built here)"}
-    llm = Llama(model_path=default_model_path(), n_ctx=2048, verbose=False)
-    t = time.perf_counter()
-    out = llm(QUESTIONS[0], max_tokens=max_tokens)
-    return {"agg_1": out["usage"]["completion_tokens"] / (time.perf_counter() - t)}
+        return {"note": "llama-cpp-python is not installed (`make bench` builds it when it can)"}
+    llm = Llama(model_path=default_model_path(), n_ctx=2048, n_threads=engine_threads(), verbose=False)
+    ours = load_tokenizer(default_model_path())
+
+    def one(i: int) -> tuple[int, float, float]:
+        t = time.perf_counter()
+        first, n = None, 0
+        for _ in llm(chat_prompt(ours, i), max_tokens=max_tokens, stream=True, temperature=0.0):
+            n += 1
+            first = first or time.perf_counter()
+        end = time.perf_counter()
+        return n, (first or end) - t, end - t
+
+    one(0)
+    n, ttft, el = one(1)
+    res: dict[str, Any] = {"ttft_s": ttft, "decode_tok_s": (n - 1) / (el - ttft)}
+    for s in streams:
+        if s > LCPP_MAX_STREAMS:
+            continue
+        t = time.perf_counter()
+        total = sum(one(i)[0] for i in range(s))  # one after another: it has no batching server
+        res[f"agg_{s}"] = total / (time.perf_counter() - t)
+    return res
 
 
+def run_worker(args: argparse.Namespace) -> None:
+    kind = args.worker
+    if kind == "native":
+        res = asyncio.run(worker_native(args.dtype, args.streams, args.max_tokens, args.device))
+    elif kind == "turns":
+        res = asyncio.run(worker_turns(args.dtype, args.turns, args.caching == "on"))
+    elif kind == "sweep":
+        res = worker_sweep(args.sweep_dtypes.split(","), [1, 8, 32])
+    elif kind == "hf":
+        res = worker_hf(args.streams, args.max_tokens)
+    else:
+        res = worker_llama_cpp(args.streams, args.max_tokens)
+    res["peak_rss_mb"] = peak_rss_mb()
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def spawn(extra: list[str], common: list[str]) -> dict[str, Any]:
+    """Run one worker in a fresh process; its last RESULT line is the answer."""
+    cmd = [sys.executable, os.path.abspath(__file__), *common, *extra]
+    print("$", " ".join(extra), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            res: dict[str, Any] = json.loads(line[7:])
+            print("  ", {k: v for k, v in res.items() if k != "steps"}, flush=True)
+            return res
+    return {"note": f"worker failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"}
+
+
+# -- report -----------------------------------------------------------------------------------
 def fmt(v: Any, unit: str = "") -> str:
     if v is None:
         return "-"
@@ -176,84 +247,118 @@ def fmt(v: Any, unit: str = "") -> str:
     return str(v)
 
 
-def render(
-    args: argparse.Namespace,
-    native: list[dict[str, Any]],
-    turns: dict[str, tuple[float, float]],
-    hf: dict[str, Any],
-    lcpp: dict[str, Any],
-    rss_mb: float,
-    ab: dict[str, dict[int, float]] | None = None,
-) -> str:
+def ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else None
+
+
+def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    s_cols = args.streams
     lines = [
         MARK_BEGIN,
         "## Engine benchmark",
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores (shared with other processes), "
-        f"torch threads per engine: from SWITCHYARD_ENGINE_THREADS or cores-1",
+        f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, {platform.processor() or 'cpu'}; "
+        f"{engine_threads()} thread(s) for every engine; load average at start {r['load']}",
         f"- command: `python bench/engine_bench.py {' '.join(sys.argv[1:])}`",
-        f"- model: {os.path.basename(default_model_path())}; "
-        f"{args.max_tokens} new tokens per stream, EOS ignored",
+        f"- model: {os.path.basename(default_model_path())}; {args.max_tokens} new tokens per stream, "
+        "EOS ignored, greedy; each engine in its own process, one after another",
         "",
-        "| engine | dtype | load s | 1-stream TTFT s | 1-stream decode tok/s | "
-        + " | ".join(f"{s} streams tok/s" for s in args.streams)
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(args.streams),
+        "| engine | weights | load s | TTFT s | 1-stream decode tok/s | "
+        + " | ".join(f"{s} streams tok/s" for s in s_cols)
+        + " | peak RSS MiB |",
+        "|---|---|---|---|---|" + "---|" * len(s_cols) + "---|",
     ]
-    for r in native:
+
+    def row(name: str, weights: str, res: dict[str, Any]) -> None:
+        if "note" in res:
+            lines.append(f"| {name} | {weights} | {res['note']} |")
+            return
         lines.append(
-            f"| native | {r['dtype']} | {fmt(r['load_s'])} | "
-            f"{fmt(r['single_ttft_s'])} | {fmt(r['single_tok_s'])} | "
-            + " | ".join(fmt(r.get(f"agg_{s}")) for s in args.streams)
-            + " |"
+            f"| {name} | {weights} | {fmt(res.get('load_s'))} | {fmt(res.get('ttft_s'))} | "
+            f"{fmt(res.get('decode_tok_s'))} | "
+            + " | ".join(fmt(res.get(f"agg_{s}")) for s in s_cols)
+            + f" | {fmt(res.get('peak_rss_mb'))} |"
         )
-    if "note" in hf:
-        lines.append(f"| transformers | fp32 | - | - | - | {hf['note']} |")
-    else:
-        lines.append(
-            f"| transformers generate (batched) | fp32 | - | - | {fmt(hf.get('agg_1'))} | "
-            + " | ".join(fmt(hf.get(f"agg_{s}")) for s in args.streams)
-            + " |"
-        )
-    if "note" in lcpp:
-        lines.append(f"| llama-cpp-python | Q4_1 | - | - | - | {lcpp['note']} |")
-    else:
-        lines.append(f"| llama-cpp-python | Q4_1 | - | - | {fmt(lcpp.get('agg_1'))} | |")
-    lines += [
-        "",
-        f"TTFT of a growing conversation ({args.turns} turns, 48 new tokens per turn, "
-        f"dtype {args.dtypes[0]}):",
-        "",
-        "| prefix caching | turn 1 TTFT s | last turn TTFT s | ratio |",
-        "|---|---|---|---|",
-    ]
-    for k, (a, b) in turns.items():
-        lines.append(f"| {k} | {a:.3f} | {b:.3f} | {b / a if a else float('nan'):.2f}x |")
-    if ab:
-        batches = sorted(next(iter(ab.values())))
+
+    for d in args.dtypes:
+        res = r["native"][d]
+        label = d if d != "auto" or "note" in res else f"auto → {res.get('dtype')} (int8 ≤ {res.get('int8_max_rows')} rows)"
+        row("native", label, res)
+    row("transformers `generate` (batched)", "fp32", r["hf"])
+    row("llama-cpp-python (sequential)", "GGUF Q4_1", r["lcpp"])
+    lines += ["", _targets(args, r), ""]
+    t_on, t_off = r["turns"].get("on", {}), r["turns"].get("off", {})
+    if "ttfts" in t_on and "ttfts" in t_off:
         lines += [
+            f"TTFT of turn 1 and turn {args.turns} of a growing conversation, median of 3 conversations "
+            f"(48 new tokens per turn, weights {args.dtypes[0]}, last prompt {t_on['last_prompt_tokens']} tokens):",
             "",
-            "Weight format sweep: best-of-5 time of one decode step (128-token context), "
-            "dtypes interleaved, tokens/s in brackets:",
+            "| prefix caching | turn 1 TTFT s | last turn TTFT s | ratio |",
+            "|---|---|---|---|",
+        ]
+        for k, t in (("on", t_on), ("off", t_off)):
+            a, b = t["ttfts"][0], t["ttfts"][-1]
+            lines.append(f"| {k} | {a:.3f} | {b:.3f} | {b / a:.2f}x |")
+        lines.append("")
+    sw = r.get("sweep")
+    if sw and "steps" in sw:
+        steps = sw["steps"]
+        batches = sorted(int(b) for b in next(iter(steps.values())))
+        lines += [
+            "One decode step of the forward pass alone (128-token context, best of 5, formats "
+            "interleaved), tokens/s in brackets:",
             "",
-            "| dtype | " + " | ".join(f"batch {b}" for b in batches) + " |",
+            "| weights | " + " | ".join(f"batch {b}" for b in batches) + " |",
             "|---|" + "---|" * len(batches),
         ]
-        for d, row in ab.items():
-            lines.append(
-                f"| {d} | " + " | ".join(f"{row[b] * 1000:.0f} ms ({b / row[b]:.0f})" for b in batches) + " |"
-            )
-    lines += ["", f"Peak RSS of the benchmark process (native engines only): {rss_mb:.0f} MiB", MARK_END, ""]
+        for d, per in steps.items():
+            cells = [f"{per[str(b)] * 1000:.1f} ms ({b / per[str(b)]:.0f})" for b in batches]
+            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+        cal = sw["calibration_us"]
+        lines += [
+            "",
+            "Kernel calibration (one 576→3072 product, µs; what `auto` measures at load):",
+            "",
+            "| kernel | " + " | ".join(f"{k} rows" for k in cal["fp32"]) + " |",
+            "|---|" + "---|" * len(cal["fp32"]),
+        ]
+        for k, per in cal.items():
+            lines.append(f"| {k} | " + " | ".join(f"{v:.0f}" for v in per.values()) + " |")
+        lines.append("")
+    lines += [MARK_END, ""]
     return "\n".join(lines)
+
+
+def _targets(args: argparse.Namespace, r: dict[str, Any]) -> str:
+    nat = r["native"][args.dtypes[0]]
+    hf, lcpp = r["hf"], r["lcpp"]
+    t_on = r["turns"].get("on", {}).get("ttfts")
+    big = 32 if 32 in args.streams else max(args.streams)
+    rows = [
+        ("single-stream decode vs llama-cpp-python", ratio(nat.get("decode_tok_s"), lcpp.get("decode_tok_s")), "≥ 0.6x", 0.6),
+        (f"{big} streams vs llama-cpp-python single stream", ratio(nat.get(f"agg_{big}"), lcpp.get("decode_tok_s")), "≥ 4x", 4.0),
+        (f"{big} streams vs transformers at {big}", ratio(nat.get(f"agg_{big}"), hf.get(f"agg_{big}")), "≥ 2x", 2.0),
+    ]
+    out = [
+        f"Targets (native `{args.dtypes[0]}` against the baselines of this run):",
+        "",
+        "| target | measured | wanted | met |",
+        "|---|---|---|---|",
+    ]
+    for name, v, want, bound in rows:
+        out.append(f"| {name} | {fmt(v, 'x')} | {want} | {'-' if v is None else ('yes' if v >= bound else 'no')} |")
+    if t_on:
+        v = t_on[-1] / t_on[0]
+        out.append(f"| turn-{args.turns} TTFT vs turn 1, prefix caching on | {v:.2f}x | ≤ 1.5x | {'yes' if v <= 1.5 else 'no'} |")
+    return "\n".join(out)
 
 
 def write(out: str, section: str) -> None:
     old = open(out).read() if os.path.exists(out) else "# Benchmarks\n\n"
     if MARK_BEGIN in old and MARK_END in old:
         head, rest = old.split(MARK_BEGIN, 1)
-        tail = rest.split(MARK_END, 1)[1].lstrip("\n")
-        new = head + section + tail
+        new = head + section + rest.split(MARK_END, 1)[1].lstrip("\n")
     else:
         new = old.rstrip("\n") + "\n\n" + section
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
@@ -264,55 +369,38 @@ def write(out: str, section: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="docs/benchmarks.md")
-    ap.add_argument("--dtypes", default="fp32,bf16,int8")
+    ap.add_argument("--dtypes", default="auto,fp32,bf16,int8", help="native weight formats; the first is the one judged")
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--quick", action="store_true", help="one format, 1 and 8 streams, 16 tokens")
     ap.add_argument("--no-baselines", action="store_true")
-    ap.add_argument("--reuse-native", action="store_true", help="reuse bench/results/native.json")
-    ap.add_argument("--dtype-sweep", action="store_true", help="interleaved per-step dtype comparison")
+    ap.add_argument("--worker", choices=["native", "turns", "sweep", "hf", "llama_cpp"], help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", default="auto", help=argparse.SUPPRESS)
+    ap.add_argument("--caching", default="on", help=argparse.SUPPRESS)
+    ap.add_argument("--sweep-dtypes", default="fp32,bf16,int8,hybrid", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.quick:
+        args.dtypes, args.streams, args.max_tokens, args.turns = "auto", "1,8", 16, 4
     args.dtypes = args.dtypes.split(",")
     args.streams = [int(s) for s in args.streams.split(",")]
-    saved = os.path.join("bench", "results", "native.json")
-    if args.reuse_native and os.path.exists(saved):
-        # Resume after a failure in a later phase: the native runs take longest.
-        with open(saved) as fh:
-            blob = json.load(fh)
-        native, turns, rss_mb = (
-            blob["native"],
-            {k: tuple(v) for k, v in blob["turns"].items()},
-            blob["rss_mb"],
-        )
-        if not rss_mb:
-            asyncio.run(bench_native(args.dtypes[0], [8], 8, 1))
-            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    else:
-        native = []
-        for d in args.dtypes:
-            print(f"native {d} ...", flush=True)
-            native.append(asyncio.run(bench_native(d, args.streams, args.max_tokens, args.turns)))
-            print(native[-1], flush=True)
-        turns = {}
-        for caching in (True, False):
-            turns["on" if caching else "off"] = asyncio.run(bench_turns(args.dtypes[0], args.turns, caching))
-            print("turns", caching, turns, flush=True)
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        os.makedirs(os.path.dirname(saved), exist_ok=True)
-        with open(saved, "w") as fh:
-            json.dump({"native": native, "turns": turns, "rss_mb": rss_mb}, fh)
-    ab = None
-    if args.dtype_sweep:
-        ab = bench_dtype_ab(["fp32", "int8", "hybrid"], [1, 8, 32])
-        print("sweep", ab, flush=True)
-    hf: dict[str, Any] = {"note": "skipped (--no-baselines)"}
-    lcpp: dict[str, Any] = {"note": "skipped (--no-baselines)"}
-    if not args.no_baselines:
-        print("transformers ...", flush=True)
-        hf = bench_hf(args.streams, args.max_tokens)
-        print(hf, flush=True)
-        lcpp = bench_llama_cpp(args.max_tokens)
-    section = render(args, native, turns, hf, lcpp, rss_mb, ab)
+    if args.worker:
+        run_worker(args)
+        return
+    common = ["--streams", ",".join(map(str, args.streams)), "--max-tokens", str(args.max_tokens)]
+    common += ["--turns", str(args.turns), "--device", args.device]
+    r: dict[str, Any] = {"load": f"{os.getloadavg()[0]:.2f}", "native": {}, "turns": {}}
+    for d in args.dtypes:
+        r["native"][d] = spawn(["--worker", "native", "--dtype", d], common)
+    for caching in ("on", "off"):
+        r["turns"][caching] = spawn(["--worker", "turns", "--dtype", args.dtypes[0], "--caching", caching], common)
+    skipped = {"note": "skipped (--no-baselines)"}
+    r["hf"] = skipped if args.no_baselines else spawn(["--worker", "hf"], common)
+    r["lcpp"] = skipped if args.no_baselines else spawn(["--worker", "llama_cpp"], common)
+    if not args.quick:
+        r["sweep"] = spawn(["--worker", "sweep"], common)
+    section = render(args, r)
     write(args.out, section)
     print(section)
 

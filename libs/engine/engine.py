@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from libs.engine.block_pool import BlockPool
+from libs.engine.kernels import Calibration, measure
 from libs.engine.model import KVCache, LlamaModel
 from libs.engine.request import Request, TextStream
 from libs.engine.runner import ModelRunner
@@ -24,8 +25,6 @@ from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
 log = logging.getLogger(__name__)
 
-# Measured on the 2-core CPU box (see docs/benchmarks.md): the fastest weight format here.
-AUTO_DTYPE = "hybrid"
 _KV_BYTES_DEFAULT = 1 << 30
 
 
@@ -56,7 +55,8 @@ class NativeEngine:
         self.tokenizer: Tokenizer = load_tokenizer(self.model_path)
         self.model_name = self.tokenizer.model_name
         self.max_model_len = min(config.max_model_len, self.tokenizer.context_length)
-        self.dtype = AUTO_DTYPE if config.dtype == "auto" else config.dtype
+        self.dtype = config.dtype  # 'auto' is resolved by measuring the kernels at load
+        self.calibration: Calibration | None = None
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._cancel_lock = threading.Lock()
         self._cancels: set[str] = set()
@@ -81,8 +81,16 @@ class NativeEngine:
 
     def _load(self) -> None:
         cache_dir = self.config.cache_dir or os.path.join("var", "cache", "engine")
+        torch.set_num_threads(engine_threads())
+        if self.dtype in ("auto", "hybrid"):
+            self.calibration = measure()
+            log.info("kernel calibration: %s", self.calibration)
+            if self.dtype == "auto":
+                self.dtype = self.calibration.best_dtype()
         cfg, tensors = load_weights(self.model_path, self.dtype, cache_dir)
         model = LlamaModel(cfg, tensors, self.dtype)
+        if self.calibration is not None:
+            model.int8_max_rows = self.calibration.int8_max_rows
         self.build_with_model(model)
 
     def build_with_model(self, model: LlamaModel) -> None:

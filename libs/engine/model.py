@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from libs.engine.kernels import DualWeight, Weight, linear
 from libs.engine.weights import LlamaConfig
 
 
@@ -22,6 +23,7 @@ class PrefillSpan:
     q_len: int
     start_pos: int  # position of the chunk's first token == tokens already in the cache
     ctx_slots: torch.Tensor  # [start_pos + q_len] cache slots of every key the chunk attends to
+    mask: torch.Tensor | None = None  # [q_len, start_pos + q_len] causal mask when start_pos > 0
 
 
 @dataclass
@@ -29,11 +31,13 @@ class AttnBatch:
     input_ids: torch.Tensor  # [T]
     positions: torch.Tensor  # [T]
     slot_mapping: torch.Tensor  # [T] where each token's K/V is written
-    decode_rows: torch.Tensor | None  # [Bd] rows that are single-token decodes
-    decode_slots: torch.Tensor | None  # [Bd, Lmax] padded key slots per decode
-    decode_mask: torch.Tensor | None  # [Bd, 1, 1, Lmax] True where the key is real
+    num_decodes: int  # rows [0, num_decodes) are single-token decodes, one per sequence
+    decode_slots: torch.Tensor | None  # [num_decodes * Lmax] padded key slots, row after row
+    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, Lmax] True where the key is real
     prefills: list[PrefillSpan]
     logits_rows: torch.Tensor  # [S] rows whose next-token logits are wanted
+    # Every row is a token the model generated (no prompt token, no recompute): see forward.
+    generated_only: bool = False
 
 
 class KVCache:
@@ -52,32 +56,6 @@ class KVCache:
     def bytes_per_block(cfg: LlamaConfig, block_size: int, dtype: torch.dtype) -> int:
         elem = torch.empty((), dtype=dtype).element_size()
         return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * elem
-
-
-@dataclass
-class DualWeight:
-    """fp32 and int8 copies of one matrix; see weights.convert('hybrid')."""
-
-    full: torch.Tensor
-    q: torch.Tensor
-    scale: torch.Tensor
-
-
-Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | DualWeight
-
-# Up to this many rows the int8 kernel beats fp32 here (bench/engine_bench.py, mm sweep).
-INT8_MAX_ROWS = 16
-
-
-def linear(x: torch.Tensor, w: Weight) -> torch.Tensor:
-    if isinstance(w, DualWeight):
-        if x.shape[0] <= INT8_MAX_ROWS:
-            return torch._weight_int8pack_mm(x.to(torch.bfloat16), w.q, w.scale).to(x.dtype)
-        return F.linear(x, w.full)
-    if isinstance(w, tuple):
-        # The int8 kernel is only fast with bf16 activations; everything around it stays fp32.
-        return torch._weight_int8pack_mm(x.to(torch.bfloat16), w[0], w[1]).to(x.dtype)
-    return F.linear(x, w)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -106,7 +84,11 @@ class LlamaModel:
     def __init__(self, cfg: LlamaConfig, tensors: dict[str, torch.Tensor], dtype: str) -> None:
         self.cfg = cfg
         self.dtype_name = dtype
-        self.compute_dtype = tensors["token_embd.weight"].dtype
+        # Activations, residuals and the KV cache are fp32 whatever the weight format.
+        self.compute_dtype = torch.float32
+        # Steps of at most this many rows, all decodes, use the int8 copy of hybrid weights
+        # (set from kernels.measure by the engine; see forward).
+        self.int8_max_rows = 4
         self.embed = tensors["token_embd.weight"]
         self.norm = tensors["output_norm.weight"]
         self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight")
@@ -166,29 +148,35 @@ class LlamaModel:
         """Run all scheduled tokens; returns fp32 logits for batch.logits_rows."""
         cfg = self.cfg
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        nqk = (nh + nkv) * hd
+        inter = cfg.intermediate_size
         x = self.embed[batch.input_ids]
         cos = self.cos[batch.positions].unsqueeze(1)
         sin = self.sin[batch.positions].unsqueeze(1)
         T = x.shape[0]
+        # int8 only for small steps of generated tokens: prompt tokens always take the dense
+        # kernel (both are batch-invariant, see kernels.py), so a prompt's KV does not depend on
+        # how it was split between the prefix cache and prefill, and a quiet replay recomputes
+        # exactly what the original run computed.
+        small = batch.generated_only and not batch.prefills and T <= self.int8_max_rows
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
-            qkv = linear(h, layer.qkv)
-            q = qkv[:, : nh * hd].view(T, nh, hd)
-            k = qkv[:, nh * hd : (nh + nkv) * hd].view(T, nkv, hd)
-            v = qkv[:, (nh + nkv) * hd :].view(T, nkv, hd)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            qkv = linear(h, layer.qkv, small)
+            # RoPE on q and k heads in one pass: they share positions.
+            qk = qkv[:, :nqk].view(T, nh + nkv, hd)
+            qk = qk * cos + rotate_half(qk) * sin
+            q, k = qk[:, :nh], qk[:, nh:]
+            v = qkv[:, nqk:].view(T, nkv, hd)
             kc, vc = kv.k[li], kv.v[li]
             kc.index_copy_(0, batch.slot_mapping, k)
             vc.index_copy_(0, batch.slot_mapping, v)
             attn = self._attention(q, k, v, kc, vc, batch)
-            x = x + linear(attn.reshape(T, nh * hd), layer.o)
+            x = x + linear(attn.reshape(T, nh * hd), layer.o, small)
             h = rms_norm(x, layer.ffn_norm, cfg.rms_eps)
-            gu = linear(h, layer.gate_up)
-            inter = cfg.intermediate_size
-            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down)
+            gu = linear(h, layer.gate_up, small)
+            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small)
         x = rms_norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
-        return linear(x, self.lm_head).float()
+        return linear(x, self.lm_head, small).float()
 
     def _attention(
         self,
@@ -199,14 +187,19 @@ class LlamaModel:
         vc: torch.Tensor,
         batch: AttnBatch,
     ) -> torch.Tensor:
-        out = torch.empty_like(q)
-        if batch.decode_rows is not None:
+        out = torch.empty(q.shape, dtype=q.dtype)
+        bd = batch.num_decodes
+        if bd:
             assert batch.decode_slots is not None and batch.decode_mask is not None
-            qd = q[batch.decode_rows].unsqueeze(2)  # [Bd, nh, 1, hd]
-            kd = kc[batch.decode_slots].transpose(1, 2)  # [Bd, nkv, L, hd]
-            vd = vc[batch.decode_slots].transpose(1, 2)
-            od = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=batch.decode_mask, enable_gqa=True)
-            out[batch.decode_rows] = od.squeeze(2)
+            # index_select on a flat index copies whole slot rows; advanced indexing with a 2-D
+            # index was 5x slower here and dominated batched decode steps.
+            width = batch.decode_mask.shape[-1]
+            kd = kc.index_select(0, batch.decode_slots).view(bd, width, *kc.shape[1:]).transpose(1, 2)
+            vd = vc.index_select(0, batch.decode_slots).view(bd, width, *vc.shape[1:]).transpose(1, 2)
+            od = F.scaled_dot_product_attention(
+                q[:bd].unsqueeze(2), kd, vd, attn_mask=batch.decode_mask, enable_gqa=True
+            )
+            out[:bd] = od.squeeze(2)
         for span in batch.prefills:
             rows = slice(span.row_start, span.row_start + span.q_len)
             qp = q[rows].transpose(0, 1).unsqueeze(0)  # [1, nh, q, hd]
@@ -216,10 +209,8 @@ class LlamaModel:
                 vp = v[rows].transpose(0, 1).unsqueeze(0)
                 op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
             else:
-                kp = kc[span.ctx_slots].transpose(0, 1).unsqueeze(0)
-                vp = vc[span.ctx_slots].transpose(0, 1).unsqueeze(0)
-                qpos = torch.arange(span.q_len).unsqueeze(1) + span.start_pos
-                mask = torch.arange(span.start_pos + span.q_len).unsqueeze(0) <= qpos
-                op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=True)
+                kp = kc.index_select(0, span.ctx_slots).transpose(0, 1).unsqueeze(0)
+                vp = vc.index_select(0, span.ctx_slots).transpose(0, 1).unsqueeze(0)
+                op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=span.mask, enable_gqa=True)
             out[rows] = op.squeeze(0).transpose(0, 1)
         return out

@@ -21,48 +21,53 @@ class ModelRunner:
 
     def build(self, seqs: list[ScheduledSeq]) -> AttnBatch:
         bs = self.block_size
+        # Single-token decodes take the first rows so attention reads them as one slice.
+        decodes = [s for s in seqs if s.num_new_tokens == 1 and s.request.num_computed > 0]
+        chunks = [s for s in seqs if not (s.num_new_tokens == 1 and s.request.num_computed > 0)]
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
-        decode_rows: list[int] = []
         decode_tables: list[list[int]] = []
         decode_lens: list[int] = []
         prefills: list[PrefillSpan] = []
-        logits_rows: list[int] = []
-        for seq in seqs:
+        last_row: dict[int, int] = {}  # id(seq) -> its last row, where its logits come from
+        for seq in [*decodes, *chunks]:
             req, n = seq.request, seq.num_new_tokens
             start = req.num_computed
             row = len(ids)
             ids.extend(req.all_ids[start : start + n])
             pos.extend(range(start, start + n))
             slots.extend(self._slots(req.block_ids, start, start + n))
-            if n == 1 and start > 0:
-                decode_rows.append(row)
-                nblk = -(-(start + 1) // bs)
-                decode_tables.append(req.block_ids[:nblk])
+            if row < len(decodes):
+                decode_tables.append(req.block_ids[: -(-(start + 1) // bs)])
                 decode_lens.append(start + 1)
+            elif start == 0:
+                prefills.append(PrefillSpan(row, n, 0, torch.empty(0, dtype=torch.long)))
             else:
-                ctx = torch.tensor(self._slots(req.block_ids, 0, start + n)) if start > 0 else torch.empty(0)
-                prefills.append(PrefillSpan(row, n, start, ctx.long()))
-            if seq.samples:
-                logits_rows.append(row + n - 1)
-        d_rows = d_slots = d_mask = None
-        if decode_rows:
+                # Built once per step, not once per layer: the chunk sees its cached prefix and
+                # itself causally.
+                ctx = torch.tensor(self._slots(req.block_ids, 0, start + n))
+                mask = torch.arange(start + n).unsqueeze(0) <= (torch.arange(n) + start).unsqueeze(1)
+                prefills.append(PrefillSpan(row, n, start, ctx, mask))
+            last_row[id(seq)] = row + n - 1
+        d_slots = d_mask = None
+        if decodes:
             width = max(len(t) for t in decode_tables)
             table = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables])
-            d_slots = (table.unsqueeze(-1) * bs + self._offsets).view(len(decode_rows), width * bs)
+            d_slots = (table.unsqueeze(-1) * bs + self._offsets).view(-1)
             d_mask = torch.arange(width * bs).unsqueeze(0) < torch.tensor(decode_lens).unsqueeze(1)
-            d_mask = d_mask.view(len(decode_rows), 1, 1, width * bs)
-            d_rows = torch.tensor(decode_rows)
+            d_mask = d_mask.view(len(decodes), 1, 1, width * bs)
         return AttnBatch(
             input_ids=torch.tensor(ids),
             positions=torch.tensor(pos),
             slot_mapping=torch.tensor(slots),
-            decode_rows=d_rows,
+            num_decodes=len(decodes),
             decode_slots=d_slots,
             decode_mask=d_mask,
             prefills=prefills,
-            logits_rows=torch.tensor(logits_rows, dtype=torch.long),
+            # In the order of `seqs`: the engine pairs sampled tokens with sequences by position.
+            logits_rows=torch.tensor([last_row[id(s)] for s in seqs if s.samples], dtype=torch.long),
+            generated_only=all(s.request.num_computed >= len(s.request.prompt_ids) for s in seqs),
         )
 
     def run(self, seqs: list[ScheduledSeq]) -> torch.Tensor:

@@ -45,7 +45,7 @@ class EngineConfig:
     kind: str = "native"  # 'native' | 'tensorrt_llm'
     model_path: str | None = None  # None => default_model_path()
     device: str = "cpu"
-    dtype: str = "auto"  # 'fp32' | 'bf16' | 'int8' | 'auto' (the fastest measured here)
+    dtype: str = "auto"  # 'fp32' | 'bf16' | 'int8' | 'hybrid' | 'auto' (measured at load)
     block_size: int = 16
     num_blocks: int = 0  # 0 => size from max_num_seqs * context (capped by kv_cache_bytes)
     max_num_seqs: int = 64

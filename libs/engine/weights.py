@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from libs.engine.kernels import quantize_int8
+
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 3
+_CACHE_VERSION = 4
 
 
 @dataclass
@@ -87,42 +89,28 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     return cfg, tensors
 
 
-def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-output-row int8, the layout torch._weight_int8pack_mm expects."""
-    scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-    return q.contiguous(), scale.contiguous()
-
-
 def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
-    """Cast to the serving dtype.
+    """Cast to a serving format (see libs/engine/kernels.py for why each exists).
 
-    'hybrid' keeps both an fp32 and an int8 copy of every matrix: on this AVX2 box the int8
-    kernel wins for a few rows (single-stream decode, bandwidth-bound) and fp32 wins for many
-    (batched steps, compute-bound); the model picks per call.
+    fp32: everything fp32. bf16 / int8: matrices in bf16 / int8 (per-row scales), norms and the
+    embedding table stay fp32. hybrid: both a bf16 and an int8 copy of every matrix; the model
+    picks one per step. A tied output projection gets its own copy in the matrix format.
     """
-    if dtype == "hybrid":
-        both = convert(tensors, "fp32")
-        both.update({k: v for k, v in convert(tensors, "int8").items() if k.endswith((".q", ".scale"))})
-        if "output.weight" not in both:
-            both["output.weight"] = both["token_embd.weight"]
-        return both
-    # int8 keeps fp32 activations and only feeds its matmuls bf16 (the fast int8 kernel
-    # path); on AVX2-only CPUs bf16 elementwise ops are slow.
-    compute = torch.bfloat16 if dtype == "bf16" else torch.float32
+    if dtype not in ("fp32", "bf16", "int8", "hybrid"):
+        raise ValueError(f"unknown weight format {dtype!r}")
+    tensors = dict(tensors)
+    if "output.weight" not in tensors and dtype != "fp32":
+        tensors["output.weight"] = tensors["token_embd.weight"]
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
-        if dtype == "int8" and is_matrix:
-            q, s = quantize_int8(t)
-            out[name + ".q"] = q
-            out[name + ".scale"] = s.to(torch.bfloat16)
-        else:
-            out[name] = t.to(compute)
-    if dtype == "int8" and "output.weight" not in tensors:
-        q, s = quantize_int8(tensors["token_embd.weight"])
-        out["output.weight.q"] = q
-        out["output.weight.scale"] = s.to(torch.bfloat16)
+        if not is_matrix or dtype == "fp32":
+            out[name] = t.to(torch.float32)
+            continue
+        if dtype in ("bf16", "hybrid"):
+            out[name] = t.to(torch.bfloat16).contiguous()
+        if dtype in ("int8", "hybrid"):
+            out[name + ".q"], out[name + ".scale"] = quantize_int8(t)
     return out
 
 

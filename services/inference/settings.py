@@ -10,10 +10,10 @@ class InferenceSettings(ServiceSettings):
 
     engine: str = "native"  # 'native' | 'tensorrt_llm'
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
-    # fp32 by default: its logits for a token do not depend on how many rows share the step, so a
-    # replay served from the prefix cache reproduces the original token for token. 'hybrid' (int8
-    # for small batches) decodes a single stream faster but picks its kernel by batch size.
-    dtype: str = "fp32"
+    # 'auto' measures the kernels at load and picks 'hybrid' (int8 for small decode steps, bf16
+    # otherwise) where bf16 is fast, else 'int8'. Both keep a prompt's KV independent of batch
+    # shape, so a quiet replay reproduces token for token (docs/architecture.md, "Weight formats").
+    dtype: str = "auto"  # 'auto' | 'hybrid' | 'int8' | 'bf16' | 'fp32'
     model_path: str | None = None
     # The name clients and the router use; None => the GGUF file name without its quantization suffix.
     model_name: str | None = None

@@ -1,0 +1,83 @@
+"""Weight formats and kernels: the properties the engine's defaults rely on."""
+
+import pytest
+import torch
+
+from libs.engine import SamplingParams
+from libs.engine.kernels import DualWeight, linear, measure, quantize_int8
+from libs.engine.model import LlamaModel
+from libs.engine.weights import convert, load_weights
+from tests.engine.conftest import CACHE_DIR, make_engine
+
+
+def _weights() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(256, 576, generator=g) * 0.05, torch.randn(70, 576, generator=g)
+
+
+@pytest.mark.parametrize("kind", ["bf16", "int8"])
+def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_call(kind):
+    # Replays and prefix-cache hits recompute a token in a batch of another size; with these
+    # kernels the result is bit-identical, so greedy output cannot drift.
+    w, x = _weights()
+    q, s = quantize_int8(w)
+    weight = DualWeight(w.to(torch.bfloat16), q, s)
+    small = kind == "int8"
+    alone = linear(x[3:4], weight, small)
+    for rows in (4, 9, 33, 70):
+        assert torch.equal(linear(x[:rows], weight, small)[3:4], alone), rows
+
+
+def test_int8_and_bf16_stay_close_to_fp32():
+    w, x = _weights()
+    ref = x @ w.T
+    q, s = quantize_int8(w)
+    for small in (True, False):
+        got = linear(x, DualWeight(w.to(torch.bfloat16), q, s), small)
+        assert (got - ref).abs().max() / ref.abs().max() < 0.02
+
+
+def test_measure_reports_every_format_and_a_choice():
+    cal = measure(hidden=64, out=128, rows=(1, 2, 4), reps=2)
+    assert set(cal.us) == {"fp32", "bf16", "int8"} and all(len(v) == 3 for v in cal.us.values())
+    assert cal.int8_max_rows in (0, 1, 2, 4)
+    assert cal.best_dtype() in ("hybrid", "int8")
+
+
+def test_convert_formats():
+    t = {
+        "token_embd.weight": torch.randn(10, 8),
+        "output_norm.weight": torch.ones(8),
+        "blk.0.ffn_down.weight": torch.randn(8, 16),
+    }
+    bf = convert(t, "bf16")
+    assert bf["blk.0.ffn_down.weight"].dtype == torch.bfloat16 and bf["output_norm.weight"].dtype == torch.float32
+    assert bf["output.weight"].dtype == torch.bfloat16  # a tied head gets its own copy
+    hy = convert(t, "hybrid")
+    assert hy["blk.0.ffn_down.weight.q"].dtype == torch.int8 and "blk.0.ffn_down.weight" in hy
+    assert "output.weight" not in convert(t, "fp32")
+    with pytest.raises(ValueError, match="unknown weight format"):
+        convert(t, "fp8")
+
+
+@pytest.mark.slow
+async def test_hybrid_prompt_from_the_prefix_cache_gives_the_same_tokens(model_path, tokenizer):
+    cfg, tensors = load_weights(model_path, "hybrid", CACHE_DIR)
+    model = LlamaModel(cfg, tensors, "hybrid")
+    model.int8_max_rows = 4
+    eng = make_engine(model, num_blocks=64)
+    await eng.start()
+    try:
+        prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "Name three rivers."}]))
+        runs = []
+        for i in range(2):
+            ids, cached = [], 0
+            async for c in eng.generate(f"r{i}", prompt, SamplingParams(max_tokens=16)):
+                ids += c.token_ids
+                if c.finished:
+                    cached = c.usage.cached_tokens
+            runs.append((ids, cached))
+        assert runs[0][1] == 0 and runs[1][1] > 0
+        assert runs[1][0] == runs[0][0] and len(runs[0][0]) > 4
+    finally:
+        await eng.stop()
