@@ -41,6 +41,10 @@ def engine_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+class EngineDeviceError(RuntimeError):
+    """The configured device cannot run the engine (no GPU, unknown name)."""
+
+
 @dataclass
 class _Stream:
     loop: asyncio.AbstractEventLoop
@@ -81,14 +85,23 @@ class NativeEngine:
 
     def _load(self) -> None:
         cache_dir = self.config.cache_dir or os.path.join("var", "cache", "engine")
+        device = self.config.device
+        if device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise EngineDeviceError(f"device {device!r} requested but torch sees no CUDA GPU")
+            if self.dtype == "auto":
+                # The CPU calibration says nothing about a GPU, where bf16 tensor cores win.
+                self.dtype = "bf16"
+        elif device != "cpu":
+            raise EngineDeviceError(f"unknown device {device!r} (native engine: 'cpu' or 'cuda[:n]')")
         torch.set_num_threads(engine_threads())
-        if self.dtype in ("auto", "hybrid"):
+        if self.dtype in ("auto", "hybrid") and device == "cpu":
             self.calibration = measure()
             log.info("kernel calibration: %s", self.calibration)
             if self.dtype == "auto":
                 self.dtype = self.calibration.best_dtype()
         cfg, tensors = load_weights(self.model_path, self.dtype, cache_dir)
-        model = LlamaModel(cfg, tensors, self.dtype)
+        model = LlamaModel(cfg, tensors, self.dtype).to(device)
         if self.calibration is not None:
             model.int8_max_rows = self.calibration.int8_max_rows
         self.build_with_model(model)
@@ -108,7 +121,8 @@ class NativeEngine:
         self.max_model_len = min(self.max_model_len, num_blocks * bs)
         pool = BlockPool(num_blocks, bs, c.enable_prefix_caching)
         self.scheduler = Scheduler(pool, c.max_num_seqs, c.max_num_batched_tokens)
-        self.runner = ModelRunner(model, KVCache(model.cfg, num_blocks, bs, model.compute_dtype))
+        kv = KVCache(model.cfg, num_blocks, bs, model.compute_dtype, device=str(model.device))
+        self.runner = ModelRunner(model, kv)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -39,18 +39,44 @@ class AttnBatch:
     # Every row is a token the model generated (no prompt token, no recompute): see forward.
     generated_only: bool = False
 
+    def to(self, device: torch.device) -> AttnBatch:
+        """The same batch with every tensor on `device` (built on the CPU, copied once a step)."""
+        if device.type == "cpu":
+            return self
+
+        def mv(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        spans = [
+            PrefillSpan(p.row_start, p.q_len, p.start_pos, p.ctx_slots.to(device), mv(p.mask))
+            for p in self.prefills
+        ]
+        return AttnBatch(
+            self.input_ids.to(device),
+            self.positions.to(device),
+            self.slot_mapping.to(device),
+            self.num_decodes,
+            mv(self.decode_slots),
+            mv(self.decode_mask),
+            spans,
+            self.logits_rows.to(device),
+            self.generated_only,
+        )
+
 
 class KVCache:
     """Flat slot-addressed K/V storage: slot = block_id * block_size + offset."""
 
-    def __init__(self, cfg: LlamaConfig, num_blocks: int, block_size: int, dtype: torch.dtype) -> None:
+    def __init__(
+        self, cfg: LlamaConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str = "cpu"
+    ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         shape = (cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
         # zeros, not empty: padded attention reads unwritten slots (masked out), and masking
         # cannot neutralise a NaN that uninitialised memory may hold.
-        self.k = torch.zeros(shape, dtype=dtype)
-        self.v = torch.zeros(shape, dtype=dtype)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
 
     @staticmethod
     def bytes_per_block(cfg: LlamaConfig, block_size: int, dtype: torch.dtype) -> int:
@@ -113,6 +139,30 @@ class LlamaModel:
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(self.compute_dtype)
         self.sin = emb.sin().to(self.compute_dtype)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    def to(self, device: str) -> LlamaModel:
+        """Move every weight (and the RoPE tables) to `device`, in place."""
+
+        def mv(w: Weight) -> Weight:
+            if isinstance(w, DualWeight):
+                return DualWeight(w.full.to(device), w.q.to(device), w.scale.to(device))
+            if isinstance(w, tuple):
+                return (w[0].to(device), w[1].to(device))
+            return w.to(device)
+
+        self.embed = self.embed.to(device)
+        self.norm = self.norm.to(device)
+        self.lm_head = mv(self.lm_head)
+        self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        self.layers = [
+            Layer(la.attn_norm.to(device), mv(la.qkv), mv(la.o), la.ffn_norm.to(device), mv(la.gate_up), mv(la.down))
+            for la in self.layers
+        ]
+        return self
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None) -> Weight:
@@ -187,7 +237,7 @@ class LlamaModel:
         vc: torch.Tensor,
         batch: AttnBatch,
     ) -> torch.Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         bd = batch.num_decodes
         if bd:
             assert batch.decode_slots is not None and batch.decode_mask is not None

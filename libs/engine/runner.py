@@ -71,5 +71,6 @@ class ModelRunner:
         )
 
     def run(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
-        """fp32 logits, one row per sequence whose chunk reaches its last known token."""
-        return self.model.forward(self.build(seqs), self.kv)
+        """fp32 logits on the CPU, one row per sequence whose chunk reaches its last known token."""
+        device = self.model.device
+        return self.model.forward(self.build(seqs).to(device), self.kv).cpu()
