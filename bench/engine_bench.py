@@ -136,7 +136,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
             slot_mapping=torch.full((b,), ctx - 1),
             num_decodes=b,
             decode_slots=torch.arange(ctx).repeat(b),
-            decode_mask=torch.ones(b, 1, 1, ctx, dtype=torch.bool),
+            decode_bias=torch.zeros(1, b, 1, ctx),
             prefills=[],
             logits_rows=torch.arange(b),
             generated_only=True,

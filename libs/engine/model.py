@@ -33,7 +33,7 @@ class AttnBatch:
     slot_mapping: torch.Tensor  # [T] where each token's K/V is written
     num_decodes: int  # rows [0, num_decodes) are single-token decodes, one per sequence
     decode_slots: torch.Tensor | None  # [num_decodes * Lmax] padded key slots, row after row
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, 1, Lmax] True where the key is real
+    decode_bias: torch.Tensor | None  # [1, num_decodes, 1, Lmax] 0 where the key is real, else -inf
     prefills: list[PrefillSpan]
     logits_rows: torch.Tensor  # [S] rows whose next-token logits are wanted
     # Every row is a token the model generated (no prompt token, no recompute): see forward.
@@ -57,7 +57,7 @@ class AttnBatch:
             self.slot_mapping.to(device),
             self.num_decodes,
             mv(self.decode_slots),
-            mv(self.decode_mask),
+            mv(self.decode_bias),
             spans,
             self.logits_rows.to(device),
             self.generated_only,
@@ -65,14 +65,18 @@ class AttnBatch:
 
 
 class KVCache:
-    """Flat slot-addressed K/V storage: slot = block_id * block_size + offset."""
+    """Slot-addressed K/V storage, [layer, kv_head, slot, head_dim]; slot = block * block_size + offset.
+
+    Heads before slots: gathering a sequence's slots then yields [kv_head, keys, head_dim]
+    directly, the layout attention multiplies with, instead of a copy per layer to transpose.
+    """
 
     def __init__(
         self, cfg: LlamaConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str = "cpu"
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        shape = (cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)
+        shape = (cfg.num_layers, cfg.num_kv_heads, num_blocks * block_size, cfg.head_dim)
         # zeros, not empty: padded attention reads unwritten slots (masked out), and masking
         # cannot neutralise a NaN that uninitialised memory may hold.
         self.k = torch.zeros(shape, dtype=dtype, device=device)
@@ -85,10 +89,8 @@ class KVCache:
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    # Same order of operations as transformers' LlamaRMSNorm so fp32 outputs agree exactly.
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return w * h.to(x.dtype)
+    # One fused op; on fp32 it gives the same values as transformers' LlamaRMSNorm.
+    return F.rms_norm(x, w.shape, w, eps)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -218,8 +220,8 @@ class LlamaModel:
             q, k = qk[:, :nh], qk[:, nh:]
             v = qkv[:, nqk:].view(T, nkv, hd)
             kc, vc = kv.k[li], kv.v[li]
-            kc.index_copy_(0, batch.slot_mapping, k)
-            vc.index_copy_(0, batch.slot_mapping, v)
+            kc.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
+            vc.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
             attn = self._attention(q, k, v, kc, vc, batch)
             x = x + linear(attn.reshape(T, nh * hd), layer.o, small)
             h = rms_norm(x, layer.ffn_norm, cfg.rms_eps)
@@ -240,16 +242,18 @@ class LlamaModel:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         bd = batch.num_decodes
         if bd:
-            assert batch.decode_slots is not None and batch.decode_mask is not None
-            # index_select on a flat index copies whole slot rows; advanced indexing with a 2-D
-            # index was 5x slower here and dominated batched decode steps.
-            width = batch.decode_mask.shape[-1]
-            kd = kc.index_select(0, batch.decode_slots).view(bd, width, *kc.shape[1:]).transpose(1, 2)
-            vd = vc.index_select(0, batch.decode_slots).view(bd, width, *vc.shape[1:]).transpose(1, 2)
-            od = F.scaled_dot_product_attention(
-                q[:bd].unsqueeze(2), kd, vd, attn_mask=batch.decode_mask, enable_gqa=True
-            )
-            out[:bd] = od.squeeze(2)
+            assert batch.decode_slots is not None and batch.decode_bias is not None
+            # Plain batched matmuls over [kv_head, seq, ...]: for one query row per sequence
+            # they beat the fused SDPA kernel by about 2x here, and GQA is a reshape of q.
+            nkv, hd = kc.shape[0], kc.shape[2]
+            width = batch.decode_bias.shape[-1]
+            kd = kc.index_select(1, batch.decode_slots).view(nkv, bd, width, hd)
+            vd = vc.index_select(1, batch.decode_slots).view(nkv, bd, width, hd)
+            qg = q[:bd].reshape(bd, nkv, -1, hd).transpose(0, 1)  # [nkv, bd, group, hd]
+            scores = torch.matmul(qg, kd.transpose(-1, -2))
+            scores.mul_(hd**-0.5).add_(batch.decode_bias)
+            od = torch.matmul(torch.softmax(scores, dim=-1), vd)  # [nkv, bd, group, hd]
+            out[:bd] = od.transpose(0, 1).reshape(bd, -1, hd)
         for span in batch.prefills:
             rows = slice(span.row_start, span.row_start + span.q_len)
             qp = q[rows].transpose(0, 1).unsqueeze(0)  # [1, nh, q, hd]
@@ -259,8 +263,8 @@ class LlamaModel:
                 vp = v[rows].transpose(0, 1).unsqueeze(0)
                 op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
             else:
-                kp = kc.index_select(0, span.ctx_slots).transpose(0, 1).unsqueeze(0)
-                vp = vc.index_select(0, span.ctx_slots).transpose(0, 1).unsqueeze(0)
+                kp = kc.index_select(1, span.ctx_slots).unsqueeze(0)
+                vp = vc.index_select(1, span.ctx_slots).unsqueeze(0)
                 op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=span.mask, enable_gqa=True)
             out[rows] = op.squeeze(0).transpose(0, 1)
         return out

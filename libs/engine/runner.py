@@ -50,20 +50,20 @@ class ModelRunner:
                 mask = torch.arange(start + n).unsqueeze(0) <= (torch.arange(n) + start).unsqueeze(1)
                 prefills.append(PrefillSpan(row, n, start, ctx, mask))
             last_row[id(seq)] = row + n - 1
-        d_slots = d_mask = None
+        d_slots = d_bias = None
         if decodes:
             width = max(len(t) for t in decode_tables)
             table = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables])
             d_slots = (table.unsqueeze(-1) * bs + self._offsets).view(-1)
-            d_mask = torch.arange(width * bs).unsqueeze(0) < torch.tensor(decode_lens).unsqueeze(1)
-            d_mask = d_mask.view(len(decodes), 1, 1, width * bs)
+            pad = torch.arange(width * bs).unsqueeze(0) >= torch.tensor(decode_lens).unsqueeze(1)
+            d_bias = torch.zeros(pad.shape).masked_fill_(pad, float("-inf")).view(1, len(decodes), 1, width * bs)
         return AttnBatch(
             input_ids=torch.tensor(ids),
             positions=torch.tensor(pos),
             slot_mapping=torch.tensor(slots),
             num_decodes=len(decodes),
             decode_slots=d_slots,
-            decode_mask=d_mask,
+            decode_bias=d_bias,
             prefills=prefills,
             # In the order of `seqs`: the engine pairs sampled tokens with sequences by position.
             logits_rows=torch.tensor([last_row[id(s)] for s in seqs if s.samples], dtype=torch.long),

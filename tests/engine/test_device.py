@@ -21,7 +21,7 @@ def _mixed_batch() -> AttnBatch:
         slot_mapping=torch.tensor([3, 18, 32, 33, 34, 64, 65]),
         num_decodes=2,
         decode_slots=torch.tensor([0, 1, 2, 3, 16, 17, 18, 19]),
-        decode_mask=torch.tensor([[True] * 4, [True] * 3 + [False]]).view(2, 1, 1, 4),
+        decode_bias=torch.tensor([[0.0] * 4, [0.0] * 3 + [float("-inf")]]).view(1, 2, 1, 4),
         prefills=[
             PrefillSpan(2, 3, 0, torch.empty(0, dtype=torch.long)),
             PrefillSpan(
