@@ -1,7 +1,7 @@
 """Train the embedding classifier: ``python -m libs.safety.train``.
 
-Multinomial logistic regression (plain numpy, full-batch Adam, L2) over MiniLM embeddings of
-``data/train.jsonl``. ``--cv`` picks the L2 strength by grouped 5-fold cross-validation on the
+Multinomial logistic regression (plain numpy, full-batch Adam, L2) over MiniLM features of
+``data/train.jsonl`` (mean-pooled layers ``LAYERS``, see ``classifier.py``). ``--cv`` picks the L2 strength by grouped 5-fold cross-validation on the
 training set only; ``data/eval.jsonl`` is never read here. Writes ``data/classifier.npz``.
 """
 
@@ -27,6 +27,9 @@ L2_GRID = (1e-5, 3e-5, 1e-4)
 FOLDS = 5
 BENIGN_SHARE = 0.5
 DEFAULT_L2 = 3e-5
+# MiniLM layers whose mean-pooled states feed the classifier; chosen by grouped cross-validation
+# on the training set (layer 6 alone: mean recall 0.86, benign FPR 0.10; 4+6: 0.89, 0.07).
+LAYERS = (4, 6)
 BLOCK_AT = 0.5  # mirrors the default policy thresholds, for the cross-validation report
 FLAG_AT = 0.45
 
@@ -38,7 +41,8 @@ def load(path: Path) -> list[dict[str, str]]:
 
 def embed_cached(texts: list[str], model: str, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
     """Embeddings of ``texts``; vectors of texts embedded in an earlier run are reused from a
-    cache in the temp dir (re-embedding the whole set costs minutes of CPU on a small machine)."""
+    cache in the temp dir (re-embedding the whole set costs minutes of CPU on a small machine).
+    ``model`` names what ``embed`` computes (include the layers): it keys the cache file."""
     key = hashlib.sha256(model.encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"switchyard-safety-emb-{key}.npz"
     known: dict[str, np.ndarray] = {}
@@ -117,7 +121,12 @@ def main() -> None:
     classes = sorted({r["label"] for r in rows})
     y = np.array([classes.index(r["label"]) for r in rows])
     t0 = time.time()
-    X = embed_cached([r["text"] for r in rows], MODEL_NAME, get_embedder().embed)
+    layers = LAYERS
+
+    def features(texts: list[str]) -> np.ndarray:
+        return get_embedder().embed_layers(texts, layers)
+
+    X = embed_cached([r["text"] for r in rows], f"{MODEL_NAME}@layers={layers}", features)
     print(f"embedded {len(rows)} training examples in {time.time() - t0:.1f}s; classes: {classes}")
 
     # Template rows sharing one objective stay in one fold, so CV does not score a goal it trained on.
@@ -144,7 +153,7 @@ def main() -> None:
         l2 = best[1]
     W, b = fit(X, y, len(classes), bi, l2)
     digest = hashlib.sha256(W.tobytes() + b.tobytes()).hexdigest()[:8]
-    version = f"minilm-lr-{dt.date.today():%Y%m%d}-{digest}"
+    version = f"minilm-lr-l{''.join(map(str, layers))}-{dt.date.today():%Y%m%d}-{digest}"
     np.savez_compressed(
         args.out,
         W=W.astype(np.float32),
@@ -152,6 +161,7 @@ def main() -> None:
         classes=np.array(classes),
         version=np.array(version),
         embedding_model=np.array(MODEL_NAME),
+        layers=np.array(layers, dtype=np.int64),
         l2=np.array(l2),
         n_train=np.array(len(rows)),
     )
