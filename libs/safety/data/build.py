@@ -92,9 +92,10 @@ def split_texts() -> dict[str, list[str]]:
     return out
 
 
-def build() -> dict[str, int]:
+def build_rows() -> dict[str, list[dict[str, str]]]:
+    """Every split's rows, as ``build`` writes them (without touching any file)."""
     rng = random.Random(13)
-    counts: dict[str, int] = {}
+    out: dict[str, list[dict[str, str]]] = {}
     for split in SPLITS:
         rows: list[dict[str, str]] = []
         for f in sorted((SRC / split).glob("*.txt")):
@@ -105,11 +106,17 @@ def build() -> dict[str, int]:
                     for frame in rng.sample(FRAMES, 3):
                         rows.append({"text": frame.format(o=o), "label": _label(f), "source": "template"})
         seen: set[str] = set()
-        uniq = [r for r in rows if not (r["text"] in seen or seen.add(r["text"]))]  # type: ignore[func-returns-value]
+        out[split] = [r for r in rows if not (r["text"] in seen or seen.add(r["text"]))]  # type: ignore[func-returns-value]
+    return out
+
+
+def build() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for split, rows in build_rows().items():
         with (HERE / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
-            for r in uniq:
+            for r in rows:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-        counts[split] = len(uniq)
+        counts[split] = len(rows)
     return counts
 
 
