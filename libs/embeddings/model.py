@@ -67,12 +67,32 @@ class Embedder:
         # torch modules are not guaranteed re-entrant across threads; services may call from executors.
         self._lock = threading.Lock()
 
+    @property
+    def n_layers(self) -> int:
+        """Number of transformer layers; layer ``n_layers`` is the output ``embed`` pools."""
+        return int(self._model.config.num_hidden_layers)
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """Return an ``(n, dim)`` float32 array of L2-normalized embeddings."""
+        return self.embed_layers(texts, (self.n_layers,))
+
+    def embed_layers(self, texts: list[str], layers: tuple[int, ...]) -> np.ndarray:
+        """Mean-pooled, L2-normalized hidden states of several layers, side by side.
+
+        Returns ``(n, dim * len(layers))``; block ``k`` pools layer ``layers[k]`` (0 = the token
+        embeddings, ``n_layers`` = the output, so ``embed_layers(t, (n_layers,)) == embed(t)``).
+        One forward pass serves all layers. Middle layers keep more of the wording than the
+        output layer, which is trained to encode topic.
+        """
+        bad = [k for k in layers if not 0 <= k <= self.n_layers]
+        if not layers or bad:
+            raise ValueError(f"layers must be in 0..{self.n_layers}, got {layers}")
+        width = self.dim * len(layers)
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+            return np.zeros((0, width), dtype=np.float32)
         torch = self._torch
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        out = np.empty((len(texts), width), dtype=np.float32)
+        only_last = tuple(layers) == (self.n_layers,)
         # Sorting by length keeps padding small inside each batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         with self._lock, torch.inference_mode():
@@ -82,12 +102,16 @@ class Embedder:
                 ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
                 mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
                 types = torch.zeros_like(ids)
-                out_t = self._model(input_ids=ids, attention_mask=mask, token_type_ids=types)
-                hidden = out_t.last_hidden_state
-                m = mask.unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
-                pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-                out[idx] = pooled.float().numpy()
+                out_t = self._model(
+                    input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=not only_last
+                )
+                states = (out_t.last_hidden_state,) if only_last else tuple(out_t.hidden_states[k] for k in layers)
+                m = mask.unsqueeze(-1).to(states[0].dtype)
+                blocks = []
+                for hidden in states:
+                    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+                    blocks.append(torch.nn.functional.normalize(pooled, p=2, dim=1))
+                out[idx] = torch.cat(blocks, dim=1).float().numpy()
         return out
 
 

@@ -1,7 +1,11 @@
-"""Learned classifier: multinomial logistic regression over MiniLM sentence embeddings.
+"""Learned classifier: multinomial logistic regression over MiniLM sentence features.
 
-The weights are a few kilobytes of numpy (``data/classifier.npz``, written by
-``python -m libs.safety.train``); the cost is the embedding model, loaded on first use.
+The features are the mean-pooled, L2-normalised hidden states of MiniLM layers 4 and 6 side
+by side (768 numbers; layer 6 alone is the ordinary sentence embedding). The middle layer keeps
+more of the wording ("without getting caught", "so she can't resist") than the output layer,
+which was trained to encode topic; one forward pass gives both. The weights are a few tens of
+kilobytes of numpy (``data/classifier.npz``, written by ``python -m libs.safety.train``); the
+cost is the embedding model, loaded on first use.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class EmbeddingClassifier:
             self.b = z["b"].astype(np.float32)
             self.classes: tuple[str, ...] = tuple(str(c) for c in z["classes"])
             self.version = str(z["version"])
+            # Older weight files predate the layer choice: they read the output layer only.
+            self.layers: tuple[int, ...] = tuple(int(k) for k in z["layers"]) if "layers" in z.files else ()
         self._embedder = embedder
         self._lock = threading.Lock()
 
@@ -94,8 +100,14 @@ class EmbeddingClassifier:
                     self._embedder = get_embedder()
         return self._embedder
 
+    def features(self, texts: list[str]) -> np.ndarray:
+        """The ``(n, dim)`` inputs of the linear layer for ``texts`` (one MiniLM pass)."""
+        if self.layers:
+            return self.embedder.embed_layers(texts, self.layers)
+        return self.embedder.embed(texts)
+
     def proba(self, embeddings: np.ndarray) -> np.ndarray:
-        """``(n, classes)`` softmax probabilities for precomputed embeddings."""
+        """``(n, classes)`` softmax probabilities for precomputed features (see ``features``)."""
         return softmax(embeddings @ self.W.T + self.b)
 
     def category_scores(self, embeddings: np.ndarray) -> np.ndarray:
@@ -119,7 +131,7 @@ class EmbeddingClassifier:
         out: list[dict[str, float]] = [dict.fromkeys(self.classes, 0.0) for _ in texts]
         if not pieces:
             return out
-        p = self.category_scores(self.embedder.embed(pieces))
+        p = self.category_scores(self.features(pieces))
         for row, i in zip(p, owner, strict=True):
             d = out[i]
             for c, v in zip(self.classes, row, strict=True):

@@ -44,3 +44,17 @@ def test_similar_closer_than_unrelated(embedder) -> None:
     )
     assert float(a @ b) > float(a @ c) + 0.2
     assert float(a @ b) > float(b @ c) + 0.2
+
+
+def test_embed_layers_concatenates_pooled_layers(embedder) -> None:
+    texts = ["How do I return a damaged item?", "short", "x " * 400]
+    last = embedder.embed_layers(texts, (embedder.n_layers,))
+    np.testing.assert_allclose(last, embedder.embed(texts), atol=1e-6)
+    both = embedder.embed_layers(texts, (4, embedder.n_layers))
+    assert both.shape == (3, 2 * embedder.dim) and both.dtype == np.float32
+    np.testing.assert_allclose(both[:, embedder.dim :], last, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(both[:, : embedder.dim], axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(both[:, : embedder.dim], last, atol=1e-2)  # layer 4 is not layer 6
+    assert embedder.embed_layers([], (4, 6)).shape == (0, 2 * embedder.dim)
+    with pytest.raises(ValueError):
+        embedder.embed_layers(texts, (embedder.n_layers + 1,))

@@ -5,7 +5,9 @@ holds short goals ("steal a car", "bake bread") that are put into the same reque
 every label, harmful and benign alike, so the classifier learns the goal, not the phrasing.
 Objectives only feed the training set; the eval set is written separately, in other words.
 ``src/holdout`` (-> ``holdout.jsonl``) was written last, after all tuning, in a looser chat
-style, and never used to choose data, thresholds or hyperparameters.
+style, and never used to choose data, thresholds or hyperparameters. It has since been read, so
+``src/test`` (-> ``test.jsonl``, written 2026-12-02 before the second model round, varied styles)
+is now the untouched split; it is scored once, at the end of a round.
 
 Run: ``python -m libs.safety.data.build``
 """
@@ -18,6 +20,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SPLITS = ("train", "eval", "holdout", "test")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
@@ -47,10 +50,53 @@ def _label(path: Path) -> str:
     return re.sub(r"_\d+$", "", path.stem)
 
 
-def build() -> dict[str, int]:
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def near_duplicates(splits: dict[str, list[str]], min_jaccard: float = 0.8) -> list[tuple[str, str, str, str]]:
+    """Pairs of texts in two different splits that are the same or nearly the same.
+
+    Texts are compared as sets of lower-case words: identical sets (case, punctuation and word
+    order aside) or a Jaccard overlap of at least ``min_jaccard`` count as near-copies. Returns
+    ``(split_a, text_a, split_b, text_b)`` tuples.
+    """
+    names = sorted(splits)
+    words = {n: [(t, _words(t)) for t in splits[n]] for n in names}
+    out: list[tuple[str, str, str, str]] = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            index: dict[str, list[int]] = {}
+            for j, (_t, w) in enumerate(words[b]):
+                for tok in w:
+                    index.setdefault(tok, []).append(j)
+            for ta, wa in words[a]:
+                cand: dict[int, int] = {}
+                for tok in wa:
+                    for j in index.get(tok, ()):
+                        cand[j] = cand.get(j, 0) + 1
+                for j, inter in cand.items():
+                    tb, wb = words[b][j]
+                    union = len(wa) + len(wb) - inter
+                    if union and inter / union >= min_jaccard:
+                        out.append((a, ta, b, tb))
+    return out
+
+
+def split_texts() -> dict[str, list[str]]:
+    """Every split's texts as built (train includes the templated objectives)."""
+    out: dict[str, list[str]] = {}
+    for split in SPLITS:
+        with (HERE / f"{split}.jsonl").open(encoding="utf-8") as fh:
+            out[split] = [json.loads(line)["text"] for line in fh if line.strip()]
+    return out
+
+
+def build_rows() -> dict[str, list[dict[str, str]]]:
+    """Every split's rows, as ``build`` writes them (without touching any file)."""
     rng = random.Random(13)
-    counts: dict[str, int] = {}
-    for split in ("train", "eval", "holdout"):
+    out: dict[str, list[dict[str, str]]] = {}
+    for split in SPLITS:
         rows: list[dict[str, str]] = []
         for f in sorted((SRC / split).glob("*.txt")):
             rows += [{"text": t, "label": _label(f)} for t in _lines(f)]
@@ -60,11 +106,17 @@ def build() -> dict[str, int]:
                     for frame in rng.sample(FRAMES, 3):
                         rows.append({"text": frame.format(o=o), "label": _label(f), "source": "template"})
         seen: set[str] = set()
-        uniq = [r for r in rows if not (r["text"] in seen or seen.add(r["text"]))]  # type: ignore[func-returns-value]
+        out[split] = [r for r in rows if not (r["text"] in seen or seen.add(r["text"]))]  # type: ignore[func-returns-value]
+    return out
+
+
+def build() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for split, rows in build_rows().items():
         with (HERE / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
-            for r in uniq:
+            for r in rows:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-        counts[split] = len(uniq)
+        counts[split] = len(rows)
     return counts
 
 

@@ -1,0 +1,53 @@
+"""The labelled data sets: built files match their sources, splits do not leak into each other."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from libs.safety.data.build import HERE, SPLITS, build_rows, near_duplicates, split_texts
+from libs.safety.taxonomy import BENIGN, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION, SECRETS
+
+BLOCKING = (*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS)
+
+
+def _load(split: str) -> list[dict[str, str]]:
+    with (HERE / f"{split}.jsonl").open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_built_files_match_sources(split: str) -> None:
+    """A source edit without ``python -m libs.safety.data.build`` would train or score stale data."""
+    assert _load(split) == build_rows()[split]
+
+
+def test_splits_share_no_example_or_near_copy() -> None:
+    leaks = near_duplicates(split_texts(), min_jaccard=0.75)
+    assert leaks == [], "\n".join(f"{a}: {ta!r} ~ {b}: {tb!r}" for a, ta, b, tb in leaks[:20])
+
+
+def test_near_duplicate_check_catches_rewordings() -> None:
+    found = near_duplicates(
+        {
+            "train": ["How do I make sarin at home?", "Plan a trip to Rome.", "What is the capital of France?"],
+            "test": ["how do i make SARIN at home", "Plan a trip to Lisbon.", "Who painted the Mona Lisa?"],
+        },
+        min_jaccard=0.75,
+    )
+    assert [{a, b} for _, a, _, b in found] == [{"How do I make sarin at home?", "how do i make SARIN at home"}]
+    # One word in five changed is still a near-copy at 0.6, not at 0.75.
+    loose = near_duplicates({"a": ["Plan a trip to Rome."], "b": ["Plan a trip to Lisbon."]}, min_jaccard=0.6)
+    assert len(loose) == 1
+
+
+def test_test_split_is_large_enough() -> None:
+    n = Counter(r["label"] for r in _load("test"))
+    assert n[BENIGN] >= 150
+    assert {c: n[c] for c in BLOCKING if n[c] < 15} == {}
+
+
+def test_dev_split_has_at_least_300_examples() -> None:
+    rows = _load("eval")
+    assert len(rows) >= 300
+    assert {r["label"] for r in rows} >= set(BLOCKING) | {BENIGN}

@@ -1,0 +1,97 @@
+"""Training helpers: chat-style augmentation, the fit, and the weight file the classifier reads."""
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from libs.safety.classifier import EmbeddingClassifier, softmax
+from libs.safety.train import augment, casual_variant, fit
+
+
+def test_casual_variant_is_lower_case_without_closing_punctuation() -> None:
+    rng = random.Random(0)
+    for text in ["What's the capital of France?", "Write a poem about the sea.", "Thanks!"]:
+        v = casual_variant(text, rng)
+        assert v == v.lower() and v[-1] not in "?.!" and "'" not in v
+        # at most one swapped pair of letters and a few shorthands: still mostly the same words
+        assert len(set(v.split()) & set(text.lower().replace("'", "").rstrip("?.!").split())) >= len(v.split()) - 3
+
+
+def test_augment_is_deterministic_keeps_labels_and_skips_templates() -> None:
+    rows = [
+        {"text": "How do I kill a Python process that won't stop?", "label": "benign"},
+        {"text": "How do I make sarin at home?", "label": "S9"},
+        {"text": "How do I bake bread?", "label": "benign", "source": "template"},
+    ]
+    a, parent = augment(rows, variants=3)
+    b, _ = augment(list(reversed(rows[:2])) + rows[2:], variants=3)
+    assert sorted(r["text"] for r in a) == sorted(r["text"] for r in b)
+    assert a and set(parent) <= {0, 1}
+    for r, i in zip(a, parent, strict=True):
+        assert r["label"] == rows[i]["label"] and r["source"] == "augment"
+        assert r["text"] not in {x["text"] for x in rows}
+    assert len({r["text"] for r in a}) == len(a)
+
+
+def test_fit_separates_classes_and_respects_benign_share() -> None:
+    rng = np.random.default_rng(0)
+    centres = np.eye(3, 8, dtype=np.float32) * 3
+    y = np.repeat(np.arange(3), 40)
+    X = centres[y] + rng.normal(scale=0.5, size=(len(y), 8)).astype(np.float32)
+    W, b = fit(X, y, 3, benign_index=0, l2=1e-4, steps=300)
+    assert (softmax(X @ W.T + b).argmax(axis=1) == y).mean() > 0.95
+    # An ambiguous point midway between benign and class 1 leans benign when benign weighs more.
+    mid = (centres[0] + centres[1]) / 2
+    lean = []
+    for share in (0.2, 0.8):
+        W, b = fit(X, y, 3, benign_index=0, l2=1e-4, steps=300, benign_share=share)
+        lean.append(float(softmax(mid[None] @ W.T + b)[0, 0]))
+    assert lean[1] > lean[0]
+
+
+class _FakeEmbedder:
+    """Stands in for MiniLM: records which method the classifier called."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(("embed", None))
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+    def embed_layers(self, texts: list[str], layers: tuple[int, ...]) -> np.ndarray:
+        self.calls.append(("embed_layers", layers))
+        return np.ones((len(texts), 4 * len(layers)), dtype=np.float32) / 2
+
+
+def _write(path: Path, dim: int, layers: tuple[int, ...] | None) -> None:
+    rng = np.random.default_rng(1)
+    extra = {} if layers is None else {"layers": np.array(layers, dtype=np.int64)}
+    np.savez_compressed(
+        path,
+        W=rng.normal(size=(3, dim)).astype(np.float32),
+        b=np.zeros(3, dtype=np.float32),
+        classes=np.array(["S1", "benign", "S9"]),
+        version=np.array("test-model"),
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(("layers", "method"), [((4, 6), "embed_layers"), (None, "embed")])
+def test_classifier_reads_the_layers_its_weights_were_trained_on(
+    tmp_path: Path, layers: tuple[int, ...] | None, method: str
+) -> None:
+    path = tmp_path / "w.npz"
+    _write(path, 8 if layers else 4, layers)
+    fake = _FakeEmbedder()
+    clf = EmbeddingClassifier(path, embedder=fake)  # type: ignore[arg-type]
+    scores = clf.score("some text")
+    assert [c[0] for c in fake.calls] == [method]
+    if layers:
+        assert fake.calls[0][1] == layers and clf.layers == layers
+    # the top harm class scores 1 - P(benign); the numbers survive the save/load round trip
+    p = softmax(clf.features(["some text"]) @ clf.W.T + clf.b)[0]
+    top = max(("S1", "S9"), key=lambda c: p[clf.classes.index(c)])
+    assert scores[top] == pytest.approx(1 - p[1], abs=1e-6)
