@@ -30,24 +30,30 @@ class DualWeight:
 Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | DualWeight
 
 
-def int8_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def int8_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, keep: bool = False) -> torch.Tensor:
     # The int8 kernel is only fast with bf16 activations.
-    return torch._weight_int8pack_mm(x.to(torch.bfloat16), q, scale).to(x.dtype)
+    y = torch._weight_int8pack_mm(x.to(torch.bfloat16), q, scale)
+    return y if keep else y.to(x.dtype)
 
 
-def dense_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def dense_mm(x: torch.Tensor, w: torch.Tensor, keep: bool = False) -> torch.Tensor:
     if w.dtype == x.dtype:
         return F.linear(x, w)
-    return F.linear(x.to(w.dtype), w).to(x.dtype)
+    y = F.linear(x.to(w.dtype), w)
+    return y if keep else y.to(x.dtype)
 
 
-def linear(x: torch.Tensor, w: Weight, small: bool) -> torch.Tensor:
-    """x @ w.T. `small` picks the int8 copy of a DualWeight (see LlamaModel.forward)."""
+def linear(x: torch.Tensor, w: Weight, small: bool, keep: bool = False) -> torch.Tensor:
+    """x @ w.T. `small` picks the int8 copy of a DualWeight (see LlamaModel.forward).
+
+    The result has x's dtype, or with `keep` the kernel's own (bf16 for bf16 and int8 weights),
+    which saves two casts where the next op is another product or an add into the fp32 residual.
+    """
     if isinstance(w, DualWeight):
-        return int8_mm(x, w.q, w.scale) if small else dense_mm(x, w.full)
+        return int8_mm(x, w.q, w.scale, keep) if small else dense_mm(x, w.full, keep)
     if isinstance(w, tuple):
-        return int8_mm(x, w[0], w[1])
-    return dense_mm(x, w)
+        return int8_mm(x, w[0], w[1], keep)
+    return dense_mm(x, w, keep)
 
 
 def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

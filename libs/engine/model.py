@@ -93,11 +93,6 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return F.rms_norm(x, w.shape, w, eps)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 @dataclass
 class Layer:
     attn_norm: torch.Tensor
@@ -140,7 +135,10 @@ class LlamaModel:
         freqs = torch.outer(pos, inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = emb.cos().to(self.compute_dtype)
-        self.sin = emb.sin().to(self.compute_dtype)
+        # rotate_half(x) * sin == x.roll(half) * sin_signed: one roll instead of slices, neg and cat.
+        sin = emb.sin()
+        half = cfg.head_dim // 2
+        self.sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(self.compute_dtype)
 
     @property
     def device(self) -> torch.device:
@@ -216,17 +214,19 @@ class LlamaModel:
             qkv = linear(h, layer.qkv, small)
             # RoPE on q and k heads in one pass: they share positions.
             qk = qkv[:, :nqk].view(T, nh + nkv, hd)
-            qk = qk * cos + rotate_half(qk) * sin
+            qk = torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin)
             q, k = qk[:, :nh], qk[:, nh:]
             v = qkv[:, nqk:].view(T, nkv, hd)
             kc, vc = kv.k[li], kv.v[li]
             kc.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
             vc.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
             attn = self._attention(q, k, v, kc, vc, batch)
-            x = x + linear(attn.reshape(T, nh * hd), layer.o, small)
+            # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
+            # adding bf16 into the fp32 residual promotes without a separate cast.
+            x = x + linear(attn.reshape(T, nh * hd), layer.o, small, keep=True)
             h = rms_norm(x, layer.ffn_norm, cfg.rms_eps)
-            gu = linear(h, layer.gate_up, small)
-            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small)
+            gu = linear(h, layer.gate_up, small, keep=True)
+            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small, keep=True)
         x = rms_norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
         return linear(x, self.lm_head, small).float()
 
@@ -239,8 +239,8 @@ class LlamaModel:
         vc: torch.Tensor,
         batch: AttnBatch,
     ) -> torch.Tensor:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         bd = batch.num_decodes
+        out = None if not batch.prefills else torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if bd:
             assert batch.decode_slots is not None and batch.decode_bias is not None
             # Plain batched matmuls over [kv_head, seq, ...]: for one query row per sequence
@@ -253,6 +253,8 @@ class LlamaModel:
             scores = torch.matmul(qg, kd.transpose(-1, -2))
             scores.mul_(hd**-0.5).add_(batch.decode_bias)
             od = torch.matmul(torch.softmax(scores, dim=-1), vd)  # [nkv, bd, group, hd]
+            if out is None:  # an all-decode step: no buffer to assemble
+                return od.transpose(0, 1).reshape(bd, -1, hd)
             out[:bd] = od.transpose(0, 1).reshape(bd, -1, hd)
         for span in batch.prefills:
             rows = slice(span.row_start, span.row_start + span.q_len)
@@ -267,4 +269,5 @@ class LlamaModel:
                 vp = vc.index_select(1, span.ctx_slots).unsqueeze(0)
                 op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=span.mask, enable_gqa=True)
             out[rows] = op.squeeze(0).transpose(0, 1)
+        assert out is not None
         return out
