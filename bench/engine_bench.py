@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.report import write_section
 from libs.engine import EngineConfig, SamplingParams, create_engine, default_model_path
 from libs.engine.engine import engine_threads
 from libs.tokenizer import load_tokenizer
@@ -375,18 +376,6 @@ def _targets(args: argparse.Namespace, r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write(out: str, section: str) -> None:
-    old = open(out).read() if os.path.exists(out) else "# Benchmarks\n\n"
-    if MARK_BEGIN in old and MARK_END in old:
-        head, rest = old.split(MARK_BEGIN, 1)
-        new = head + section + rest.split(MARK_END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out, "w") as f:
-        f.write(new)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="docs/benchmarks.md")
@@ -427,7 +416,7 @@ def main() -> None:
     if not args.quick:
         r["sweep"] = spawn(["--worker", "sweep"], common)
     section = render(args, r)
-    write(args.out, section)
+    write_section(args.out, MARK_BEGIN, MARK_END, section)
     print(section)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.report import write_section
 from libs.engine import EngineConfig, SamplingParams, create_engine
 
 MARK_BEGIN = "<!-- gpu_bench:begin -->"
@@ -120,14 +121,7 @@ def main() -> int:
             lines.append(f"| {d} | {s} | {r['tok_s']:.0f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} |")
     lines += [MARK_END, ""]
     section = "\n".join(lines)
-    old = open(args.out).read() if os.path.exists(args.out) else "# Benchmarks\n"
-    if MARK_BEGIN in old:
-        head, rest = old.split(MARK_BEGIN, 1)
-        new = head + section + rest.split(MARK_END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    with open(args.out, "w") as fh:
-        fh.write(new)
+    write_section(args.out, MARK_BEGIN, MARK_END, section)
     print(section)
     return 0
 

@@ -16,6 +16,7 @@ import platform
 import statistics
 import time
 
+from bench.report import write_section
 from libs.engine import EngineConfig, SamplingParams, create_engine
 from libs.safety import InputGuard, StreamGuard
 
@@ -100,17 +101,7 @@ def main() -> None:
         "",
     ]
     section = "\n".join(lines)
-    try:
-        old = open(args.out).read()
-    except FileNotFoundError:
-        old = "# Benchmarks\n\n"
-    if MARK_BEGIN in old and MARK_END in old:
-        head, rest = old.split(MARK_BEGIN, 1)
-        new = head + section + rest.split(MARK_END, 1)[1].lstrip("\n")
-    else:
-        new = old.rstrip("\n") + "\n\n" + section
-    with open(args.out, "w") as f:
-        f.write(new)
+    write_section(args.out, MARK_BEGIN, MARK_END, section)
     print(section)
 
 
