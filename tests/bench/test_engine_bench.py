@@ -1,0 +1,32 @@
+"""The engine benchmark's bookkeeping: merging rounds and judging targets (no engine runs here)."""
+
+import argparse
+
+from bench.engine_bench import _targets, best
+
+
+def test_rounds_keep_the_best_of_each_figure():
+    a = {"decode_tok_s": 50.0, "agg_32": 300.0, "ttft_s": 0.08, "peak_rss_mb": 900.0, "ttfts": [0.1, 0.2]}
+    b = {"decode_tok_s": 60.0, "agg_32": 280.0, "ttft_s": 0.05, "peak_rss_mb": 950.0, "ttfts": [0.12, 0.15]}
+    m = best(a, b)
+    assert m == {"decode_tok_s": 60.0, "agg_32": 300.0, "ttft_s": 0.05, "peak_rss_mb": 950.0, "ttfts": [0.1, 0.15]}
+    assert best({"note": "failed"}, a) == a and best(a, {"note": "failed"}) == a
+
+
+def test_targets_are_ratios_against_the_same_run():
+    args = argparse.Namespace(dtypes=["auto"], streams=[1, 32], turns=10)
+    r = {
+        "native": {"auto": {"decode_tok_s": 60.0, "agg_32": 400.0}},
+        "hf": {"agg_32": 250.0},
+        "lcpp": {"decode_tok_s": 100.0},
+        "turns": {"on": {"ttfts": [0.05] + [0.06] * 8 + [0.08]}},
+    }
+    table = _targets(args, r)
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert "0.600x" in rows["single-stream decode vs llama-cpp-python"] and rows["single-stream decode vs llama-cpp-python"].endswith("| yes |")
+    assert "4.000x" in rows["32 streams vs llama-cpp-python single stream"]
+    assert rows["32 streams vs transformers at 32"].endswith("| no |")  # 1.6x < 2x
+    assert "1.60x" in rows["turn-10 TTFT vs turn 1, prefix caching on"] and rows["turn-10 TTFT vs turn 1, prefix caching on"].endswith("| no |")
+    # A missing baseline is neither met nor failed.
+    r["lcpp"] = {"note": "not installed"}
+    assert "| - | ≥ 0.6x | - |" in _targets(args, r)
