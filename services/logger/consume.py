@@ -7,19 +7,16 @@ handles `log.spans`: each span it made would come back as another span batch, fo
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
-import nats
 import structlog
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from libs.bus import Bus
 from libs.bus import headers as H
+from libs.bus.durable import BatchConsumer, Delivery
 from libs.store.records import Item, RecordStore
 from schemas import Feedback, SpanBatch, StageRecord, subjects
 from schemas.records import LOG_FEEDBACK
@@ -28,7 +25,7 @@ from services.logger.settings import LoggerSettings
 log = structlog.get_logger()
 
 
-def parse(msg: Msg) -> Item:
+def parse(msg: Delivery) -> Item:
     if msg.subject == subjects.LOG_SPANS:
         return SpanBatch.model_validate_json(msg.data)
     if msg.subject == LOG_FEEDBACK:
@@ -38,7 +35,7 @@ def parse(msg: Msg) -> Item:
 
 @dataclass
 class Parsed:
-    msg: Msg
+    msg: Delivery
     item: Item
 
 
@@ -47,55 +44,32 @@ class LogConsumer:
         self.bus = bus
         self.store = store
         self.settings = settings
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._sub: nats.js.JetStreamContext.PullSubscription | None = None
+        self._consumer: BatchConsumer | None = None
         self.written = 0
 
     async def start(self) -> None:
         await self.bus.ensure_log_stream()
-        self._sub = await self.bus.js.pull_subscribe(
+        s = self.settings
+        self._consumer = BatchConsumer(
+            self.bus.js,
+            subjects.LOG_STREAM,
             subjects.LOG_SUBJECTS,
-            durable=self.settings.durable,
-            stream=subjects.LOG_STREAM,
-            config=ConsumerConfig(
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_wait=self.settings.ack_wait_s,
-                max_ack_pending=self.settings.batch * 4,
-            ),
+            s.durable,
+            self.handle,
+            batch=s.batch,
+            fetch_timeout_s=s.fetch_timeout_s,
+            ack_wait_s=s.ack_wait_s,
         )
-        self._task = asyncio.create_task(self._run(), name="logger-consume")
+        await self._consumer.start()
 
     async def stop(self) -> None:
         """Finish the batch in hand (so it is acked), then stop fetching."""
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-        if self._sub is not None:
-            try:
-                await self._sub.unsubscribe()
-            except Exception:
-                pass
+        if self._consumer is not None:
+            await self._consumer.stop()
 
-    async def _run(self) -> None:
-        assert self._sub is not None
+    async def handle(self, msgs: list[Delivery]) -> None:
         # Invariant: every message acked so far is committed in the store; everything else is either
         # in the batch in hand or still in the stream, where it will be delivered again.
-        while not self._stop.is_set():
-            try:
-                msgs = await self._sub.fetch(self.settings.batch, timeout=self.settings.fetch_timeout_s)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except Exception as e:
-                if self._stop.is_set():
-                    break
-                log.warning("log fetch failed", error=str(e))
-                await asyncio.sleep(self.settings.fetch_timeout_s)
-                continue
-            await self.handle(msgs)
-
-    async def handle(self, msgs: list[Msg]) -> None:
         batch: list[Parsed] = []
         for m in msgs:
             try:
@@ -125,7 +99,7 @@ class LogConsumer:
             try:
                 await self.store.apply([p.item])
             except Exception as e:
-                delivered = p.msg.metadata.num_delivered
+                delivered = p.msg.num_delivered
                 if delivered >= self.settings.max_deliver:
                     log.error("log message dropped after retries", subject=p.msg.subject, error=str(e)[:300])
                     await p.msg.term()
@@ -141,7 +115,7 @@ class LogConsumer:
         for p in batch:
             if not isinstance(p.item, StageRecord):
                 continue  # never for spans (a feedback loop) nor feedback
-            ctx = H.extract_trace(dict(p.msg.headers or {}))
+            ctx = H.extract_trace(p.msg.headers)
             out.append(
                 self.bus.tracer.start_span(
                     f"store {p.msg.subject}",
