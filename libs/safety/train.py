@@ -44,7 +44,7 @@ AUGMENT_VARIANTS = 3
 RANK = 8
 ALPHA = 16.0
 EPOCHS = 3
-LR = 5e-4
+LR = 1e-3
 BATCH = 32
 MAX_LEN = 128
 # Fixed texts whose scores are stored with the weights (``check_proba``) and re-checked by a test.
@@ -415,20 +415,20 @@ def main() -> None:
         W.tobytes() + b.tobytes() + b"".join(v.tobytes() for k, v in extra_arrays.items() if k.startswith("lora"))
     ).hexdigest()[:8]
     version = f"{tag}-{dt.date.today():%Y%m%d}-{digest}"
-    np.savez_compressed(
-        args.out,
-        W=W.astype(np.float32),
-        b=b.astype(np.float32),
-        classes=np.array(classes),
-        version=np.array(version),
-        embedding_model=np.array(MODEL_NAME),
-        layers=np.array(layers, dtype=np.int64),
-        l2=np.array(l2),
-        benign_share=np.array(args.benign_share),
-        n_train=np.array(n_orig),
-        n_augmented=np.array(len(extra)),
+    arrays: dict[str, Any] = {
+        "W": W.astype(np.float32),
+        "b": b.astype(np.float32),
+        "classes": np.array(classes),
+        "version": np.array(version),
+        "embedding_model": np.array(MODEL_NAME),
+        "layers": np.array(layers, dtype=np.int64),
+        "l2": np.array(l2),
+        "benign_share": np.array(args.benign_share),
+        "n_train": np.array(n_orig),
+        "n_augmented": np.array(len(extra)),
         **extra_arrays,
-    )
+    }
+    np.savez_compressed(args.out, **arrays)
     print(
         f"l2={l2:g}; wrote {args.out} ({args.out.stat().st_size} bytes), version {version}; "
         f"total {time.time() - t_start:.0f}s"
