@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +36,23 @@ def model_dir() -> Path:
 
 
 class Embedder:
-    """Batched, thread-safe text -> unit vector encoder (CPU torch)."""
+    """Batched, thread-safe text -> unit vector encoder (CPU torch).
+
+    ``weight_deltas`` (``{"encoder.layer.0.attention.self.query.weight": array, ...}``) are added
+    to this instance's copy of the weights, e.g. merged fine-tuning adapters (the safety
+    classifier's). Every instance loads its own model, so the shared ``get_embedder()`` that
+    retrieval uses is never affected.
+    """
 
     dim: int
 
-    def __init__(self, path: Path | None = None, *, batch_size: int = DEFAULT_BATCH) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        weight_deltas: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         # Never let transformers/hub try to reach the network, even for metadata.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -62,6 +75,17 @@ class Embedder:
         self._tok = tok
         model: Any = AutoModel.from_pretrained(str(self.path), local_files_only=True)
         model.eval()
+        if weight_deltas:
+            params = dict(model.named_parameters())
+            unknown = sorted(set(weight_deltas) - set(params))
+            if unknown:
+                raise ValueError(f"weight deltas for unknown parameters: {unknown[:3]}")
+            with torch.no_grad():
+                for name, delta in weight_deltas.items():
+                    p = params[name]
+                    if tuple(delta.shape) != tuple(p.shape):
+                        raise ValueError(f"{name}: delta shape {delta.shape} != {tuple(p.shape)}")
+                    p.add_(torch.from_numpy(np.asarray(delta, dtype=np.float32)))
         self._model = model
         self.dim = int(model.config.hidden_size)
         # torch modules are not guaranteed re-entrant across threads; services may call from executors.

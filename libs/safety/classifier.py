@@ -1,11 +1,16 @@
-"""Learned classifier: multinomial logistic regression over MiniLM sentence features.
+"""Learned classifier: a linear head over MiniLM features, with the encoder fine-tuned (LoRA).
 
 The features are the mean-pooled, L2-normalised hidden states of MiniLM layers 4 and 6 side
 by side (768 numbers; layer 6 alone is the ordinary sentence embedding). The middle layer keeps
 more of the wording ("without getting caught", "so she can't resist") than the output layer,
 which was trained to encode topic; one forward pass gives both. The weights are a few tens of
-kilobytes of numpy (``data/classifier.npz``, written by ``python -m libs.safety.train``); the
-cost is the embedding model, loaded on first use.
+kilobytes of numpy (``data/classifier.npz``, written by ``python -m libs.safety.train``).
+
+Since 2026-12-03 the weight file also carries low-rank adapters for MiniLM (``lora_A:*`` /
+``lora_B:*``, see ``lora.py``) trained together with the head, so the encoder separates intent
+rather than topic. The classifier then loads its own MiniLM instance with the adapters merged
+into the weights (one ordinary forward pass per batch); the shared ``get_embedder()`` that
+retrieval uses stays unadapted. Weight files without adapters use the shared embedder.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ class EmbeddingClassifier:
             self.version = str(z["version"])
             # Older weight files predate the layer choice: they read the output layer only.
             self.layers: tuple[int, ...] = tuple(int(k) for k in z["layers"]) if "layers" in z.files else ()
+            self.adapters = {k: z[k] for k in z.files if k.startswith(("lora_A:", "lora_B:"))}
         self._embedder = embedder
         self._lock = threading.Lock()
 
@@ -95,9 +101,15 @@ class EmbeddingClassifier:
         if self._embedder is None:
             with self._lock:
                 if self._embedder is None:
-                    from libs.embeddings import get_embedder
+                    from libs.embeddings import Embedder, get_embedder
 
-                    self._embedder = get_embedder()
+                    if self.adapters:
+                        from libs.safety.lora import deltas
+
+                        # Its own instance: the adapters must not leak into retrieval embeddings.
+                        self._embedder = Embedder(weight_deltas=deltas(self.adapters))
+                    else:
+                        self._embedder = get_embedder()
         return self._embedder
 
     def features(self, texts: list[str]) -> np.ndarray:

