@@ -47,6 +47,13 @@ def test_test_split_is_large_enough() -> None:
     assert {c: n[c] for c in BLOCKING if n[c] < 15} == {}
 
 
+def test_test2_split_is_large_enough() -> None:
+    n = Counter(r["label"] for r in _load("test2"))
+    assert n[BENIGN] >= 250
+    assert {c: n[c] for c in BLOCKING if n[c] < 20} == {}
+    assert set(n) == set(BLOCKING) | {BENIGN}
+
+
 def test_dev_split_has_at_least_300_examples() -> None:
     rows = _load("eval")
     assert len(rows) >= 300

@@ -7,7 +7,10 @@ Objectives only feed the training set; the eval set is written separately, in ot
 ``src/holdout`` (-> ``holdout.jsonl``) was written last, after all tuning, in a looser chat
 style, and never used to choose data, thresholds or hyperparameters. It has since been read, so
 ``src/test`` (-> ``test.jsonl``, written 2026-12-02 before the second model round, varied styles)
-is now the untouched split; it is scored once, at the end of a round.
+was scored once at the end of a round and has since been looked at during development, so
+``src/test2`` (-> ``test2.jsonl``, written fresh 2026-12-02, realistic chat-assistant traffic with a
+large benign share, about a third of it on sensitive-sounding but harmless topics) is now the
+untouched split: never used for any choice, scored once, at the end of a round.
 
 Run: ``python -m libs.safety.data.build``
 """
@@ -20,7 +23,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test")
+SPLITS = ("train", "eval", "holdout", "test", "test2")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
