@@ -121,6 +121,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
     from libs.engine.model import AttnBatch, KVCache, LlamaModel
     from libs.engine.weights import load_weights
 
+    torch.set_num_threads(engine_threads())  # as every engine row above
     cal = measure()
     models = {}
     for d in dtypes:
