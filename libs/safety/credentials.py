@@ -7,7 +7,9 @@ answer can release the label before the value arrives without the final redactio
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,43 +26,103 @@ def _p(label: str, pattern: str, flags: int = 0) -> SecretPattern:
 
 _B = r"(?<![A-Za-z0-9_\-])"  # token start: not glued to a longer identifier
 _E = r"(?![A-Za-z0-9_\-])"
+_B64 = r"[A-Za-z0-9+/=]"
+_PEM_HEAD = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+# Labels of a generic secret assignment ("api_key = ...", "client_secret: ..."); an optional
+# identifier prefix ("DB_", "PG", "stripe_") may come before them.
+_LABEL = (
+    r"(?i:(?<![A-Za-z0-9])(?:[A-Za-z0-9]{0,20}[_\-.]|PG|MYSQL|REDIS)?"
+    r"(?:password|passwd|pwd|passphrase|pass ?code|pin code|(?<=[_\-.])pass"
+    r"|secret(?:[_ \-]?(?:access[_ \-]?)?key)?|client[_ \-]?secret|app[_ \-]?secret|api[_ \-]?secret"
+    r"|api[_ \-]?key|apikey|access[_ \-]?key|access[_ \-]?token|auth[_ \-]?token|refresh[_ \-]?token"
+    r"|bot[_ \-]?token|private[_ \-]?token|token|private[_ \-]?key|signing[_ \-]?key|encryption[_ \-]?key"
+    r"|master[_ \-]?key|account[_ \-]?key|credentials?)(?![A-Za-z0-9]))"
+)
 
 SECRET_PATTERNS: tuple[SecretPattern, ...] = (
+    # A whole PEM block; or a truncated one (no END line) when what follows the header is key
+    # material or nothing yet — "what does -----BEGIN RSA PRIVATE KEY----- mean?" is a question.
     _p(
         "private key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-        r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        _PEM_HEAD + r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"|(?=(?:\s|\\n)*(?:Proc-Type:|" + _B64 + r"{16,})|(?:" + _B64 + r"|\s|\\n|-)*\Z)[\s\S]*\Z)",
     ),
-    _p("Anthropic API key", _B + r"sk-ant-[A-Za-z0-9_\-]{20,}" + _E),
-    _p("OpenAI-style API key", _B + r"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}" + _E),
-    _p("Stripe key", _B + r"(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}" + _E),
+    # Key material without its header: OpenSSH ("openssh-key-v1"), PKCS#1 RSA, PKCS#8, SEC1 EC.
+    _p(
+        "private key",
+        r"(?<![A-Za-z0-9+/])(?:b3BlbnNzaC1rZXktdjE|MII[A-Za-z0-9+/]{2,3}IBAAK|"
+        r"MII[A-Za-z0-9+/]{2,3}IBADANBgkqhkiG9w0BAQEFAAS|MHcCAQEEI)" + _B64 + r"{12,}",
+    ),
+    _p("Anthropic API key", _B + r"sk-ant-(?:api|admin|sid)?[0-9]{0,2}-?[A-Za-z0-9_\-]{20,}" + _E),
+    _p("OpenAI-style API key", _B + r"sk-(?!ant-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}" + _E),
+    _p("Stripe key", _B + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}" + _E),
+    _p("Stripe webhook secret", _B + r"whsec_[A-Za-z0-9]{24,}" + _E),
     _p(
         "AWS access key",
-        r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA)[A-Z0-9]{16}(?![A-Z0-9])",
+        r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Z0-9])",
     ),
     _p(
         "AWS secret key",
-        r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        r"(?i:aws_?secret_?(?:access_?)?key)[\"']?\s*[:=]\s*[\"']?(?P<v>[A-Za-z0-9/+=]{36,44})(?![A-Za-z0-9/+=])",
     ),
-    _p("GitHub token", _B + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})" + _E),
-    _p("GitLab token", _B + r"glpat-[A-Za-z0-9_\-]{20,}" + _E),
-    _p("Slack token", _B + r"xox[abposr]-[A-Za-z0-9\-]{10,}" + _E),
-    _p("Google API key", _B + r"AIza[0-9A-Za-z_\-]{35}" + _E),
-    _p("Hugging Face token", _B + r"hf_[A-Za-z0-9]{30,}" + _E),
+    _p(
+        "GitHub token",
+        _B + r"(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255}|ghv1_[A-Za-z0-9]{30,})" + _E,
+    ),
+    _p(
+        "GitLab token",
+        _B + r"(?:gl(?:pat|dt|rt|ptt|cbt|oas|ft|imt|agent|soat)-[A-Za-z0-9_\-]{20,}|GR1348941[A-Za-z0-9_\-]{20,})" + _E,
+    ),
+    _p("Slack token", _B + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})" + _E),
+    _p("Slack webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_\-]{20,}"),
+    _p("Google API key", _B + r"AIza[0-9A-Za-z_\-]{33,40}" + _E),
+    _p("Google OAuth secret", _B + r"(?:GOCSPX-[A-Za-z0-9_\-]{20,}|ya29\.[A-Za-z0-9_\-]{30,})" + _E),
+    _p("SendGrid API key", _B + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{30,50}" + _E),
+    _p("Twilio API key", _B + r"SK[0-9a-fA-F]{32}" + _E),
+    _p(
+        "Twilio auth token",
+        r"(?i:twilio[^\n]{0,30}?(?:auth|token|secret))[^\n]{0,20}?(?P<v>(?<![0-9a-f])[0-9a-f]{32})(?![0-9a-f])",
+    ),
+    _p("npm token", _B + r"npm_[A-Za-z0-9]{36}" + _E),
+    _p("PyPI token", _B + r"pypi-AgE[A-Za-z0-9_\-]{50,}" + _E),
+    _p("Hugging Face token", _B + r"(?:hf_[A-Za-z0-9]{30,}|api_org_[A-Za-z0-9]{30,})" + _E),
+    _p(
+        "Azure storage key",
+        r"(?i:(?:AccountKey|SharedAccessKey|SharedAccessSignature=sv)=)(?P<v>[A-Za-z0-9+/=%&:\-]{20,})",
+    ),
+    _p("DigitalOcean token", _B + r"do[opr]_v1_[a-f0-9]{64}" + _E),
+    _p("Shopify token", _B + r"shp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}" + _E),
+    _p("Telegram bot token", r"(?<![0-9A-Za-z])\d{8,10}:[A-Za-z0-9_\-]{35}" + _E),
+    _p(
+        "Discord bot token",
+        r"(?<![A-Za-z0-9_\-.])[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}" + _E,
+    ),
+    _p("Discord webhook", r"discord(?:app)?\.com/api/webhooks/\d{5,}/[A-Za-z0-9_\-]{30,}"),
     _p("JSON Web Token", _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),
     _p("bearer token", r"(?i:\bbearer)\s+(?P<v>[A-Za-z0-9_\-.=+/]{20,})"),
     _p(
         "connection string password",
-        r"\b[a-z][a-z0-9+.\-]{1,20}://[^\s:/@]+:(?P<v>[^\s@/]{3,})@[^\s/]+",
+        # scheme://user:password@host (user may be empty: redis://:pw@host), any scheme
+        # (postgres, mysql, mongodb+srv, redis, amqp, smtp, jdbc:postgresql, ...).
+        r"\b[a-z][a-z0-9+.\-]{1,20}://[^\s:/@]*:(?P<v>[^\s@/]{3,})@[^\s/]+",
+    ),
+    _p(
+        "connection string password",
+        # JDBC / ODBC / ADO style: ...;Password=...; or ?user=x&password=y
+        r"(?i:(?:[?&;]|\bjdbc:\S*?[?&;])(?:password|pwd|pass)=)(?P<v>[^&;\s\"']{3,})",
+    ),
+    _p(
+        "database password",
+        # mysql -u root -pSECRET (password glued to -p); sshpass -p SECRET
+        r"(?i:\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n]*?\s-p)(?P<v>[^\s\"']{4,})"
+        r"|(?i:\bsshpass\s+-p\s*)(?P<v2>[^\s\"']{4,})",
     ),
     _p(
         "password",
         # A label, then ":" / "=" / "is", then a value. Quoted values always count; bare ones must
         # carry a digit or symbol, so "password: forgotten" or "password = getpass()" do not.
-        r"(?i:(?<![A-Za-z0-9])(?:password|passwd|pwd|passphrase|pass ?code|pin code"
-        r"|secret(?:[_ ]?key)?|api[_ ]?key|access[_ ]?token|auth[_ ]?token|client[_ ]?secret"
-        r"|private[_ ]?key))"
-        r"[\"']?\s*(?:[:=]|\bis\b)\s*"
+        # Token/key labels additionally need a high-entropy value (see ``_weak_generic``).
+        _LABEL + r"[\"']?\s*(?:[:=]|\bis\b)\s*"
         r"(?:(?P<q>[\"'])(?P<v>[^\"'\s]{4,})(?P=q)"
         r"|(?P<v2>(?=[^\s]*[0-9!#%&*^~@?])(?![$%{<(\[])[^\s\"'`,;()\[\]{}<>]{6,}))",
     ),
@@ -68,9 +130,30 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
 
 # A credential value this boring is a placeholder in docs or a question, not a leak.
 _PLACEHOLDER = re.compile(
-    r"(?i)^(?:x+|\*+|\.+|-+|<.*>|\{.*\}|\$\{.*\}|your[_\-].*|my[_\-]?password.*|example.*|changeme|"
-    r"password\d*|123456\d*|redacted|none|null|true|false|os\.environ.*|env\..*|process\.env.*)$"
+    r"(?i)^(?:x+|\*+|\.+|-+|<.*>|\{.*\}|\$\{.*\}|\$[A-Z_]+|%[A-Z_]+%|your[_\-].*|my[_\-]?password.*|example.*|changeme"
+    r"|password\d*|pass|secret|pwd|123456\d*|redacted|none|null|true|false|os\.environ.*|env\..*|process\.env.*"
+    r"|getenv.*|config\..*|settings\..*|self\..*)$"
 )
+# Anywhere in a value (prefixed tokens included): doc placeholders, not keys.
+_PLACEHOLDER_PART = re.compile(
+    r"(?i)x{5,}|\*{3,}|\.{3,}|\u2026|<[^>]*>|\{\{|\$\{|example|placeholder|your[_\-]?(?:api|key|token|secret|pass)"
+    r"|redacted|dummy|changeme|insert[_\-]?|replace[_\-]?me|(.)\1{7,}"
+)
+_PASSWORD_WORDS = re.compile(r"(?i)password|passwd|pwd|passphrase|pass ?code|pin code|pass\b")
+
+
+def _entropy(s: str) -> float:
+    return -sum(c / len(s) * math.log2(c / len(s)) for c in Counter(s).values())
+
+
+def _weak_generic(label_text: str, value: str) -> bool:
+    """A token/key/secret assignment whose value does not look random: "token: abc123!",
+    "api_key = 'test'", "max_tokens=1024". Passwords are exempt (short human passwords leak too)."""
+    if _PASSWORD_WORDS.search(label_text):
+        return False
+    has_alpha = any(c.isalpha() for c in value)
+    has_digit = any(c.isdigit() for c in value)
+    return len(value) < 12 or not (has_alpha and has_digit) or _entropy(value) < 3.0
 
 
 @dataclass(frozen=True)
@@ -88,10 +171,16 @@ def find_secrets(text: str, pos: int = 0) -> Iterator[SecretMatch]:
             start, end = m.span(group) if group else m.span()
             value = text[start:end].rstrip(".")
             end = start + len(value)
+            if end <= start:
+                continue
+            # Key blocks are exempt: their base64 has runs ("AAAAAAAA") and may be cut with "...".
+            if sp.label != "private key" and _PLACEHOLDER_PART.search(value):
+                continue
             if group and _PLACEHOLDER.match(value):
                 continue
-            if end > start:
-                yield SecretMatch(sp.label, start, end)
+            if sp.label == "password" and _weak_generic(text[m.start() : start], value):
+                continue
+            yield SecretMatch(sp.label, start, end)
 
 
 # A private key header that has started but not finished arriving: everything after it is

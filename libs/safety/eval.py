@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from libs.safety.classifier import EmbeddingClassifier
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
 from libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, worst_action
@@ -98,16 +99,21 @@ def render(res: dict[str, object]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", type=Path, default=DATA / "eval.jsonl")
+    ap.add_argument("--data", type=Path, nargs="+", default=[DATA / "eval.jsonl"], help="one or more JSONL files")
+    ap.add_argument("--weights", type=Path, default=None, help="classifier weights (default: the shipped file)")
     ap.add_argument("--rules-only", action="store_true", help="evaluate the guard without embeddings")
     ap.add_argument("--source", default="user", choices=["user", "file", "tool"])
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     args = ap.parse_args()
-    with args.data.open(encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    guard = InputGuard(SafetyPolicy(), use_embeddings=not args.rules_only)
-    res = evaluate(guard, rows, args.source)
-    print(json.dumps(res, indent=2) if args.json else render(res))
+    clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
+    guard = InputGuard(SafetyPolicy(), use_embeddings=not args.rules_only, classifier=clf)
+    for i, path in enumerate(args.data):
+        with path.open(encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        res = evaluate(guard, rows, args.source)
+        if len(args.data) > 1:
+            print(("\n" if i else "") + f"== {path.name}")
+        print(json.dumps(res, indent=2) if args.json else render(res))
 
 
 if __name__ == "__main__":

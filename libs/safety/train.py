@@ -34,7 +34,7 @@ from libs.safety.taxonomy import BENIGN
 DATA = Path(__file__).resolve().parent / "data"
 L2_GRID = (3e-6, 1e-5, 3e-5, 1e-4)
 FOLDS = 5
-BENIGN_SHARE = 0.6
+BENIGN_SHARE = 0.5
 DEFAULT_L2 = 1e-5
 # MiniLM layers whose mean-pooled states feed the classifier; chosen by grouped cross-validation
 # on the training set (layer 6 alone: mean recall 0.86, benign FPR 0.10; 4+6: 0.89, 0.07).
@@ -91,6 +91,7 @@ def augment(rows: list[dict[str, str]], variants: int = AUGMENT_VARIANTS) -> tup
                 out.append({"text": t, "label": r["label"], "source": "augment"})
                 parent.append(i)
     return out, parent
+DEV_SPLITS = ("eval", "test", "holdout")
 BLOCK_AT = 0.5  # mirrors the default policy thresholds, for the cross-validation report
 FLAG_AT = 0.45
 
@@ -304,7 +305,7 @@ def dev_report(P: np.ndarray, y: np.ndarray, classes: list[str]) -> str:
     H = harm_scores(P, bi)
     fpr = float((np.delete(H, bi, axis=1)[y == bi].max(axis=1) >= FLAG_AT).mean())
     rec = {c: float((H[y == ci, ci] >= BLOCK_AT).mean()) for ci, c in enumerate(classes) if ci != bi and (y == ci).any()}
-    worst = sorted(rec.items(), key=lambda kv: kv[1])[:4]
+    worst = [(c, round(r, 3)) for c, r in sorted(rec.items(), key=lambda kv: kv[1])[:4]]
     return f"mean recall {np.mean(list(rec.values())):.3f}, worst {worst}, benign FPR {fpr:.3f}"
 
 
@@ -322,7 +323,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--rank", type=int, default=RANK)
     ap.add_argument("--lr", type=float, default=LR)
-    ap.add_argument("--dev", action="store_true", help="print model-only figures on eval.jsonl after every epoch")
+    ap.add_argument("--dev", action="store_true", help="print model-only figures on eval/test/holdout after every epoch")
     args = ap.parse_args()
     t_start = time.time()
 
@@ -382,14 +383,18 @@ def main() -> None:
         ft = FineTuned(W, b, args.rank, ALPHA, layers)
         t0 = time.time()
         ids = tokenize([r["text"] for r in rows])
-        dev_rows = load(DATA / "eval.jsonl") if args.dev else []
-        dev_rows = [r for r in dev_rows if r["label"] in classes]
-        dev_ids = tokenize([r["text"] for r in dev_rows])
-        dev_y = np.array([classes.index(r["label"]) for r in dev_rows])
+        # --dev: model-only figures after every epoch on the development splits (eval, test,
+        # holdout; all three are used for choices since round 3). test2 is never read here.
+        dev_sets = []
+        for name in DEV_SPLITS if args.dev else ():
+            dev_rows = [r for r in load(DATA / f"{name}.jsonl") if r["label"] in classes]
+            dev_sets.append(
+                (name, tokenize([r["text"] for r in dev_rows]), np.array([classes.index(r["label"]) for r in dev_rows]))
+            )
 
         def after_epoch(ep: int) -> None:
-            if dev_rows:
-                print(f"    dev: {dev_report(ft.proba(dev_ids), dev_y, classes)}", flush=True)
+            for name, dev_ids, dev_y in dev_sets:
+                print(f"    {name} after epoch {ep}: {dev_report(ft.proba(dev_ids), dev_y, classes)}", flush=True)
 
         after_epoch(0)
         finetune(

@@ -13,7 +13,7 @@ from libs.safety import luhn_ok, redact
         ("amex 3782-822463-10005", "amex [card redacted]"),
         ("token sk-proj-abcdefghijklmnopqrstuvwxyz123456 here", "token [secret redacted] here"),
         ("password: hunter22!", "password: [secret redacted]"),
-        ("AKIAIOSFODNN7EXAMPLE", "[secret redacted]"),
+        ("AKIAQ4RT7YU2IO9PLK3M", "[secret redacted]"),
     ],
 )
 def test_redacts(text: str, expected: str) -> None:

@@ -25,7 +25,7 @@ def cats(text: str, source: str = "user") -> dict[str, str]:
     "text",
     [
         "Here is my key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789 please debug",
-        "aws_access_key_id=AKIAIOSFODNN7EXAMPLE",
+        "aws_access_key_id=AKIAQ4RT7YU2IO9PLK3M",
         "git clone https://ghp_abcdefghijklmnopqrstuvwxyz0123456789@github.com/x/y",
         "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----",
         "my password: Tr0ub4dor&3",
