@@ -77,11 +77,31 @@ class NativeEngine:
     async def start(self) -> None:
         if self._thread is not None:
             return
-        if self.runner is None:
-            await asyncio.to_thread(self._load)
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="engine-step", daemon=True)
+        loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._thread = threading.Thread(target=self._run, args=(loaded,), name="engine-step", daemon=True)
         self._thread.start()
+        try:
+            await loaded
+        except BaseException:
+            self._thread = None
+            raise
+
+    def _run(self, loaded: asyncio.Future[None]) -> None:
+        """The engine thread: loads the model, then steps. Every torch call of the engine runs on
+        this one thread: with more than one intra-op thread, each thread that calls torch gets its
+        own OpenMP team, and a second team (e.g. one left by loading on a worker thread) made
+        steps here 2-3x slower."""
+        loop = loaded.get_loop()
+        try:
+            torch.set_num_threads(engine_threads())
+            if self.runner is None:
+                self._load()
+        except BaseException as e:
+            loop.call_soon_threadsafe(loaded.set_exception, e)
+            return
+        loop.call_soon_threadsafe(loaded.set_result, None)
+        self._loop()
 
     def _load(self) -> None:
         cache_dir = self.config.cache_dir or os.path.join("var", "cache", "engine")
@@ -94,7 +114,6 @@ class NativeEngine:
                 self.dtype = "bf16"
         elif device != "cpu":
             raise EngineDeviceError(f"unknown device {device!r} (native engine: 'cpu' or 'cuda[:n]')")
-        torch.set_num_threads(engine_threads())
         if self.dtype in ("auto", "hybrid") and device == "cpu":
             self.calibration = measure()
             log.info("kernel calibration: %s", self.calibration)
