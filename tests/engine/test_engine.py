@@ -2,12 +2,14 @@
 
 import asyncio
 import random
+import threading
 
 import pytest
 
 from libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
+from libs.engine.engine import NativeEngine
 from libs.engine.request import TextStream
-from tests.engine.conftest import make_engine
+from tests.engine.conftest import make_engine, tiny_model
 
 
 async def _collect(eng, rid, prompt, params) -> tuple[str, list[int], StreamChunk]:
@@ -129,3 +131,24 @@ def test_package_import_is_cheap():
 
     code = "import sys, libs.engine; assert 'torch' not in sys.modules, 'torch imported eagerly'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
+
+
+async def test_the_model_loads_on_the_engine_thread_that_steps():
+    # One thread for every torch call: a team of OpenMP threads per calling thread, and a
+    # second team left behind by loading elsewhere made multi-threaded steps 2-3x slower.
+    eng = NativeEngine(EngineConfig(dtype="fp32", num_blocks=16))
+    seen: list[str] = []
+
+    def load() -> None:
+        seen.append(threading.current_thread().name)
+        eng.build_with_model(tiny_model())
+
+    eng._load = load  # type: ignore[method-assign]
+    await eng.start()
+    try:
+        async for c in eng.generate("t", _prompt(6, 3), SamplingParams(max_tokens=2)):
+            if c.finished:
+                seen.append(c.finish_reason or "")
+    finally:
+        await eng.stop()
+    assert seen == ["engine-step", "length"]
