@@ -11,7 +11,7 @@ import functools
 import importlib.util
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,13 +130,23 @@ class Embedder:
                     input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=not only_last
                 )
                 states = (out_t.last_hidden_state,) if only_last else tuple(out_t.hidden_states[k] for k in layers)
-                m = mask.unsqueeze(-1).to(states[0].dtype)
-                blocks = []
-                for hidden in states:
-                    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
-                    blocks.append(torch.nn.functional.normalize(pooled, p=2, dim=1))
-                out[idx] = torch.cat(blocks, dim=1).float().numpy()
+                out[idx] = pool(states, mask).float().numpy()
         return out
+
+
+def pool(states: Sequence[Any], mask: Any) -> Any:
+    """Mean over the attention mask, L2-normalised, per hidden state; the states side by side.
+
+    The one definition of the features: the safety fine-tune trains through it (with gradients)
+    and ``Embedder`` serves it, so the two can never drift apart.
+    """
+    import torch
+
+    m = mask.unsqueeze(-1).to(states[0].dtype)
+    blocks = [
+        torch.nn.functional.normalize((h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9), p=2, dim=1) for h in states
+    ]
+    return torch.cat(blocks, dim=1)
 
 
 @functools.lru_cache(maxsize=1)

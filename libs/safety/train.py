@@ -91,6 +91,8 @@ def augment(rows: list[dict[str, str]], variants: int = AUGMENT_VARIANTS) -> tup
                 out.append({"text": t, "label": r["label"], "source": "augment"})
                 parent.append(i)
     return out, parent
+
+
 DEV_SPLITS = ("eval", "test", "holdout")
 BLOCK_AT = 0.5  # mirrors the default policy thresholds, for the cross-validation report
 FLAG_AT = 0.45
@@ -118,6 +120,16 @@ def embed_cached(texts: list[str], model: str, embed: Callable[[list[str]], np.n
     return np.stack([known[t] for t in texts]).astype(np.float32)
 
 
+def class_weights(y: np.ndarray, n_classes: int, benign_index: int, benign_share: float) -> np.ndarray:
+    """Per-class weight of one example: benign carries ``benign_share`` of the total weight and
+    the harm classes share the rest equally. Plain "balanced" weights would give benign 1/17 of
+    the say and flag every edgy question."""
+    counts = np.maximum(np.bincount(y, minlength=n_classes), 1).astype(np.float32)
+    share = np.full(n_classes, (1 - benign_share) / (n_classes - 1), dtype=np.float32)
+    share[benign_index] = benign_share
+    return share / counts
+
+
 def fit(
     X: np.ndarray,
     y: np.ndarray,
@@ -130,12 +142,7 @@ def fit(
 ) -> tuple[np.ndarray, np.ndarray]:
     d = X.shape[1]
     Y = np.eye(n_classes, dtype=np.float32)[y]
-    counts = np.maximum(np.bincount(y, minlength=n_classes), 1).astype(np.float32)
-    # Benign carries half the total weight and the harm classes share the other half equally:
-    # plain "balanced" weights would give benign 1/17 of the say and flag every edgy question.
-    share = np.full(n_classes, (1 - benign_share) / (n_classes - 1), dtype=np.float32)
-    share[benign_index] = benign_share
-    sw = (share / counts)[y]
+    sw = class_weights(y, n_classes, benign_index, benign_share)[y]
     sw /= sw.sum()
     W = np.zeros((n_classes, d), dtype=np.float32)
     b = np.zeros(n_classes, dtype=np.float32)
@@ -196,18 +203,13 @@ def _batch(ids: list[list[int]], idx: list[int]) -> tuple[Any, Any]:
 
 
 def _pooled(model: Any, ids: Any, mask: Any, layers: tuple[int, ...]) -> Any:
-    """Same features as ``Embedder.embed_layers``: mean-pooled, L2-normalised layers side by side."""
+    """Same features as ``Embedder.embed_layers`` (both use ``libs.embeddings.pool``)."""
     import torch
 
+    from libs.embeddings import pool
+
     out = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids), output_hidden_states=True)
-    m = mask.unsqueeze(-1).float()
-    return torch.cat(
-        [
-            torch.nn.functional.normalize((out.hidden_states[k] * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
-            for k in layers
-        ],
-        dim=1,
-    )
+    return pool([out.hidden_states[k] for k in layers], mask)
 
 
 class FineTuned:
@@ -266,10 +268,7 @@ def finetune(
     import torch
 
     n_classes = ft.head.out_features
-    counts = np.maximum(np.bincount(y, minlength=n_classes), 1).astype(np.float32)
-    share = np.full(n_classes, (1 - benign_share) / (n_classes - 1), dtype=np.float32)
-    share[benign_index] = benign_share
-    cw = torch.from_numpy(share / counts * len(y) / n_classes)
+    cw = torch.from_numpy(class_weights(y, n_classes, benign_index, benign_share) * len(y) / n_classes)
     opt = torch.optim.AdamW(ft.parameters(), lr=lr, weight_decay=0.01)
     rng = random.Random(seed)
     torch.manual_seed(seed)
