@@ -22,8 +22,9 @@ class ModelRunner:
     def build(self, seqs: list[ScheduledSeq]) -> AttnBatch:
         bs = self.block_size
         # Single-token decodes take the first rows so attention reads them as one slice.
-        decodes = [s for s in seqs if s.num_new_tokens == 1 and s.request.num_computed > 0]
-        chunks = [s for s in seqs if not (s.num_new_tokens == 1 and s.request.num_computed > 0)]
+        is_decode = [s.num_new_tokens == 1 and s.request.num_computed > 0 for s in seqs]
+        decodes = [s for s, d in zip(seqs, is_decode, strict=True) if d]
+        chunks = [s for s, d in zip(seqs, is_decode, strict=True) if not d]
         ids: list[int] = []
         pos: list[int] = []
         slots: list[int] = []
