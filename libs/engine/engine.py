@@ -114,7 +114,7 @@ class NativeEngine:
                 self.dtype = "bf16"
         elif device != "cpu":
             raise EngineDeviceError(f"unknown device {device!r} (native engine: 'cpu' or 'cuda[:n]')")
-        if self.dtype in ("auto", "hybrid") and device == "cpu":
+        if self.dtype in ("auto", "hybrid", "bf16") and device == "cpu":
             self.calibration = measure()
             log.info("kernel calibration: %s", self.calibration)
             if self.dtype == "auto":
@@ -123,6 +123,7 @@ class NativeEngine:
         model = LlamaModel(cfg, tensors, self.dtype).to(device)
         if self.calibration is not None:
             model.int8_max_rows = self.calibration.int8_max_rows
+            model.slice_rows = self.calibration.slice_rows
         self.build_with_model(model)
 
     def build_with_model(self, model: LlamaModel) -> None:

@@ -7,6 +7,12 @@ many weight bytes stream from memory, where int8 wins. On AVX2-only CPUs bf16 is
 
 Every kernel here keeps activations in fp32 around the product: elementwise work in bf16 is slow
 without native support, and fp32 residuals keep the model close to the reference.
+
+Replays and prefix-cache hits need a prompt row to get the same bits however many rows share its
+product. On CPUs with AMX, oneDNN runs bf16 products of more than 32 rows on AMX tiles, and a
+row's bits then depend on the row count; at 32 rows or fewer every row gets the bits it gets
+alone. `measure` checks this on the running CPU, and `linear` then multiplies prompt rows at
+most `slice_rows` at a time.
 """
 
 from __future__ import annotations
@@ -43,12 +49,32 @@ def dense_mm(x: torch.Tensor, w: torch.Tensor, keep: bool = False) -> torch.Tens
     return y if keep else y.to(x.dtype)
 
 
-def linear(x: torch.Tensor, w: Weight, small: bool, keep: bool = False) -> torch.Tensor:
+def linear(
+    x: torch.Tensor,
+    w: Weight,
+    small: bool,
+    keep: bool = False,
+    slice_rows: int | None = None,
+    free_rows: int = 0,
+) -> torch.Tensor:
     """x @ w.T. `small` picks the int8 copy of a DualWeight (see LlamaModel.forward).
 
     The result has x's dtype, or with `keep` the kernel's own (bf16 for bf16 and int8 weights),
     which saves two casts where the next op is another product or an add into the fp32 residual.
+    With `slice_rows` (from `measure`), rows past the first `free_rows` (generated tokens, whose
+    bits nothing relies on) are multiplied at most that many at a time, so each gets its bits
+    alone; the free rows may share one larger, faster product.
     """
+    rows = x.shape[0]
+    if small or slice_rows is None or rows <= slice_rows:
+        return _product(x, w, small, keep)
+    start = free_rows if free_rows > slice_rows else 0
+    parts = [_product(x[:start], w, small, keep)] if start else []
+    parts += [_product(x[a : a + slice_rows], w, small, keep) for a in range(start, rows, slice_rows)]
+    return torch.cat(parts)
+
+
+def _product(x: torch.Tensor, w: Weight, small: bool, keep: bool) -> torch.Tensor:
     if isinstance(w, DualWeight):
         return int8_mm(x, w.q, w.scale, keep) if small else dense_mm(x, w.full, keep)
     if isinstance(w, tuple):
@@ -69,6 +95,9 @@ class Calibration:
 
     us: dict[str, dict[int, float]]  # format -> rows -> best microseconds
     int8_max_rows: int  # up to this many rows int8 beats bf16
+    # bf16 products give a row the same bits at any row count up to this many (None: at any
+    # count); see invariant_rows.
+    slice_rows: int | None = None
 
     def best_dtype(self) -> str:
         """'hybrid' when bf16 is the fastest batched kernel here, else 'int8' (AVX2 CPUs)."""
@@ -104,4 +133,21 @@ def measure(hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4
             int8_max = r
         else:
             break
-    return Calibration(us, int8_max)
+    return Calibration(us, int8_max, invariant_rows(wb, g))
+
+
+def invariant_rows(w: torch.Tensor, g: torch.Generator, limit: int = 32) -> int | None:
+    """None when a bf16 product gives every row the bits it gets alone at any tested row count,
+    else `limit` (after checking that every count up to it does)."""
+    x = torch.randn(300, w.shape[1], generator=g)
+    with torch.inference_mode():
+        alone = torch.cat([dense_mm(x[i : i + 1], w) for i in range(limit + 1)])
+
+        def same(n: int) -> bool:
+            return torch.equal(dense_mm(x[:n], w)[: limit + 1], alone[:n])
+
+        if all(same(n) for n in (33, 64, 128, 300)):
+            return None
+        if not all(same(n) for n in range(2, limit + 1)):
+            raise RuntimeError("bf16 products are not row-invariant even in small calls on this CPU")
+        return limit

@@ -38,6 +38,8 @@ class AttnBatch:
     logits_rows: torch.Tensor  # [S] rows whose next-token logits are wanted
     # Every row is a token the model generated (no prompt token, no recompute): see forward.
     generated_only: bool = False
+    # Rows [0, free_rows) are generated tokens: their products may use any kernel (see linear).
+    free_rows: int = 0
 
     def to(self, device: torch.device) -> AttnBatch:
         """The same batch with every tensor on `device` (built on the CPU, copied once a step)."""
@@ -61,6 +63,7 @@ class AttnBatch:
             spans,
             self.logits_rows.to(device),
             self.generated_only,
+            self.free_rows,
         )
 
 
@@ -112,6 +115,8 @@ class LlamaModel:
         # Steps of at most this many rows, all decodes, use the int8 copy of hybrid weights
         # (set from kernels.measure by the engine; see forward).
         self.int8_max_rows = 4
+        # Prompt rows are multiplied at most this many at a time (kernels.measure; None: any).
+        self.slice_rows: int | None = None
         self.embed = tensors["token_embd.weight"]
         self.norm = tensors["output_norm.weight"]
         self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight")
@@ -209,9 +214,10 @@ class LlamaModel:
         # how it was split between the prefix cache and prefill, and a quiet replay recomputes
         # exactly what the original run computed.
         small = batch.generated_only and not batch.prefills and T <= self.int8_max_rows
+        sr, fr = self.slice_rows, batch.free_rows
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
-            qkv = linear(h, layer.qkv, small)
+            qkv = linear(h, layer.qkv, small, slice_rows=sr, free_rows=fr)
             # RoPE on q and k heads in one pass: they share positions.
             qk = qkv[:, :nqk].view(T, nh + nkv, hd)
             qk = torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin)
@@ -223,11 +229,12 @@ class LlamaModel:
             attn = self._attention(q, k, v, kc, vc, batch)
             # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
             # adding bf16 into the fp32 residual promotes without a separate cast.
-            x = x + linear(attn.reshape(T, nh * hd), layer.o, small, keep=True)
+            x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, sr, fr)
             h = rms_norm(x, layer.ffn_norm, cfg.rms_eps)
-            gu = linear(h, layer.gate_up, small, keep=True)
-            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small, keep=True)
+            gu = linear(h, layer.gate_up, small, True, sr, fr)
+            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small, True, sr, fr)
         x = rms_norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
+        # One row per sampling sequence: a quiet request's logits come from a call of one row.
         return linear(x, self.lm_head, small).float()
 
     def _attention(

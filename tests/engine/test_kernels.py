@@ -15,17 +15,39 @@ def _weights() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(256, 576, generator=g) * 0.05, torch.randn(70, 576, generator=g)
 
 
+@pytest.fixture(scope="module")
+def slice_rows() -> int | None:
+    return measure(reps=1).slice_rows
+
+
 @pytest.mark.parametrize("kind", ["bf16", "int8"])
-def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_call(kind):
+def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_call(kind, slice_rows):
     # Replays and prefix-cache hits recompute a token in a batch of another size; with these
-    # kernels the result is bit-identical, so greedy output cannot drift.
+    # kernels (bf16 sliced as measured on this CPU) the result is bit-identical, so greedy
+    # output cannot drift.
     w, x = _weights()
     q, s = quantize_int8(w)
     weight = DualWeight(w.to(torch.bfloat16), q, s)
     small = kind == "int8"
     alone = linear(x[3:4], weight, small)
     for rows in (4, 9, 33, 70):
-        assert torch.equal(linear(x[:rows], weight, small)[3:4], alone), rows
+        assert torch.equal(linear(x[:rows], weight, small, slice_rows=slice_rows)[3:4], alone), rows
+        # Generated rows ahead of the prompt rows may share a larger product; prompt rows not.
+        got = linear(x[:rows], weight, small, slice_rows=slice_rows, free_rows=2)
+        assert torch.equal(got[3:4], alone), rows
+
+
+def test_invariance_is_measured_not_assumed():
+    # On this CPU either every row count is invariant, or only small calls are and the engine
+    # slices; a product of more rows than the slice must then really differ somewhere, or the
+    # slicing would be wasted work.
+    w = torch.randn(3072, 576, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16) * 0.05
+    cal = measure(reps=1)
+    if cal.slice_rows is None:
+        pytest.skip("bf16 products are row-invariant at every size on this CPU (no AMX)")
+    x = torch.randn(300, 576)
+    alone = torch.cat([linear(x[i : i + 1], w, False) for i in range(40)])
+    assert not all(torch.equal(linear(x[:n], w, False)[:40], alone) for n in (64, 128, 300))
 
 
 def test_int8_and_bf16_stay_close_to_fp32():
@@ -65,6 +87,7 @@ async def test_hybrid_prompt_from_the_prefix_cache_gives_the_same_tokens(model_p
     cfg, tensors = load_weights(model_path, "hybrid", CACHE_DIR)
     model = LlamaModel(cfg, tensors, "hybrid")
     model.int8_max_rows = 4
+    model.slice_rows = measure(reps=1).slice_rows
     eng = make_engine(model, num_blocks=64)
     await eng.start()
     try:
