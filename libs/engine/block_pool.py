@@ -20,6 +20,9 @@ class Block:
     block_id: int
     ref_cnt: int = 0
     block_hash: int | None = None  # set once the block is full and registered in the cache
+    # A released sequence's partly filled last block: (hash of the full block before it, or
+    # None for a first block; the tokens whose KV it holds). See cache_tail.
+    tail: tuple[int | None, tuple[int, ...]] | None = None
 
 
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
@@ -47,6 +50,7 @@ class BlockPool:
         # Invariant: a block is in _free iff its ref_cnt == 0.
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._cached: dict[int, int] = {}  # block_hash -> block_id
+        self._tails: dict[int | None, dict[int, None]] = {}  # parent hash -> tail block ids
 
     # -- queries -------------------------------------------------------------------------
     @property
@@ -72,6 +76,22 @@ class BlockPool:
             found.append(bid)
         return found
 
+    def match_tail(self, parent_hash: int | None, token_ids: Sequence[int]) -> tuple[int, int] | None:
+        """The cached tail block after `parent_hash` that shares the longest run of leading
+        tokens with token_ids, as (block id, tokens shared); None when none shares any."""
+        best: tuple[int, int] | None = None
+        for bid in self._tails.get(parent_hash, ()):
+            tail = self.blocks[bid].tail
+            assert tail is not None
+            m = 0
+            for a, b in zip(tail[1], token_ids, strict=False):
+                if a != b:
+                    break
+                m += 1
+            if m and (best is None or m > best[1]):
+                best = (bid, m)
+        return best
+
     def free_ids_in_order(self) -> list[int]:
         return list(self._free)
 
@@ -83,6 +103,8 @@ class BlockPool:
         for _ in range(n):
             bid, _none = self._free.popitem(last=False)
             blk = self.blocks[bid]
+            if blk.tail is not None:
+                self._drop_tail(bid)
             if blk.block_hash is not None:
                 # Evicting: its contents are about to be overwritten.
                 if self._cached.get(blk.block_hash) == bid:
@@ -108,7 +130,7 @@ class BlockPool:
             assert blk.ref_cnt > 0, f"double free of block {bid}"
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
-                if blk.block_hash is None:
+                if blk.block_hash is None and blk.tail is None:
                     # Holds nothing reusable: hand it out before any cached block.
                     self._free[bid] = None
                     self._free.move_to_end(bid, last=False)
@@ -127,8 +149,44 @@ class BlockPool:
         blk.block_hash = block_hash
         self._cached[block_hash] = bid
 
+    def cache_tail(self, bid: int, parent_hash: int | None, token_ids: Sequence[int]) -> None:
+        """Keep a sequence's partly filled last block for a later request that continues the
+        same tokens (the next turn of a conversation continues the previous answer). Call it
+        before the owner frees the block: the block then waits in the free queue like a
+        cached one, until it is adopted (adopt_tail) or evicted."""
+        if not self.enable_prefix_caching or not token_ids:
+            return
+        blk = self.blocks[bid]
+        assert blk.ref_cnt == 1 and blk.block_hash is None, "only an unshared, unhashed block is a tail"
+        if blk.tail is not None:
+            self._drop_tail(bid)
+        blk.tail = (parent_hash, tuple(token_ids))
+        self._tails.setdefault(parent_hash, {})[bid] = None
+
+    def adopt_tail(self, bid: int) -> None:
+        """Hand a cached tail block to a new request as its own (ref count 1). Its slots past the
+        shared tokens are stale and are overwritten by the adopter's next tokens, so the block
+        leaves the cache: nobody else can share a block that its owner keeps writing into."""
+        blk = self.blocks[bid]
+        assert blk.tail is not None and blk.ref_cnt == 0
+        self._drop_tail(bid)
+        del self._free[bid]
+        blk.ref_cnt = 1
+
+    def _drop_tail(self, bid: int) -> None:
+        blk = self.blocks[bid]
+        assert blk.tail is not None
+        siblings = self._tails[blk.tail[0]]
+        del siblings[bid]
+        if not siblings:
+            del self._tails[blk.tail[0]]
+        blk.tail = None
+
     def reset_prefix_cache(self) -> None:
         for h, bid in list(self._cached.items()):
             if self.blocks[bid].ref_cnt == 0:
                 self.blocks[bid].block_hash = None
                 del self._cached[h]
+        for blk in self.blocks:
+            if blk.tail is not None and blk.ref_cnt == 0:
+                self._drop_tail(blk.block_id)

@@ -89,21 +89,31 @@ class Scheduler:
             req = self.waiting[0]
             # Keep at least one token to compute: its logits give the next token.
             max_hit = (req.num_tokens - 1) // self.block_size
-            hit = self.pool.lookup(req.hashes(self.block_size)[:max_hit])
+            hashes = req.hashes(self.block_size)
+            hit = self.pool.lookup(hashes[:max_hit])
             hit_tokens = len(hit) * self.block_size
-            n = min(req.num_tokens - hit_tokens, budget)
-            need = self._blocks_for(hit_tokens + n) - len(hit)
-            reclaimed = sum(1 for b in hit if self.pool.blocks[b].ref_cnt == 0)
+            # Past the full blocks, a released sequence's partial last block may hold more of
+            # this prompt (typically the end of the previous answer in a conversation).
+            tail = self.pool.match_tail(
+                hashes[len(hit) - 1] if hit else None, req.all_ids[hit_tokens : req.num_tokens - 1]
+            )
+            reused = hit_tokens + (tail[1] if tail else 0)
+            n = min(req.num_tokens - reused, budget)
+            own = hit + ([tail[0]] if tail else [])
+            need = self._blocks_for(reused + n) - len(own)
+            reclaimed = sum(1 for b in own if self.pool.blocks[b].ref_cnt == 0)
             if need + reclaimed > self.pool.num_free:
                 break
             self.pool.touch(hit)
-            req.block_ids = hit + self.pool.allocate(need)
-            req.num_computed = hit_tokens
+            if tail:
+                self.pool.adopt_tail(tail[0])
+            req.block_ids = own + self.pool.allocate(need)
+            req.num_computed = reused
             req.num_cached_blocks = len(hit)
             if req.cached_tokens < 0:
-                req.cached_tokens = hit_tokens
+                req.cached_tokens = reused
             self.stats.prefix_cache_queries_tokens += req.num_tokens
-            self.stats.prefix_cache_hits_tokens += hit_tokens
+            self.stats.prefix_cache_hits_tokens += reused
             self.waiting.popleft()
             req.status = Status.RUNNING
             self.running.append(req)
@@ -114,13 +124,22 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         """Drop a request's KV and send it back to the front of the queue for recompute."""
         self.running.remove(req)
-        self.pool.free(req.block_ids)
-        req.block_ids = []
+        self._release(req)
         req.num_computed = 0
         req.num_cached_blocks = 0
         req.status = Status.WAITING
         self.waiting.appendleft(req)
         self.stats.preemptions += 1
+
+    def _release(self, req: Request) -> None:
+        """Return a request's blocks, keeping its partly filled last block as a reusable tail."""
+        bs = self.block_size
+        full = req.num_computed // bs
+        if req.num_computed % bs and full < len(req.block_ids):
+            parent = req.hashes(bs)[full - 1] if full else None
+            self.pool.cache_tail(req.block_ids[full], parent, req.all_ids[full * bs : req.num_computed])
+        self.pool.free(req.block_ids)
+        req.block_ids = []
 
     def advance(self, seq: ScheduledSeq) -> None:
         """Record that a scheduled chunk ran; newly full blocks become reusable prefixes."""
@@ -138,7 +157,6 @@ class Scheduler:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
-        self.pool.free(req.block_ids)
-        req.block_ids = []
+        self._release(req)
         req.status = Status.FINISHED
         req.finish_reason = reason

@@ -73,3 +73,38 @@ def test_uncached_blocks_are_handed_out_before_cached_ones():
     pool.free(cached)
     pool.free(plain)
     assert pool.allocate(1) == plain
+
+
+def test_a_tail_is_matched_by_its_longest_shared_run_then_adopted():
+    pool = BlockPool(6, 4)
+    parent = hash_block(None, [1, 2, 3, 4])
+    a, b = pool.allocate(2)
+    pool.cache_tail(a, parent, [5, 6])
+    pool.cache_tail(b, parent, [5, 7, 8])
+    pool.free([a])
+    pool.free([b])
+    # Both wait in the free queue behind the never-used blocks, like cached full blocks.
+    assert pool.free_ids_in_order()[-2:] == [a, b]
+    assert pool.match_tail(parent, [5, 7, 8, 9]) == (b, 3)
+    assert pool.match_tail(parent, [5, 6, 0]) == (a, 2)
+    assert pool.match_tail(parent, [9]) is None
+    assert pool.match_tail(None, [5, 6]) is None  # another parent: another prefix
+    pool.adopt_tail(b)
+    assert pool.blocks[b].ref_cnt == 1 and b not in pool.free_ids_in_order()
+    assert pool.match_tail(parent, [5, 7]) == (a, 1)
+
+
+def test_an_evicted_or_reset_tail_is_no_longer_offered():
+    pool = BlockPool(2, 4)
+    (a,) = pool.allocate(1)
+    pool.cache_tail(a, None, [1, 2])
+    pool.free([a])
+    assert pool.allocate(2)[-1] == a  # handed out last, and its contents are gone
+    assert pool.match_tail(None, [1, 2]) is None and pool.blocks[a].tail is None
+    pool.free([0, 1])
+    pool.allocate(1)
+    (c,) = pool.allocate(1)
+    pool.cache_tail(c, None, [3])
+    pool.free([c])
+    pool.reset_prefix_cache()
+    assert pool.match_tail(None, [3]) is None

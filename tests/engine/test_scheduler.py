@@ -56,7 +56,36 @@ def test_prefix_cached_output_matches_uncached(tiny):
     drive(warm, [make_request("w", p[:30], max_tokens=2)])
     r = make_request("x", p, max_tokens=10)
     assert drive(warm, [r])["x"] == drive(cold, [make_request("x", p, max_tokens=10)])["x"]
-    assert r.cached_tokens == 28
+    # 7 full blocks, and 2 more tokens from the partial block the warm-up request left behind.
+    assert r.cached_tokens == 30
+
+
+def test_next_turn_adopts_the_partial_block_the_previous_turn_left(tiny):
+    eng = make_engine(tiny, block_size=4, num_blocks=64)
+    prompt = _prompt(17, 7)
+    first = make_request("t1", prompt, max_tokens=3)
+    drive(eng, [first])
+    # 19 tokens computed (the last sampled one never is): 4 full blocks and a tail of 3.
+    pool = eng.scheduler.pool
+    first_blocks = pool.lookup(block_hashes_for(prompt, 4))
+    tails = [b for b in pool.blocks if b.tail is not None]
+    assert len(first_blocks) == 4 and len(tails) == 1
+    tail_block = tails[0].block_id
+    assert tails[0].tail[1] == (prompt[16], *first.output_ids[:2])
+
+    nxt = prompt + first.output_ids + _prompt(6, 8)  # the next turn continues the answer
+    second = make_request("t2", nxt, max_tokens=5)
+    eng.scheduler.add(second)
+    seqs = eng.scheduler.schedule()
+    assert second.block_ids[:5] == [*first_blocks, tail_block]
+    assert second.cached_tokens == 19 and seqs[0].num_new_tokens == len(nxt) - 19
+    assert all(b.tail is None for b in pool.blocks)  # adopted: no longer offered to others
+    eng._step(seqs)
+    drive(eng, [])
+    cold = make_engine(tiny, block_size=4, num_blocks=64, enable_prefix_caching=False)
+    assert second.output_ids == drive(cold, [make_request("t2", nxt, max_tokens=5)])["t2"]
+    assert _all_free(eng)
+    assert eng.metrics().prefix_cache_hits_tokens == 19
 
 
 def test_refcounts_return_to_zero_after_concurrent_requests(tiny):
