@@ -21,13 +21,12 @@ class ModelRunner:
 
     def build(self, seqs: list[ScheduledSeq]) -> AttnBatch:
         bs = self.block_size
-        # Single-token decodes take the first rows so attention reads them as one slice, and
-        # among them generated tokens come first: those rows may share large products (free_rows).
-        is_decode = [s.num_new_tokens == 1 and s.request.num_computed > 0 for s in seqs]
-        decodes = sorted(
-            (s for s, d in zip(seqs, is_decode, strict=True) if d),
-            key=lambda s: s.request.num_computed < len(s.request.prompt_ids),
-        )
+        # Single-token decodes of generated tokens take the first rows, so attention reads them
+        # as one slice and their products may be shared freely (free_rows). A prompt's last token
+        # stays a prefill chunk even when it is the only one left: its row must get the bits it
+        # gets inside a longer chunk (see kernels.py).
+        is_decode = [s.num_new_tokens == 1 and s.request.num_computed >= len(s.request.prompt_ids) for s in seqs]
+        decodes = [s for s, d in zip(seqs, is_decode, strict=True) if d]
         chunks = [s for s, d in zip(seqs, is_decode, strict=True) if not d]
         ids: list[int] = []
         pos: list[int] = []
@@ -73,7 +72,7 @@ class ModelRunner:
             # In the order of `seqs`: the engine pairs sampled tokens with sequences by position.
             logits_rows=torch.tensor([last_row[id(s)] for s in seqs if s.samples], dtype=torch.long),
             generated_only=all(s.request.num_computed >= len(s.request.prompt_ids) for s in seqs),
-            free_rows=sum(1 for s in decodes if s.request.num_computed >= len(s.request.prompt_ids)),
+            free_rows=len(decodes),
         )
 
     def run(self, seqs: list[ScheduledSeq]) -> torch.Tensor:
