@@ -128,7 +128,8 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
         cfg, w = load_weights(default_model_path(), d, os.path.join("var", "cache", "engine"))
         models[d] = LlamaModel(cfg, w, d)
         models[d].int8_max_rows = cal.int8_max_rows
-    kv = KVCache(cfg, 64, 16, torch.float32)
+        models[d].slice_rows = cal.slice_rows
+    kvs = {d: KVCache(cfg, 64, 16, m.kv_dtype) for d, m in models.items()}
     ctx = 128
     out: dict[str, dict[int, float]] = {d: {} for d in dtypes}
     for b in batches:
@@ -146,7 +147,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
         for _ in range(reps):
             for d, m in models.items():
                 t = time.perf_counter()
-                m.forward(batch, kv)
+                m.forward(batch, kvs[d])
                 el = time.perf_counter() - t
                 out[d][b] = min(out[d].get(b, 1e9), el)
     return {"steps": out, "calibration_us": cal.us, "int8_max_rows": cal.int8_max_rows}

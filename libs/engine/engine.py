@@ -133,7 +133,7 @@ class NativeEngine:
         self.max_model_len = min(self.max_model_len, model.cfg.max_position)
         num_blocks = c.num_blocks
         if num_blocks <= 0:
-            per_block = KVCache.bytes_per_block(model.cfg, bs, model.compute_dtype)
+            per_block = KVCache.bytes_per_block(model.cfg, bs, model.kv_dtype)
             budget = int(os.environ.get("SWITCHYARD_KV_CACHE_BYTES", _KV_BYTES_DEFAULT))
             want = c.max_num_seqs * -(-self.max_model_len // bs)
             num_blocks = max(min(want, budget // per_block), -(-self.max_model_len // bs) + 1)
@@ -141,7 +141,7 @@ class NativeEngine:
         self.max_model_len = min(self.max_model_len, num_blocks * bs)
         pool = BlockPool(num_blocks, bs, c.enable_prefix_caching)
         self.scheduler = Scheduler(pool, c.max_num_seqs, c.max_num_batched_tokens)
-        kv = KVCache(model.cfg, num_blocks, bs, model.compute_dtype, device=str(model.device))
+        kv = KVCache(model.cfg, num_blocks, bs, model.kv_dtype, device=str(model.device))
         self.runner = ModelRunner(model, kv)
 
     async def stop(self) -> None:

@@ -5,7 +5,7 @@ import torch
 
 from libs.engine import SamplingParams
 from libs.engine.kernels import DualWeight, linear, measure, quantize_int8
-from libs.engine.model import LlamaModel
+from libs.engine.model import AttnBatch, LlamaModel
 from libs.engine.weights import convert, load_weights
 from tests.engine.conftest import CACHE_DIR, make_engine
 
@@ -89,6 +89,7 @@ async def test_hybrid_prompt_from_the_prefix_cache_gives_the_same_tokens(model_p
     model.int8_max_rows = 4
     model.slice_rows = measure(reps=1).slice_rows
     eng = make_engine(model, num_blocks=64)
+    assert eng.runner.kv.k.dtype == torch.bfloat16  # the cache follows bf16 products
     await eng.start()
     try:
         prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "Name three rivers."}]))
@@ -104,3 +105,28 @@ async def test_hybrid_prompt_from_the_prefix_cache_gives_the_same_tokens(model_p
         assert runs[1][0] == runs[0][0] and len(runs[0][0]) > 4
     finally:
         await eng.stop()
+
+
+def test_decode_attention_on_a_bf16_cache_stays_close_to_fp32():
+    g = torch.Generator().manual_seed(4)
+    nkv, slots, hd, bd, width = 3, 64, 16, 2, 32
+    k, v = torch.randn(nkv, slots, hd, generator=g), torch.randn(nkv, slots, hd, generator=g)
+    q = torch.randn(bd, 9, hd, generator=g)
+    lens = torch.tensor([20, 32])
+    bias = torch.zeros(bd, width).masked_fill_(torch.arange(width) >= lens[:, None], float("-inf"))
+    batch = AttnBatch(
+        torch.zeros(bd, dtype=torch.long),
+        lens - 1,
+        lens - 1,
+        bd,
+        torch.arange(bd * width) % slots,
+        bias.view(1, bd, 1, width),
+        [],
+        torch.arange(bd),
+        True,
+        bd,
+    )
+    ref = LlamaModel._decode_attention(q, k, v, batch)
+    got = LlamaModel._decode_attention(q, k.bfloat16(), v.bfloat16(), batch)
+    assert got.dtype == torch.float32 and got.shape == ref.shape
+    assert (got - ref).abs().max() < 0.05
