@@ -2,7 +2,9 @@
 
 llama-cpp-python is a baseline, not a dependency: it is built here on demand (about 6 minutes
 on 2 cores) and the engine benchmark notes its absence when the build fails or is refused
-(SWITCHYARD_BENCH_NO_INSTALL=1).
+(SWITCHYARD_BENCH_NO_INSTALL=1). It is built without ggml's AMX backend: on AMX CPUs that
+backend's matrix product segfaults on the first multi-token prompt (ggml-org/llama.cpp#20824), so
+on a CPU with AMX the build targets AVX-512 (with VNNI and BF16) explicitly instead of the native CPU.
 """
 
 from __future__ import annotations
@@ -12,13 +14,33 @@ import os
 import subprocess
 import sys
 
+# Every x86 feature ggml uses here except AMX (see the module docstring).
+LLAMA_CMAKE_ARGS = (
+    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
+    "-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX_VNNI=ON "
+    "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+)
+
+
+def _has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " amx_tile" in f.read()
+    except OSError:
+        return False
+
 
 def ensure_llama_cpp() -> None:
     if importlib.util.find_spec("llama_cpp") is not None or os.environ.get("SWITCHYARD_BENCH_NO_INSTALL"):
         return
     print("building llama-cpp-python for the baseline (once) ...", flush=True)
     try:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "llama-cpp-python"], timeout=1800, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir", "llama-cpp-python"],
+            env={**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", LLAMA_CMAKE_ARGS if _has_amx() else "")},
+            timeout=1800,
+            check=True,
+        )
     except (subprocess.SubprocessError, OSError) as exc:
         print(f"llama-cpp-python unavailable, its baseline is skipped: {exc}", flush=True)
 

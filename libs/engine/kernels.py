@@ -138,7 +138,7 @@ def measure(hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4
 
 def invariant_rows(w: torch.Tensor, g: torch.Generator, limit: int = 32) -> int | None:
     """None when a bf16 product gives every row the bits it gets alone at any tested row count,
-    else `limit` (after checking that every count up to it does)."""
+    else `limit` when every count up to it does, else 1 (one row a time: slow, but exact)."""
     x = torch.randn(300, w.shape[1], generator=g)
     with torch.inference_mode():
         alone = torch.cat([dense_mm(x[i : i + 1], w) for i in range(limit + 1)])
@@ -148,6 +148,4 @@ def invariant_rows(w: torch.Tensor, g: torch.Generator, limit: int = 32) -> int 
 
         if all(same(n) for n in (33, 64, 128, 300)):
             return None
-        if not all(same(n) for n in range(2, limit + 1)):
-            raise RuntimeError("bf16 products are not row-invariant even in small calls on this CPU")
-        return limit
+        return limit if all(same(n) for n in range(2, limit + 1)) else 1
