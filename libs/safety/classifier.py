@@ -44,13 +44,27 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def harm_scores(p: np.ndarray, benign_index: int) -> np.ndarray:
-    """Copy of ``p`` where each row's most likely harm class scores ``1 - P(benign)``."""
+# A harm class holding at least this share of a text's harm probability (1 - P(benign)) is named
+# along with the most likely one: the classes overlap (a mugging is violent and a theft, a hitman
+# hired online is violence and a crime for money), and the right one is often a close second.
+# Chosen on the pooled development splits in the fifth model round (docs/safety.md): it cannot
+# add a false positive, since a benign text is flagged under some class only when its most likely
+# harm class already is.
+SECONDARY_SHARE = 0.3
+
+
+def harm_scores(p: np.ndarray, benign_index: int, secondary_share: float = SECONDARY_SHARE) -> np.ndarray:
+    """Copy of ``p`` where each row's most likely harm class, and every harm class holding at least
+    ``secondary_share`` of the row's harm probability, scores ``1 - P(benign)``."""
     p = p.copy()
     harm = p.copy()
     harm[:, benign_index] = -1.0
     top = harm.argmax(axis=1)
-    p[np.arange(len(p)), top] = 1.0 - p[:, benign_index]
+    total = 1.0 - p[:, benign_index]
+    named = harm >= secondary_share * total[:, None]
+    named[np.arange(len(p)), top] = True
+    named[:, benign_index] = False
+    p[named] = np.broadcast_to(total[:, None], p.shape)[named]
     return p
 
 
@@ -128,7 +142,8 @@ class EmbeddingClassifier:
         Harm classes overlap (fraud vs. hacking, self-harm vs. dangerous dosing), so a clearly
         harmful request often splits its mass over two or three of them and no single one
         crosses a threshold. "Harmful at all" is the better-calibrated question; the argmax
-        only names the category.
+        only names the category, together with any class holding ``SECONDARY_SHARE`` (30 %) or
+        more of the harm probability.
         """
         return harm_scores(self.proba(embeddings), self.classes.index(BENIGN))
 

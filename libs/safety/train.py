@@ -34,7 +34,7 @@ from libs.safety.taxonomy import BENIGN
 DATA = Path(__file__).resolve().parent / "data"
 L2_GRID = (3e-6, 1e-5, 3e-5, 1e-4)
 FOLDS = 5
-BENIGN_SHARE = 0.5
+BENIGN_SHARE = 0.55
 DEFAULT_L2 = 1e-5
 # MiniLM layers whose mean-pooled states feed the classifier; chosen by grouped cross-validation
 # on the training set (layer 6 alone: mean recall 0.86, benign FPR 0.10; 4+6: 0.89, 0.07).
@@ -303,7 +303,9 @@ def dev_report(P: np.ndarray, y: np.ndarray, classes: list[str]) -> str:
     bi = classes.index(BENIGN)
     H = harm_scores(P, bi)
     fpr = float((np.delete(H, bi, axis=1)[y == bi].max(axis=1) >= FLAG_AT).mean())
-    rec = {c: float((H[y == ci, ci] >= BLOCK_AT).mean()) for ci, c in enumerate(classes) if ci != bi and (y == ci).any()}
+    rec = {
+        c: float((H[y == ci, ci] >= BLOCK_AT).mean()) for ci, c in enumerate(classes) if ci != bi and (y == ci).any()
+    }
     worst = [(c, round(r, 3)) for c, r in sorted(rec.items(), key=lambda kv: kv[1])[:4]]
     return f"mean recall {np.mean(list(rec.values())):.3f}, worst {worst}, benign FPR {fpr:.3f}"
 
@@ -322,7 +324,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--rank", type=int, default=RANK)
     ap.add_argument("--lr", type=float, default=LR)
-    ap.add_argument("--dev", action="store_true", help="print model-only figures on eval/test/holdout after every epoch")
+    ap.add_argument(
+        "--dev", action="store_true", help="print model-only figures on eval/test/holdout after every epoch"
+    )
     args = ap.parse_args()
     t_start = time.time()
 

@@ -2,6 +2,7 @@
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ class _FakeEmbedder:
 
 def _write(path: Path, dim: int, layers: tuple[int, ...] | None) -> None:
     rng = np.random.default_rng(1)
-    extra = {} if layers is None else {"layers": np.array(layers, dtype=np.int64)}
+    extra: dict[str, Any] = {} if layers is None else {"layers": np.array(layers, dtype=np.int64)}
     np.savez_compressed(
         path,
         W=rng.normal(size=(3, dim)).astype(np.float32),
@@ -95,3 +96,27 @@ def test_classifier_reads_the_layers_its_weights_were_trained_on(
     p = softmax(clf.features(["some text"]) @ clf.W.T + clf.b)[0]
     top = max(("S1", "S9"), key=lambda c: p[clf.classes.index(c)])
     assert scores[top] == pytest.approx(1 - p[1], abs=1e-6)
+
+
+def test_harm_scores_name_close_second_classes_without_new_false_positives() -> None:
+    from libs.safety.classifier import SECONDARY_SHARE, harm_scores
+
+    # columns: benign, A, B, C
+    p = np.array(
+        [
+            [0.05, 0.60, 0.33, 0.02],  # harmful, B holds 35 % of the harm mass: named too
+            [0.20, 0.70, 0.08, 0.02],  # harmful, B holds 10 %: keeps its own probability
+            [0.90, 0.06, 0.04, 0.00],  # benign: every harm class stays below 1 - P(benign)
+        ],
+        dtype=np.float32,
+    )
+    h = harm_scores(p, 0)
+    assert h[0, 1] == pytest.approx(0.95) and h[0, 2] == pytest.approx(0.95) and h[0, 3] == pytest.approx(0.02)
+    assert h[1, 1] == pytest.approx(0.80) and h[1, 2] == pytest.approx(0.08)
+    assert h[2, 1:].max() == pytest.approx(0.10)
+    np.testing.assert_allclose(h[:, 0], p[:, 0])  # the benign column is untouched
+    # No class ever scores above 1 - P(benign), so the rule cannot flag a text the top class did not.
+    assert (np.delete(h, 0, axis=1).max(axis=1) <= 1 - p[:, 0] + 1e-6).all()
+    assert 0 < SECONDARY_SHARE < 0.5
+    # secondary_share=1 names the most likely harm class only (the rule before the fifth round)
+    assert harm_scores(p, 0, secondary_share=1.0)[0, 2] == pytest.approx(0.33)
