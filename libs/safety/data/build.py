@@ -10,7 +10,10 @@ style, and never used to choose data, thresholds or hyperparameters. It has sinc
 was scored once at the end of a round and has since been looked at during development, so
 ``src/test2`` (-> ``test2.jsonl``, written fresh 2026-12-02, realistic chat-assistant traffic with a
 large benign share, about a third of it on sensitive-sounding but harmless topics) is now the
-untouched split: never used for any choice, scored once, at the end of a round.
+untouched split: never used for any choice, scored once, at the end of a round. test2 was scored at
+the end of round 4 and used as development data in round 5, so ``src/test3`` (-> ``test3.jsonl``,
+written 2026-12-02 by someone who saw neither the training data nor the model, realistic traffic,
+320 benign lines of 672) judged round 5: scored once, for the round-4 and round-5 classifiers.
 
 Run: ``python -m libs.safety.data.build``
 """
@@ -23,7 +26,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test", "test2")
+SPLITS = ("train", "eval", "holdout", "test", "test2", "test3")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
