@@ -105,7 +105,9 @@ class Calibration:
         return "hybrid" if self.us["bf16"][big] < min(self.us["int8"][big], self.us["fp32"][big]) else "int8"
 
 
-def measure(hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32), reps: int = 5) -> Calibration:
+def measure(
+    hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32), reps: int = 5
+) -> Calibration:
     """Time the three kernels on a layer-sized product (about 0.3 s on a 2-core box)."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(out, hidden, generator=g) * 0.02

@@ -23,7 +23,8 @@ class PrefillSpan:
     q_len: int
     start_pos: int  # position of the chunk's first token == tokens already in the cache
     ctx_slots: torch.Tensor  # [start_pos + q_len] cache slots of every key the chunk attends to
-    mask: torch.Tensor | None = None  # [q_len, start_pos + q_len] causal mask when start_pos > 0
+    # [max(q_len, MIN_QUERY_ROWS), start_pos + q_len] causal mask when start_pos > 0 (runner.py)
+    mask: torch.Tensor | None = None
 
 
 @dataclass
@@ -270,7 +271,13 @@ class LlamaModel:
             else:
                 kp = kc.index_select(1, span.ctx_slots).unsqueeze(0).to(q.dtype)
                 vp = vc.index_select(1, span.ctx_slots).unsqueeze(0).to(q.dtype)
-                op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=span.mask, enable_gqa=True)
+                assert span.mask is not None
+                # A short chunk gets zero query rows up to the mask's height (runner.MIN_QUERY_ROWS),
+                # so its rows take the same kernel path as inside a longer chunk.
+                qp = F.pad(qp, (0, 0, 0, span.mask.shape[0] - span.q_len))
+                op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=span.mask, enable_gqa=True)[
+                    :, :, : span.q_len
+                ]
             out[rows] = op.squeeze(0).transpose(0, 1)
         return out
 

@@ -7,6 +7,10 @@ import torch
 from libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan
 from libs.engine.scheduler import ScheduledSeq
 
+# fp32 SDPA computes a chunk of fewer query rows than this along another path, whose bits differ
+# from the same rows inside a longer chunk; such chunks are padded (see model._attention).
+MIN_QUERY_ROWS = 8
+
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, kv: KVCache) -> None:
@@ -51,7 +55,9 @@ class ModelRunner:
                 # Built once per step, not once per layer: the chunk sees its cached prefix and
                 # itself causally.
                 ctx = torch.tensor(self._slots(req.block_ids, 0, start + n))
-                mask = torch.arange(start + n).unsqueeze(0) <= (torch.arange(n) + start).unsqueeze(1)
+                # Padding rows (see MIN_QUERY_ROWS) see every key, like the last real row.
+                rows = (torch.arange(max(n, MIN_QUERY_ROWS)) + start).clamp(max=start + n - 1)
+                mask = torch.arange(start + n).unsqueeze(0) <= rows.unsqueeze(1)
                 prefills.append(PrefillSpan(row, n, start, ctx, mask))
             last_row[id(seq)] = row + n - 1
         d_slots = d_bias = None

@@ -8,6 +8,7 @@ from libs.engine.kernels import DualWeight, linear, measure, quantize_int8
 from libs.engine.model import AttnBatch, LlamaModel
 from libs.engine.weights import convert, load_weights
 from tests.engine.conftest import CACHE_DIR, make_engine
+from tests.engine.helpers import drive, make_request
 
 
 def _weights() -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,3 +131,23 @@ def test_decode_attention_on_a_bf16_cache_stays_close_to_fp32():
     got = LlamaModel._decode_attention(q, k.bfloat16(), v.bfloat16(), batch)
     assert got.dtype == torch.float32 and got.shape == ref.shape
     assert (got - ref).abs().max() < 0.05
+
+
+@pytest.mark.slow
+def test_a_prompt_recomputed_from_its_last_token_gets_the_same_logits(model_path, tokenizer):
+    # The harshest split a replay meets: everything but the last prompt token comes from the
+    # cache (full blocks and the tail the first run left), so that token is a one-row chunk.
+    cfg, tensors = load_weights(model_path, "hybrid", CACHE_DIR)
+    model = LlamaModel(cfg, tensors, "hybrid")
+    model.slice_rows = measure(reps=1).slice_rows
+    eng = make_engine(model, num_blocks=64)
+    logits: list[torch.Tensor] = []
+    run = eng.runner.run
+    eng.runner.run = lambda seqs: logits.append(run(seqs)) or logits[-1]
+    prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "Name three rivers."}]))
+    first = make_request("a", prompt, max_tokens=1)
+    drive(eng, [first])
+    again = make_request("b", prompt, max_tokens=1)
+    drive(eng, [again])
+    assert first.cached_tokens == 0 and again.cached_tokens == len(prompt) - 1
+    assert torch.equal(logits[0], logits[1])
