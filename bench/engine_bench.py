@@ -142,7 +142,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
             decode_bias=torch.zeros(1, b, 1, ctx),
             prefills=[],
             logits_rows=torch.arange(b),
-            generated_only=True,
+            free_rows=b,
         )
         for _ in range(reps):
             for d, m in models.items():

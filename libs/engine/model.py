@@ -37,9 +37,8 @@ class AttnBatch:
     decode_bias: torch.Tensor | None  # [1, num_decodes, 1, Lmax] 0 where the key is real, else -inf
     prefills: list[PrefillSpan]
     logits_rows: torch.Tensor  # [S] rows whose next-token logits are wanted
-    # Every row is a token the model generated (no prompt token, no recompute): see forward.
-    generated_only: bool = False
-    # Rows [0, free_rows) are generated tokens: their products may use any kernel (see linear).
+    # Rows [0, free_rows) are generated tokens (the decodes): their products may use any kernel
+    # (see linear). A step without prefills is made of generated tokens only.
     free_rows: int = 0
 
     def to(self, device: torch.device) -> AttnBatch:
@@ -62,7 +61,6 @@ class AttnBatch:
             mv(self.decode_bias),
             spans,
             self.logits_rows.to(device),
-            self.generated_only,
             self.free_rows,
         )
 
@@ -216,7 +214,7 @@ class LlamaModel:
         # kernel (both are batch-invariant, see kernels.py), so a prompt's KV does not depend on
         # how it was split between the prefix cache and prefill, and a quiet replay recomputes
         # exactly what the original run computed.
-        small = batch.generated_only and not batch.prefills and T <= self.int8_max_rows
+        small = not batch.prefills and T <= self.int8_max_rows
         sr, fr = self.slice_rows, batch.free_rows
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, cfg.rms_eps)

@@ -77,7 +77,6 @@ class ModelRunner:
             prefills=prefills,
             # In the order of `seqs`: the engine pairs sampled tokens with sequences by position.
             logits_rows=torch.tensor([last_row[id(s)] for s in seqs if s.samples], dtype=torch.long),
-            generated_only=all(s.request.num_computed >= len(s.request.prompt_ids) for s in seqs),
             free_rows=len(decodes),
         )
 

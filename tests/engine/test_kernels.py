@@ -124,7 +124,6 @@ def test_decode_attention_on_a_bf16_cache_stays_close_to_fp32():
         bias.view(1, bd, 1, width),
         [],
         torch.arange(bd),
-        True,
         bd,
     )
     ref = LlamaModel._decode_attention(q, k, v, batch)
