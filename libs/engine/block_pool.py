@@ -157,9 +157,10 @@ class BlockPool:
         if not self.enable_prefix_caching or not token_ids:
             return
         blk = self.blocks[bid]
-        assert blk.ref_cnt == 1 and blk.block_hash is None, "only an unshared, unhashed block is a tail"
-        if blk.tail is not None:
-            self._drop_tail(bid)
+        # Held (ref 1) means not cached as a tail: allocate and adopt_tail both clear it.
+        assert blk.ref_cnt == 1 and blk.block_hash is None and blk.tail is None, (
+            "only an unshared, unhashed block is a tail"
+        )
         blk.tail = (parent_hash, tuple(token_ids))
         self._tails.setdefault(parent_hash, {})[bid] = None
 
