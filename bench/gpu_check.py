@@ -50,7 +50,10 @@ async def greedy(device: str, dtype: str, max_tokens: int) -> list[list[int]]:
     eng = create_engine(EngineConfig(device=device, dtype=dtype))
     await eng.start()
     tok = eng.tokenizer
-    outs = [(await _run(eng, f"g{i}", tok.apply_chat_template([{"role": "user", "content": p}]), max_tokens))[0] for i, p in enumerate(PROMPTS)]
+    outs = [
+        (await _run(eng, f"g{i}", tok.apply_chat_template([{"role": "user", "content": p}]), max_tokens))[0]
+        for i, p in enumerate(PROMPTS)
+    ]
     await eng.stop()
     return outs
 
@@ -68,7 +71,9 @@ async def speed(dtype: str, streams: list[int], max_tokens: int) -> dict[int, di
     eng = create_engine(EngineConfig(device="cuda", dtype=dtype, max_num_seqs=max(streams)))
     await eng.start()
     tok = eng.tokenizer
-    prompt = [tok.apply_chat_template([{"role": "user", "content": f"{PROMPTS[i % 4]} ({i})"}]) for i in range(max(streams))]
+    prompt = [
+        tok.apply_chat_template([{"role": "user", "content": f"{PROMPTS[i % 4]} ({i})"}]) for i in range(max(streams))
+    ]
     await _run(eng, "warm", prompt[0], 8)
     res: dict[int, dict[str, float]] = {}
     for s in streams:

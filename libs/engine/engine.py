@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from libs.engine.block_pool import BlockPool
-from libs.engine.kernels import Calibration, measure
-from libs.engine.model import KVCache, LlamaModel
+from libs.engine.kernels import Calibration, measure, row_invariance
+from libs.engine.model import KVCache, LlamaModel, measure_decode_attention
 from libs.engine.request import Request, TextStream
 from libs.engine.runner import ModelRunner
 from libs.engine.sampler import sample
@@ -122,8 +122,10 @@ class NativeEngine:
         cfg, tensors = load_weights(self.model_path, self.dtype, cache_dir)
         model = LlamaModel(cfg, tensors, self.dtype).to(device)
         if self.calibration is not None:
-            model.int8_max_rows = self.calibration.int8_max_rows
-            model.slice_rows = self.calibration.slice_rows
+            model.small_max_rows = self.calibration.small_max_rows
+            model.invariance = row_invariance(model.matrix_shapes())
+            model.fused_decode = measure_decode_attention(cfg)
+            log.info("bf16 row invariance: %s; fused decode attention: %s", model.invariance, model.fused_decode)
         self.build_with_model(model)
 
     def build_with_model(self, model: LlamaModel) -> None:

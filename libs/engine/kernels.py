@@ -9,10 +9,12 @@ Every kernel here keeps activations in fp32 around the product: elementwise work
 without native support, and fp32 residuals keep the model close to the reference.
 
 Replays and prefix-cache hits need a prompt row to get the same bits however many rows share its
-product. On CPUs with AMX, oneDNN runs bf16 products of more than 32 rows on AMX tiles, and a
-row's bits then depend on the row count; at 32 rows or fewer every row gets the bits it gets
-alone. `measure` checks this on the running CPU, and `linear` then multiplies prompt rows at
-most `slice_rows` at a time.
+product. oneDNN picks its bf16 kernel by shape, and a row's bits can depend on the row count: on
+CPUs with AMX, products of more than 32 rows run on AMX tiles and differ from smaller ones; on an
+AVX-512-BF16 EPYC, products with 1536 or more input columns take another path below 8 rows.
+`row_invariance` finds, on the running CPU and the model's shapes, a range of row counts within
+which every row gets the same bits, and `linear` multiplies prompt rows in calls of a size inside
+it: sliced above it, padded with zero rows below it.
 """
 
 from __future__ import annotations
@@ -25,21 +27,49 @@ import torch.nn.functional as F
 
 
 @dataclass
+class Int4Weight:
+    """A matrix stored as the GGUF's own 4-bit blocks, in torch's int4 weight-only CPU layout.
+
+    Per row and group of 32 columns, w = (q - 8) * scale + zero with q in 0..15, so a Q4_1 block
+    (w = d * q + m) maps over exactly: scale = d, zero = m + 8d (rounded to bf16). Half the bytes
+    of int8, and one row's product is bound by how many weight bytes stream from memory.
+    """
+
+    packed: torch.Tensor  # [N, K/2] uint8, from torch._convert_weight_to_int4pack_for_cpu
+    scales_zeros: torch.Tensor  # [K/group, N, 2] bf16
+    group: int = 32
+
+
+@dataclass
 class DualWeight:
-    """An int8 copy (few rows) and a bf16 copy (many rows) of one matrix; see `linear`."""
+    """A quantized copy for steps of few generated rows, and a bf16 copy for everything else
+    (see `linear`). The quantized copy is int4 where the GGUF stored the matrix in 4-bit blocks,
+    int8 otherwise, and None on a device without the int4 kernel (the bf16 copy then serves)."""
 
     full: torch.Tensor
-    q: torch.Tensor
-    scale: torch.Tensor
+    small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None
 
 
-Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | DualWeight
+Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | Int4Weight | DualWeight
 
 
 def int8_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, keep: bool = False) -> torch.Tensor:
     # The int8 kernel is only fast with bf16 activations.
     y = torch._weight_int8pack_mm(x.to(torch.bfloat16), q, scale)
     return y if keep else y.to(x.dtype)
+
+
+def int4_mm(x: torch.Tensor, w: Int4Weight, keep: bool = False) -> torch.Tensor:
+    # fp32 activations take a slow reference path in this kernel; bf16 ones a vectorised one.
+    y = torch._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), w.packed, w.group, w.scales_zeros)
+    return y if keep else y.to(x.dtype)
+
+
+def pack_int4(q: torch.Tensor, dm: torch.Tensor, group: int = 32) -> Int4Weight:
+    """q: [N, K] values 0..15; dm: [N, K/group, 2] fp32 (d, m) with w = d * q + m."""
+    d, m = dm[..., 0], dm[..., 1]
+    scales_zeros = torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+    return Int4Weight(torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), scales_zeros, group)
 
 
 def dense_mm(x: torch.Tensor, w: torch.Tensor, keep: bool = False) -> torch.Tensor:
@@ -49,34 +79,54 @@ def dense_mm(x: torch.Tensor, w: torch.Tensor, keep: bool = False) -> torch.Tens
     return y if keep else y.to(x.dtype)
 
 
+@dataclass(frozen=True)
+class RowInvariance:
+    """Between these row counts (max None: any count) a bf16 product gives a row the same bits."""
+
+    min_rows: int = 1
+    max_rows: int | None = None
+
+
 def linear(
     x: torch.Tensor,
     w: Weight,
     small: bool,
     keep: bool = False,
-    slice_rows: int | None = None,
+    inv: RowInvariance | None = None,
     free_rows: int = 0,
 ) -> torch.Tensor:
-    """x @ w.T. `small` picks the int8 copy of a DualWeight (see LlamaModel.forward).
+    """x @ w.T. `small` picks the quantized copy of a DualWeight (see LlamaModel.forward).
 
     The result has x's dtype, or with `keep` the kernel's own (bf16 for bf16 and int8 weights),
     which saves two casts where the next op is another product or an add into the fp32 residual.
-    With `slice_rows` (from `measure`), rows past the first `free_rows` (generated tokens, whose
-    bits nothing relies on) are multiplied at most that many at a time, so each gets its bits
-    alone; the free rows may share one larger, faster product.
+    With `inv` (from `row_invariance`), rows past the first `free_rows` (generated tokens, whose
+    bits nothing relies on) are multiplied in calls of a row count inside the invariant range;
+    the free rows may share one larger, faster product.
     """
     rows = x.shape[0]
-    if small or slice_rows is None or rows <= slice_rows:
+    if small or inv is None or rows <= free_rows:
         return _product(x, w, small, keep)
-    start = free_rows if free_rows > slice_rows else 0
+    lo, hi = inv.min_rows, inv.max_rows or rows
+    if rows < lo:
+        return _product(F.pad(x, (0, 0, 0, lo - rows)), w, small, keep)[:rows]
+    if rows <= hi:
+        return _product(x, w, small, keep)
+    start = free_rows if free_rows > hi else 0
     parts = [_product(x[:start], w, small, keep)] if start else []
-    parts += [_product(x[a : a + slice_rows], w, small, keep) for a in range(start, rows, slice_rows)]
+    for a in range(start, rows, hi):
+        part = x[a : a + hi]
+        n = part.shape[0]
+        parts.append(
+            _product(F.pad(part, (0, 0, 0, lo - n)), w, small, keep)[:n] if n < lo else _product(part, w, small, keep)
+        )
     return torch.cat(parts)
 
 
 def _product(x: torch.Tensor, w: Weight, small: bool, keep: bool) -> torch.Tensor:
     if isinstance(w, DualWeight):
-        return int8_mm(x, w.q, w.scale, keep) if small else dense_mm(x, w.full, keep)
+        w = w.small if small and w.small is not None else w.full
+    if isinstance(w, Int4Weight):
+        return int4_mm(x, w, keep)
     if isinstance(w, tuple):
         return int8_mm(x, w[0], w[1], keep)
     return dense_mm(x, w, keep)
@@ -94,10 +144,9 @@ class Calibration:
     """What `measure` found: the formats' times for one (rows x hidden) @ (hidden x 2*inter)."""
 
     us: dict[str, dict[int, float]]  # format -> rows -> best microseconds
-    int8_max_rows: int  # up to this many rows int8 beats bf16
-    # bf16 products give a row the same bits at any row count up to this many (None: at any
-    # count); see invariant_rows.
-    slice_rows: int | None = None
+    # Up to this many rows the quantized kernel of hybrid weights (int4, as most of the model's
+    # matrices are 4-bit in the GGUF) beats bf16.
+    small_max_rows: int
 
     def best_dtype(self) -> str:
         """'hybrid' when bf16 is the fastest batched kernel here, else 'int8' (AVX2 CPUs)."""
@@ -108,15 +157,19 @@ class Calibration:
 def measure(
     hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32), reps: int = 5
 ) -> Calibration:
-    """Time the three kernels on a layer-sized product (about 0.3 s on a 2-core box)."""
+    """Time the kernels on a layer-sized product (about 0.3 s on a 2-core box)."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(out, hidden, generator=g) * 0.02
     wb = w.to(torch.bfloat16)
     q, s = quantize_int8(w)
+    q4 = torch.randint(0, 16, (out, hidden), generator=g, dtype=torch.uint8)
+    dm = torch.stack([torch.full((out, hidden // 32), 0.002), torch.full((out, hidden // 32), -0.015)], -1)
+    w4 = pack_int4(q4, dm)
     fns = {
         "fp32": lambda x: dense_mm(x, w),
         "bf16": lambda x: dense_mm(x, wb),
         "int8": lambda x: int8_mm(x, q, s),
+        "int4": lambda x: int4_mm(x, w4),
     }
     us: dict[str, dict[int, float]] = {k: {} for k in fns}
     with torch.inference_mode():
@@ -129,25 +182,49 @@ def measure(
                     f(x)
                     el = (time.perf_counter() - t) * 1e6
                     us[name][r] = min(us[name].get(r, el), el)
-    int8_max = 0
+    small_max = 0
     for r in rows:
-        if us["int8"][r] <= us["bf16"][r]:
-            int8_max = r
+        if us["int4"][r] <= us["bf16"][r]:
+            small_max = r
         else:
             break
-    return Calibration(us, int8_max, invariant_rows(wb, g))
+    return Calibration(us, small_max)
 
 
-def invariant_rows(w: torch.Tensor, g: torch.Generator, limit: int = 32) -> int | None:
-    """None when a bf16 product gives every row the bits it gets alone at any tested row count,
-    else `limit` when every count up to it does, else 1 (one row a time: slow, but exact)."""
-    x = torch.randn(300, w.shape[1], generator=g)
+def tiled(x: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:
+    """x @ w.T in consecutive calls of n rows each (a short last call padded with zero rows)."""
+    rows = x.shape[0]
+    parts = [F.linear(F.pad(x[a : a + n], (0, 0, 0, max(0, a + n - rows))), w)[: rows - a] for a in range(0, rows, n)]
+    return torch.cat(parts)
+
+
+def row_invariance(
+    shapes: list[tuple[int, int]], candidates: tuple[int, ...] = (1, 2, 4, 8, 16), limit: int = 32
+) -> RowInvariance:
+    """The first row range within which a bf16 product of every (out, in) shape gives each row
+    the bits it gets in a call of `min_rows` rows: any row count from `min_rows` up if possible,
+    else up to `limit`; one row at a time as the last resort (slow, but exact).
+
+    A different accumulation order only shows where an output's bf16 rounding flips, a few rows
+    in a hundred, so every count is checked over 160 rows. About 0.3 s on one core."""
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for out, hidden in shapes:
+        w = (torch.randn(out, hidden, generator=g) * 0.05).to(torch.bfloat16)
+        cases.append((w, torch.randn(160, hidden, generator=g).to(torch.bfloat16)))
+    big = (limit + 1, 64, 160)
     with torch.inference_mode():
-        alone = torch.cat([dense_mm(x[i : i + 1], w) for i in range(limit + 1)])
+        refs = [{lo: tiled(x, w, lo) for lo in candidates} for w, x in cases]
 
-        def same(n: int) -> bool:
-            return torch.equal(dense_mm(x[:n], w)[: limit + 1], alone[:n])
+        def holds(lo: int, counts: tuple[int, ...]) -> bool:
+            return all(
+                torch.equal(tiled(x, w, n), ref[lo]) for (w, x), ref in zip(cases, refs, strict=True) for n in counts
+            )
 
-        if all(same(n) for n in (33, 64, 128, 300)):
-            return None
-        return limit if all(same(n) for n in range(2, limit + 1)) else 1
+        for hi in (None, limit):
+            for lo in candidates:
+                # Every count up to 8 (kernels switch paths at small counts), then a sample.
+                small = tuple(n for n in (*range(lo, 9), 12, 16, 17, 24, limit - 1, limit) if n >= lo)
+                if holds(lo, small) and (hi is not None or holds(lo, big)):
+                    return RowInvariance(lo, hi)
+    return RowInvariance(1, 1)

@@ -8,13 +8,38 @@ prefill chunk.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from libs.engine.kernels import DualWeight, Weight, linear
+from libs.engine.kernels import DualWeight, Int4Weight, RowInvariance, Weight, linear, pack_int4
 from libs.engine.weights import LlamaConfig
+
+# Prompt rows' attention runs in calls of QUERY_SLICE query rows, the last one padded with zero
+# rows to at least MIN_QUERY_ROWS, over keys padded with masked zeros to a multiple of KEY_BLOCK.
+# fp32 SDPA multiplies each block of up to 32 query rows as one product, and a block of only a
+# few rows takes another path; its probabilities-times-values product sums the keys in an order
+# that depends on how many there are. Both were measured to change a row's bits; with the
+# padding a row gets the same bits whether its prompt arrived whole, in chunks, or mostly from
+# the cache (tests/engine/test_kernels.py).
+QUERY_SLICE = 32
+MIN_QUERY_ROWS = 8
+KEY_BLOCK = 64
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def prefill_mask(start: int, n: int) -> torch.Tensor:
+    """Causal mask of a chunk of n query rows after `start` cached tokens, with the padding rows of
+    its last query slice (they see every key, like the last real row) and padding key columns
+    up to a multiple of KEY_BLOCK (seen by nobody)."""
+    height = max(n, (n - 1) // QUERY_SLICE * QUERY_SLICE + MIN_QUERY_ROWS)
+    rows = (torch.arange(height) + start).clamp(max=start + n - 1)
+    return torch.arange(_round_up(start + n, KEY_BLOCK)).unsqueeze(0) <= rows.unsqueeze(1)
 
 
 @dataclass
@@ -22,9 +47,12 @@ class PrefillSpan:
     row_start: int  # first row of this chunk in the flattened batch
     q_len: int
     start_pos: int  # position of the chunk's first token == tokens already in the cache
-    ctx_slots: torch.Tensor  # [start_pos + q_len] cache slots of every key the chunk attends to
-    # [max(q_len, MIN_QUERY_ROWS), start_pos + q_len] causal mask when start_pos > 0 (runner.py)
-    mask: torch.Tensor | None = None
+    # [start_pos + q_len] cache slots of every key the chunk attends to (empty when start_pos == 0:
+    # the chunk's own K/V are the whole context)
+    ctx_slots: torch.Tensor
+    # [rows, keys] causal mask (prefill_mask): rows = q_len and the last slice's padding, keys =
+    # start_pos + q_len rounded up to KEY_BLOCK
+    mask: torch.Tensor
 
 
 @dataclass
@@ -50,7 +78,8 @@ class AttnBatch:
             return None if t is None else t.to(device, non_blocking=True)
 
         spans = [
-            PrefillSpan(p.row_start, p.q_len, p.start_pos, p.ctx_slots.to(device), mv(p.mask)) for p in self.prefills
+            PrefillSpan(p.row_start, p.q_len, p.start_pos, p.ctx_slots.to(device), p.mask.to(device))
+            for p in self.prefills
         ]
         return AttnBatch(
             self.input_ids.to(device),
@@ -115,9 +144,12 @@ class LlamaModel:
         self.kv_dtype = torch.bfloat16 if dtype in ("bf16", "hybrid") else torch.float32
         # Steps of at most this many rows, all decodes, use the int8 copy of hybrid weights
         # (set from kernels.measure by the engine; see forward).
-        self.int8_max_rows = 4
-        # Prompt rows are multiplied at most this many at a time (kernels.measure; None: any).
-        self.slice_rows: int | None = None
+        self.small_max_rows = 4
+        # Decode attention on a bf16 cache as fused bf16 SDPA, else upcast fp32 matmuls
+        # (measure_decode_attention, by the engine).
+        self.fused_decode = True
+        # Row counts at which prompt rows are multiplied (kernels.row_invariance; None: any).
+        self.invariance: RowInvariance | None = None
         self.embed = tensors["token_embd.weight"]
         self.norm = tensors["output_norm.weight"]
         self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight")
@@ -127,10 +159,10 @@ class LlamaModel:
             self.layers.append(
                 Layer(
                     attn_norm=tensors[p + "attn_norm.weight"],
-                    qkv=self._fuse(tensors, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]),
+                    qkv=self._weight(self._fuse(tensors, p, ["attn_q", "attn_k", "attn_v"]), p + "fused"),
                     o=self._weight(tensors, p + "attn_output.weight"),
                     ffn_norm=tensors[p + "ffn_norm.weight"],
-                    gate_up=self._fuse(tensors, [p + "ffn_gate.weight", p + "ffn_up.weight"]),
+                    gate_up=self._weight(self._fuse(tensors, p, ["ffn_gate", "ffn_up"]), p + "fused"),
                     down=self._weight(tensors, p + "ffn_down.weight"),
                 )
             )
@@ -146,6 +178,16 @@ class LlamaModel:
         half = cfg.head_dim // 2
         self.sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(self.compute_dtype)
 
+    def matrix_shapes(self) -> list[tuple[int, int]]:
+        """(out, in) of each distinct layer product, for kernels.row_invariance."""
+        la = self.layers[0]
+        shapes = set()
+        for w in (la.qkv, la.o, la.gate_up, la.down):
+            dense = w.full if isinstance(w, DualWeight) else w
+            if isinstance(dense, torch.Tensor):
+                shapes.add((dense.shape[0], dense.shape[1]))
+        return sorted(shapes)
+
     @property
     def device(self) -> torch.device:
         return self.embed.device
@@ -155,7 +197,11 @@ class LlamaModel:
 
         def mv(w: Weight) -> Weight:
             if isinstance(w, DualWeight):
-                return DualWeight(w.full.to(device), w.q.to(device), w.scale.to(device))
+                # torch's int4 weight-only kernel is CPU-only; elsewhere the bf16 copy serves.
+                small = None if isinstance(w.small, Int4Weight) and device != "cpu" else w.small
+                return DualWeight(w.full.to(device), None if small is None else mv(small))  # type: ignore[arg-type]
+            if isinstance(w, Int4Weight):
+                return Int4Weight(w.packed.to(device), w.scales_zeros.to(device), w.group)
             if isinstance(w, tuple):
                 return (w[0].to(device), w[1].to(device))
             return w.to(device)
@@ -172,32 +218,29 @@ class LlamaModel:
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None) -> Weight:
-        if name + ".q" in t and name in t:
-            return DualWeight(t[name], t[name + ".q"], t[name + ".scale"])
-        if name + ".q" in t:
-            return (t[name + ".q"], t[name + ".scale"])
-        if name in t:
-            return t[name]
-        assert fallback is not None, name
-        return t[fallback]
+        if name not in t and name + ".q" not in t:
+            assert fallback is not None, name
+            name = fallback
+        small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None = None
+        if name + ".q4" in t:
+            small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])
+        elif name + ".q" in t:
+            small = (t[name + ".q"], t[name + ".scale"])
+        if name in t and small is not None:
+            return DualWeight(t[name], small)
+        return small if small is not None else t[name]
 
-    @classmethod
-    def _fuse(cls, t: dict[str, torch.Tensor], names: list[str]) -> Weight:
-        # One matmul instead of several: fewer kernel launches per layer on a small model.
-        parts = [cls._weight(t, n) for n in names]
-        if isinstance(parts[0], DualWeight):
-            duals = [p for p in parts if isinstance(p, DualWeight)]
-            return DualWeight(
-                torch.cat([p.full for p in duals]).contiguous(),
-                torch.cat([p.q for p in duals]).contiguous(),
-                torch.cat([p.scale for p in duals]).contiguous(),
-            )
-        if isinstance(parts[0], tuple):
-            return (
-                torch.cat([p[0] for p in parts if isinstance(p, tuple)]).contiguous(),
-                torch.cat([p[1] for p in parts if isinstance(p, tuple)]).contiguous(),
-            )
-        return torch.cat([p for p in parts if isinstance(p, torch.Tensor)]).contiguous()
+    @staticmethod
+    def _fuse(t: dict[str, torch.Tensor], prefix: str, parts: list[str]) -> dict[str, torch.Tensor]:
+        """The layer's matrices `parts` stacked into one, as `<prefix>fused` tensors: one product
+        instead of several, fewer kernel calls per layer on a small model. A stored form (dense,
+        int8, 4-bit blocks) is kept only where every part has it."""
+        out = {}
+        for suffix in ("", ".q", ".scale", ".q4", ".q4dm"):
+            names = [f"{prefix}{part}.weight{suffix}" for part in parts]
+            if all(n in t for n in names):
+                out[prefix + "fused" + suffix] = torch.cat([t[n] for n in names]).contiguous()
+        return out
 
     @torch.inference_mode()
     def forward(self, batch: AttnBatch, kv: KVCache) -> torch.Tensor:
@@ -214,11 +257,11 @@ class LlamaModel:
         # kernel (both are batch-invariant, see kernels.py), so a prompt's KV does not depend on
         # how it was split between the prefix cache and prefill, and a quiet replay recomputes
         # exactly what the original run computed.
-        small = not batch.prefills and T <= self.int8_max_rows
-        sr, fr = self.slice_rows, batch.free_rows
+        small = not batch.prefills and T <= self.small_max_rows
+        inv, fr = self.invariance, batch.free_rows
         for li, layer in enumerate(self.layers):
             h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
-            qkv = linear(h, layer.qkv, small, slice_rows=sr, free_rows=fr)
+            qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
             # RoPE on q and k heads in one pass: they share positions.
             qk = qkv[:, :nqk].view(T, nh + nkv, hd)
             qk = torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin)
@@ -234,10 +277,10 @@ class LlamaModel:
             attn = self._attention(q, k, v, kc, vc, batch)
             # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
             # adding bf16 into the fp32 residual promotes without a separate cast.
-            x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, sr, fr)
+            x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, inv, fr)
             h = rms_norm(x, layer.ffn_norm, cfg.rms_eps)
-            gu = linear(h, layer.gate_up, small, True, sr, fr)
-            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small, True, sr, fr)
+            gu = linear(h, layer.gate_up, small, True, inv, fr)
+            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small, True, inv, fr)
         x = rms_norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
         # One row per sampling sequence: a quiet request's logits come from a call of one row.
         return linear(x, self.lm_head, small).float()
@@ -252,40 +295,47 @@ class LlamaModel:
         batch: AttnBatch,
     ) -> torch.Tensor:
         if not batch.prefills:  # an all-decode step: no buffer to assemble
-            return self._decode_attention(q, kc, vc, batch)
+            return self._decode_attention(q, kc, vc, batch, self.fused_decode)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if batch.num_decodes:
-            out[: batch.num_decodes] = self._decode_attention(q, kc, vc, batch)
+            out[: batch.num_decodes] = self._decode_attention(q, kc, vc, batch, self.fused_decode)
         for span in batch.prefills:
             # Prompt rows: fp32 SDPA, whose rows keep their bits however the prompt was chunked
             # (a bf16 SDPA's do not), over keys upcast from the cache's dtype.
-            rows = slice(span.row_start, span.row_start + span.q_len)
-            qp = q[rows].transpose(0, 1).unsqueeze(0)  # [1, nh, q, hd]
             if span.start_pos == 0:
-                # Nothing cached before this chunk: its own K/V are the whole context.
+                rows = slice(span.row_start, span.row_start + span.q_len)
                 kp = k[rows].transpose(0, 1).unsqueeze(0).to(q.dtype)
                 vp = v[rows].transpose(0, 1).unsqueeze(0).to(q.dtype)
-                op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
             else:
                 kp = kc.index_select(1, span.ctx_slots).unsqueeze(0).to(q.dtype)
                 vp = vc.index_select(1, span.ctx_slots).unsqueeze(0).to(q.dtype)
-                assert span.mask is not None
-                # A short chunk gets zero query rows up to the mask's height (runner.MIN_QUERY_ROWS),
-                # so its rows take the same kernel path as inside a longer chunk.
-                qp = F.pad(qp, (0, 0, 0, span.mask.shape[0] - span.q_len))
-                op = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=span.mask, enable_gqa=True)[
-                    :, :, : span.q_len
-                ]
-            out[rows] = op.squeeze(0).transpose(0, 1)
+            extra = span.mask.shape[1] - kp.shape[2]
+            kp, vp = F.pad(kp, (0, 0, 0, extra)), F.pad(vp, (0, 0, 0, extra))
+            # Invariant: query rows [0, a) of the span are done; each slice sees the keys up to
+            # its last real row, rounded up to KEY_BLOCK.
+            for a in range(0, span.q_len, QUERY_SLICE):
+                n = min(QUERY_SLICE, span.q_len - a)
+                first = span.row_start + a
+                qp = F.pad(q[first : first + n].transpose(0, 1).unsqueeze(0), (0, 0, 0, max(0, MIN_QUERY_ROWS - n)))
+                keys = _round_up(span.start_pos + a + n, KEY_BLOCK)
+                mask = span.mask[a : a + qp.shape[2], :keys]
+                op = F.scaled_dot_product_attention(
+                    qp, kp[:, :, :keys], vp[:, :, :keys], attn_mask=mask, enable_gqa=True
+                )
+                out[first : first + n] = op[0, :, :n].transpose(0, 1)
         return out
 
     @staticmethod
-    def _decode_attention(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: AttnBatch) -> torch.Tensor:
+    def _decode_attention(
+        q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: AttnBatch, fused: bool = True
+    ) -> torch.Tensor:
         """Attention of the single-token decodes in rows [0, num_decodes), as [num_decodes, heads, hd].
 
-        fp32 cache: plain batched matmuls over [kv_head, seq, ...], which beat the fused SDPA
-        kernel by about 2x for one query row per sequence, GQA as a reshape of q. bf16 cache:
-        bf16 SDPA (fp32 accumulation inside), 1.4x (one sequence) to 2x (32) faster than that.
+        Two ways, which of them is faster depends on the CPU (`measure_decode_attention`): plain
+        fp32 batched matmuls over [kv_head, seq, ...], GQA as a reshape of q, with a bf16 cache's
+        keys upcast first; or, on a bf16 cache with `fused`, bf16 SDPA (fp32 accumulation inside).
+        On an AMX Xeon SDPA was 1.4x (one sequence) to 2x (32) faster; on an AVX-512-BF16 EPYC
+        it was 3x (one) to 4x (32) slower.
         """
         bd = batch.num_decodes
         assert batch.decode_slots is not None and batch.decode_bias is not None
@@ -296,14 +346,49 @@ class LlamaModel:
         kd = kc.index_select(1, batch.decode_slots).view(nkv, bd, width, hd)
         vd = vc.index_select(1, batch.decode_slots).view(nkv, bd, width, hd)
         if kc.dtype != q.dtype:
-            qs = q[:bd].to(kc.dtype).view(bd, -1, 1, hd)
-            bias = batch.decode_bias.view(bd, 1, 1, width).to(kc.dtype)
-            o = F.scaled_dot_product_attention(
-                qs, kd.transpose(0, 1), vd.transpose(0, 1), attn_mask=bias, enable_gqa=True
-            )
-            return o.view(bd, -1, hd).to(q.dtype)
+            if fused:
+                qs = q[:bd].to(kc.dtype).view(bd, -1, 1, hd)
+                bias = batch.decode_bias.view(bd, 1, 1, width).to(kc.dtype)
+                o = F.scaled_dot_product_attention(
+                    qs, kd.transpose(0, 1), vd.transpose(0, 1), attn_mask=bias, enable_gqa=True
+                )
+                return o.view(bd, -1, hd).to(q.dtype)
+            kd, vd = kd.to(q.dtype), vd.to(q.dtype)
         qg = q[:bd].reshape(bd, nkv, -1, hd).transpose(0, 1)  # [nkv, bd, group, hd]
         scores = torch.matmul(qg, kd.transpose(-1, -2))
         scores.mul_(hd**-0.5).add_(batch.decode_bias)
         od = torch.matmul(torch.softmax(scores, dim=-1), vd)  # [nkv, bd, group, hd]
         return od.transpose(0, 1).reshape(bd, -1, hd)
+
+
+def measure_decode_attention(cfg: LlamaConfig, reps: int = 5) -> bool:
+    """Whether fused bf16 SDPA beats upcast fp32 matmuls for decode attention on a bf16 cache
+    here, timed on 1 and 16 sequences of 256 keys (about 0.1 s)."""
+    g = torch.Generator().manual_seed(0)
+    nkv, hd, nh = cfg.num_kv_heads, cfg.head_dim, cfg.num_heads
+    kc = torch.randn(nkv, 4096, hd, generator=g).to(torch.bfloat16)
+    vc = torch.randn(nkv, 4096, hd, generator=g).to(torch.bfloat16)
+    total = {True: 0.0, False: 0.0}
+    with torch.inference_mode():
+        for bd in (1, 16):
+            width = 256
+            batch = AttnBatch(
+                torch.zeros(bd, dtype=torch.long),
+                torch.full((bd,), width - 1),
+                torch.full((bd,), width - 1),
+                bd,
+                torch.randperm(4096, generator=g)[: bd * width],
+                torch.zeros(1, bd, 1, width),
+                [],
+                torch.arange(bd),
+                bd,
+            )
+            q = torch.randn(bd, nh, hd, generator=g)
+            for fused in (True, False):
+                best = float("inf")
+                for _ in range(reps):
+                    t = time.perf_counter()
+                    LlamaModel._decode_attention(q, kc, vc, batch, fused)
+                    best = min(best, time.perf_counter() - t)
+                total[fused] += best
+    return total[True] < total[False]

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan
+from libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan, prefill_mask
 from libs.engine.scheduler import ScheduledSeq
-
-# fp32 SDPA computes a chunk of fewer query rows than this along another path, whose bits differ
-# from the same rows inside a longer chunk; such chunks are padded (see model._attention).
-MIN_QUERY_ROWS = 8
 
 
 class ModelRunner:
@@ -49,16 +45,15 @@ class ModelRunner:
             if row < len(decodes):
                 decode_tables.append(req.block_ids[: -(-(start + 1) // bs)])
                 decode_lens.append(start + 1)
-            elif start == 0:
-                prefills.append(PrefillSpan(row, n, 0, torch.empty(0, dtype=torch.long)))
             else:
                 # Built once per step, not once per layer: the chunk sees its cached prefix and
                 # itself causally.
-                ctx = torch.tensor(self._slots(req.block_ids, 0, start + n))
-                # Padding rows (see MIN_QUERY_ROWS) see every key, like the last real row.
-                rows = (torch.arange(max(n, MIN_QUERY_ROWS)) + start).clamp(max=start + n - 1)
-                mask = torch.arange(start + n).unsqueeze(0) <= rows.unsqueeze(1)
-                prefills.append(PrefillSpan(row, n, start, ctx, mask))
+                ctx = (
+                    torch.tensor(self._slots(req.block_ids, 0, start + n))
+                    if start
+                    else torch.empty(0, dtype=torch.long)
+                )
+                prefills.append(PrefillSpan(row, n, start, ctx, prefill_mask(start, n)))
             last_row[id(seq)] = row + n - 1
         d_slots = d_bias = None
         if decodes:

@@ -19,7 +19,7 @@ from libs.engine.kernels import quantize_int8
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 4
+_CACHE_VERSION = 5
 
 
 @dataclass
@@ -52,8 +52,29 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _q4_blocks(data: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """A Q4_0 / Q4_1 matrix's 4-bit values [N, K] (uint8) and per-block (d, m) [N, K/32, 2] (fp32),
+    with w = d * q + m: ggml's block is an fp16 scale (and, for Q4_1, an fp16 minimum) followed by
+    16 bytes whose low nibbles are the block's first 16 values and high nibbles its last 16."""
+    rows = data.shape[0]
+    head = 4 if kind == "Q4_1" else 2
+    blocks = data.reshape(rows, -1, head + 16)
+    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0].astype(np.float32)
+    if kind == "Q4_1":
+        m = np.ascontiguousarray(blocks[..., 2:4]).view(np.float16)[..., 0].astype(np.float32)
+    else:  # Q4_0: w = d * (q - 8)
+        m = -8.0 * d
+    qs = blocks[..., head:]
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=-1).reshape(rows, -1)
+    return np.ascontiguousarray(q, dtype=np.uint8), np.stack([d, m], axis=-1)
+
+
 def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
-    """Dequantize a Llama GGUF into float32 tensors named by GGUF's own tensor names."""
+    """Dequantize a Llama GGUF into float32 tensors named by GGUF's own tensor names.
+
+    A matrix stored in 4-bit blocks (Q4_0, Q4_1) also keeps those blocks, as `<name>.q4` (values)
+    and `<name>.q4dm` (scales and minimums), for the int4 kernel (see kernels.Int4Weight).
+    """
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
@@ -67,11 +88,16 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         arr = dequantize(t.data, t.tensor_type)
         # GGUF lists dims fastest-first; numpy data is already [out, in] row-major.
         arr = np.asarray(arr, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
-        if t.name.endswith("attn_q.weight"):
-            arr = _unpermute(arr, n_head)
-        elif t.name.endswith("attn_k.weight"):
-            arr = _unpermute(arr, n_kv)
-        tensors[t.name] = torch.from_numpy(np.array(arr, copy=True))
+        parts = {t.name: arr}
+        if t.tensor_type.name in ("Q4_0", "Q4_1") and arr.ndim == 2:
+            parts[t.name + ".q4"], parts[t.name + ".q4dm"] = _q4_blocks(np.asarray(t.data), t.tensor_type.name)
+        for name, a in parts.items():
+            # Rows are permuted alike in the dequantized matrix and in its blocks.
+            if t.name.endswith("attn_q.weight"):
+                a = _unpermute(a, n_head)
+            elif t.name.endswith("attn_k.weight"):
+                a = _unpermute(a, n_kv)
+            tensors[name] = torch.from_numpy(np.array(a, copy=True))
     head_dim = int(_field(reader, f"{arch}.rope.dimension_count", hidden // n_head))
     cfg = LlamaConfig(
         vocab_size=int(tensors["token_embd.weight"].shape[0]),
@@ -93,17 +119,23 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     """Cast to a serving format (see libs/engine/kernels.py for why each exists).
 
     fp32: everything fp32. bf16 / int8: matrices in bf16 / int8 (per-row scales), norms and the
-    embedding table stay fp32. hybrid: both a bf16 and an int8 copy of every matrix; the model
+    embedding table stay fp32. hybrid: a bf16 copy of every matrix and a quantized one, the
+    GGUF's own 4-bit blocks where it has them (`.q4`, `.q4dm`) and int8 otherwise; the model
     picks one per step. A tied output projection gets its own copy in the matrix format.
     """
     if dtype not in ("fp32", "bf16", "int8", "hybrid"):
         raise ValueError(f"unknown weight format {dtype!r}")
-    tensors = dict(tensors)
+    blocks = {n: t for n, t in tensors.items() if n.endswith((".q4", ".q4dm"))}
+    tensors = {n: t for n, t in tensors.items() if n not in blocks}
     if "output.weight" not in tensors and dtype != "fp32":
         tensors["output.weight"] = tensors["token_embd.weight"]
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
+        if dtype == "hybrid" and is_matrix and name + ".q4" in blocks:
+            out[name] = t.to(torch.bfloat16).contiguous()
+            out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
+            continue
         if not is_matrix or dtype == "fp32":
             out[name] = t.to(torch.float32)
             continue

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from libs.engine.engine import EngineDeviceError, NativeEngine
-from libs.engine.model import AttnBatch, KVCache, PrefillSpan
+from libs.engine.model import AttnBatch, KVCache, PrefillSpan, prefill_mask
 from libs.engine.types import EngineConfig
 from tests.engine.conftest import tiny_model
 
@@ -23,14 +23,8 @@ def _mixed_batch() -> AttnBatch:
         decode_slots=torch.tensor([0, 1, 2, 3, 16, 17, 18, 19]),
         decode_bias=torch.tensor([[0.0] * 4, [0.0] * 3 + [float("-inf")]]).view(1, 2, 1, 4),
         prefills=[
-            PrefillSpan(2, 3, 0, torch.empty(0, dtype=torch.long)),
-            PrefillSpan(
-                5,
-                2,
-                16,
-                torch.arange(48, 66),
-                torch.arange(18).unsqueeze(0) <= (torch.arange(2) + 16).unsqueeze(1),
-            ),
+            PrefillSpan(2, 3, 0, torch.empty(0, dtype=torch.long), prefill_mask(0, 3)),
+            PrefillSpan(5, 2, 16, torch.arange(48, 66), prefill_mask(16, 2)),
         ],
         logits_rows=torch.tensor([0, 1, 4, 6]),
     )

@@ -4,66 +4,118 @@ import pytest
 import torch
 
 from libs.engine import SamplingParams
-from libs.engine.kernels import DualWeight, linear, measure, quantize_int8
-from libs.engine.model import AttnBatch, LlamaModel
-from libs.engine.weights import convert, load_weights
+from libs.engine.kernels import (
+    DualWeight,
+    RowInvariance,
+    linear,
+    measure,
+    pack_int4,
+    quantize_int8,
+    row_invariance,
+    tiled,
+)
+from libs.engine.model import AttnBatch, LlamaModel, PrefillSpan, prefill_mask
+from libs.engine.weights import convert, load_weights, read_gguf
 from tests.engine.conftest import CACHE_DIR, make_engine
 from tests.engine.helpers import drive, make_request
 
+# (out, in) of SmolLM2-135M's layer products
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 
-def _weights() -> tuple[torch.Tensor, torch.Tensor]:
+
+def _weights(k: int = 576) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
-    return torch.randn(256, 576, generator=g) * 0.05, torch.randn(70, 576, generator=g)
+    return torch.randn(256, k, generator=g) * 0.05, torch.randn(70, k, generator=g)
 
 
 @pytest.fixture(scope="module")
-def slice_rows() -> int | None:
-    return measure(reps=1).slice_rows
+def inv() -> RowInvariance:
+    return row_invariance(SHAPES)
 
 
-@pytest.mark.parametrize("kind", ["bf16", "int8"])
-def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_call(kind, slice_rows):
+def _q4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w rounded to Q4_1-style blocks of 32: values, (d, m) per block, and the matrix they encode."""
+    n, k = w.shape
+    g = w.view(n, k // 32, 32)
+    lo, hi = g.amin(-1), g.amax(-1)
+    d = ((hi - lo) / 15).clamp(min=1e-6).half().float()
+    m = lo.half().float()
+    q = torch.round((g - m[..., None]) / d[..., None]).clamp(0, 15)
+    return q.to(torch.uint8).view(n, k), torch.stack([d, m], -1), (q * d[..., None] + m[..., None]).view(n, k)
+
+
+@pytest.mark.parametrize("kind", ["bf16", "int8", "int4"])
+def test_a_rows_result_does_not_depend_on_how_many_rows_share_the_call(kind, inv):
     # Replays and prefix-cache hits recompute a token in a batch of another size; with these
     # kernels (bf16 sliced as measured on this CPU) the result is bit-identical, so greedy
     # output cannot drift.
-    w, x = _weights()
-    q, s = quantize_int8(w)
-    weight = DualWeight(w.to(torch.bfloat16), q, s)
-    small = kind == "int8"
-    alone = linear(x[3:4], weight, small)
-    for rows in (4, 9, 33, 70):
-        assert torch.equal(linear(x[:rows], weight, small, slice_rows=slice_rows)[3:4], alone), rows
-        # Generated rows ahead of the prompt rows may share a larger product; prompt rows not.
-        got = linear(x[:rows], weight, small, slice_rows=slice_rows, free_rows=2)
-        assert torch.equal(got[3:4], alone), rows
+    for k in (576, 1536):  # both input widths of the model's products (they behave differently)
+        w, x = _weights(k)
+        q4, dm, _ = _q4(w)
+        weight = DualWeight(w.to(torch.bfloat16), pack_int4(q4, dm) if kind == "int4" else quantize_int8(w))
+        small = kind != "bf16"
+        alone = linear(x[3:4], weight, small, inv=inv)
+        for rows in (4, 9, 33, 70):
+            assert torch.equal(linear(x[:rows], weight, small, inv=inv)[3:4], alone), (k, rows)
+            # Generated rows ahead of the prompt rows may share a larger product; prompt rows not.
+            got = linear(x[:rows], weight, small, inv=inv, free_rows=2)
+            assert torch.equal(got[3:4], alone), (k, rows)
 
 
-def test_invariance_is_measured_not_assumed():
-    # On this CPU either every row count is invariant, or only small calls are and the engine
-    # slices; a product of more rows than the slice must then really differ somewhere, or the
-    # slicing would be wasted work.
-    w = torch.randn(3072, 576, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16) * 0.05
-    cal = measure(reps=1)
-    if cal.slice_rows is None:
-        pytest.skip("bf16 products are row-invariant at every size on this CPU (no AMX)")
-    x = torch.randn(300, 576)
-    alone = torch.cat([linear(x[i : i + 1], w, False) for i in range(40)])
-    assert not all(torch.equal(linear(x[:n], w, False)[:40], alone) for n in (64, 128, 300))
+def test_invariance_is_measured_not_assumed(inv):
+    # The measured range is needed, not just safe: below its minimum, or above its maximum, some
+    # product of the model's shapes really gives rows other bits, or the padding or slicing
+    # would be wasted work.
+    if inv == RowInvariance(1, None):
+        pytest.skip("bf16 products are row-invariant at every size on this CPU")
+    counts = list(range(1, inv.min_rows)) + ([64, 128, 300] if inv.max_rows else [])
+    differs = False
+    for out, k in SHAPES:
+        w = (torch.randn(out, k, generator=torch.Generator().manual_seed(3)) * 0.05).to(torch.bfloat16)
+        x = torch.randn(300, k, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+        ref = tiled(x, w, inv.min_rows)
+        differs |= any(not torch.equal(tiled(x, w, n), ref) for n in counts)
+    assert differs
 
 
 def test_int8_and_bf16_stay_close_to_fp32():
     w, x = _weights()
     ref = x @ w.T
-    q, s = quantize_int8(w)
     for small in (True, False):
-        got = linear(x, DualWeight(w.to(torch.bfloat16), q, s), small)
+        got = linear(x, DualWeight(w.to(torch.bfloat16), quantize_int8(w)), small)
         assert (got - ref).abs().max() / ref.abs().max() < 0.02
+
+
+def test_int4_multiplies_by_exactly_the_matrix_its_blocks_encode():
+    # Q4 blocks map onto the kernel's (scale, zero) groups without re-quantizing: the only
+    # error left is bf16 (activations, scales and the zero m + 8d), far below a 4-bit step.
+    w, x = _weights()
+    q4, dm, w4 = _q4(w)
+    ref = x @ w4.T
+    got = linear(x, pack_int4(q4, dm), True)
+    assert got.dtype == torch.float32
+    assert (got - ref).abs().max() / ref.abs().max() < 0.01
+    assert (got - x @ w.T).abs().max() / ref.abs().max() > 0.01  # rounding to 4 bits is visible
+
+
+def test_the_gguf_4bit_blocks_decode_to_the_dequantized_matrix(model_path):
+    _, t = read_gguf(model_path)
+    for name in ("blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.7.ffn_down.weight"):
+        q, dm = t[name + ".q4"], t[name + ".q4dm"]
+        n, k = q.shape
+        decoded = (q.view(n, k // 32, 32).float() * dm[..., :1] + dm[..., 1:]).view(n, k)
+        assert torch.equal(decoded, t[name]), name  # attn_q/attn_k: the row permutation applies alike
+    assert "token_embd.weight.q4" not in t  # Q8_0: no 4-bit blocks, hybrid keeps int8 for it
+    hy = convert(t, "hybrid")
+    assert "blk.0.ffn_down.weight.q4" in hy and "blk.0.ffn_down.weight.q" not in hy
+    assert hy["output.weight.q"].dtype == torch.int8
+    assert not any(n.endswith((".q4", ".q4dm")) for n in convert(t, "int8"))
 
 
 def test_measure_reports_every_format_and_a_choice():
     cal = measure(hidden=64, out=128, rows=(1, 2, 4), reps=2)
-    assert set(cal.us) == {"fp32", "bf16", "int8"} and all(len(v) == 3 for v in cal.us.values())
-    assert cal.int8_max_rows in (0, 1, 2, 4)
+    assert set(cal.us) == {"fp32", "bf16", "int8", "int4"} and all(len(v) == 3 for v in cal.us.values())
+    assert cal.small_max_rows in (0, 1, 2, 4)
     assert cal.best_dtype() in ("hybrid", "int8")
 
 
@@ -87,8 +139,8 @@ def test_convert_formats():
 async def test_hybrid_prompt_from_the_prefix_cache_gives_the_same_tokens(model_path, tokenizer):
     cfg, tensors = load_weights(model_path, "hybrid", CACHE_DIR)
     model = LlamaModel(cfg, tensors, "hybrid")
-    model.int8_max_rows = 4
-    model.slice_rows = measure(reps=1).slice_rows
+    model.small_max_rows = 4
+    model.invariance = row_invariance(model.matrix_shapes())
     eng = make_engine(model, num_blocks=64)
     assert eng.runner.kv.k.dtype == torch.bfloat16  # the cache follows bf16 products
     await eng.start()
@@ -127,9 +179,43 @@ def test_decode_attention_on_a_bf16_cache_stays_close_to_fp32():
         bd,
     )
     ref = LlamaModel._decode_attention(q, k, v, batch)
-    got = LlamaModel._decode_attention(q, k.bfloat16(), v.bfloat16(), batch)
-    assert got.dtype == torch.float32 and got.shape == ref.shape
-    assert (got - ref).abs().max() < 0.05
+    for fused in (True, False):  # bf16 SDPA, or fp32 matmuls over upcast keys (measured at load)
+        got = LlamaModel._decode_attention(q, k.bfloat16(), v.bfloat16(), batch, fused)
+        assert got.dtype == torch.float32 and got.shape == ref.shape
+        assert (got - ref).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("length", [33, 34, 35, 40, 66, 97])
+def test_a_prompt_rows_attention_does_not_depend_on_how_the_prompt_was_chunked(length):
+    # fp32 SDPA multiplies up to 32 query rows as one product, and a block of only a few rows
+    # takes another path: lengths of 1-3 past a multiple of 32 broke replays before the slicing.
+    g = torch.Generator().manual_seed(length)
+    nh, nkv, hd = 9, 3, 64
+    q = torch.randn(length, nh, hd, generator=g)
+    k = torch.randn(length, nkv, hd, generator=g).bfloat16()
+    v = torch.randn(length, nkv, hd, generator=g).bfloat16()
+    kc, vc = k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()  # the cache: slot = position
+
+    def attend(start: int) -> torch.Tensor:
+        n = length - start
+        span = PrefillSpan(
+            0, n, start, torch.arange(length) if start else torch.empty(0, dtype=torch.long), prefill_mask(start, n)
+        )
+        batch = AttnBatch(
+            torch.zeros(n, dtype=torch.long),
+            torch.arange(start, length),
+            torch.arange(start, length),
+            0,
+            None,
+            None,
+            [span],
+            torch.tensor([n - 1]),
+        )
+        return LlamaModel._attention(None, q[start:], k[start:], v[start:], kc, vc, batch)  # type: ignore[arg-type]
+
+    whole = attend(0)
+    for start in (length - 1, length - 3, length // 2, 5):
+        assert torch.equal(attend(start), whole[start:]), start
 
 
 @pytest.mark.slow
@@ -138,7 +224,7 @@ def test_a_prompt_recomputed_from_its_last_token_gets_the_same_logits(model_path
     # cache (full blocks and the tail the first run left), so that token is a one-row chunk.
     cfg, tensors = load_weights(model_path, "hybrid", CACHE_DIR)
     model = LlamaModel(cfg, tensors, "hybrid")
-    model.slice_rows = measure(reps=1).slice_rows
+    model.invariance = row_invariance(model.matrix_shapes())
     eng = make_engine(model, num_blocks=64)
     logits: list[torch.Tensor] = []
     run = eng.runner.run
