@@ -81,7 +81,7 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     _p("Twilio API key", _B + r"SK[0-9a-fA-F]{32}" + _E),
     _p(
         "Twilio auth token",
-        r"(?i:twilio[^\n]{0,30}?(?:auth|token|secret))[^\n]{0,20}?(?P<v>(?<![0-9a-f])[0-9a-f]{32})(?![0-9a-f])",
+        r"(?i:twilio[^\n]{0,30}?(?:auth|token|secret))[^\n]{0,20}?(?P<v>(?<![0-9a-fA-F])[0-9a-fA-F]{32})(?![0-9a-fA-F])",
     ),
     _p("npm token", _B + r"npm_[A-Za-z0-9]{36}" + _E),
     _p("PyPI token", _B + r"pypi-AgE[A-Za-z0-9_\-]{50,}" + _E),
@@ -95,7 +95,8 @@ SECRET_PATTERNS: tuple[SecretPattern, ...] = (
     _p("Telegram bot token", r"(?<![0-9A-Za-z])\d{8,10}:[A-Za-z0-9_\-]{35}" + _E),
     _p(
         "Discord bot token",
-        r"(?<![A-Za-z0-9_\-.])[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}" + _E,
+        # The first part is the base64 of a 17-19 digit user id: 23-26 characters.
+        r"(?<![A-Za-z0-9_\-.])[MNO][A-Za-z0-9_\-]{22,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,38}" + _E,
     ),
     _p("Discord webhook", r"discord(?:app)?\.com/api/webhooks/\d{5,}/[A-Za-z0-9_\-]{30,}"),
     _p("JSON Web Token", _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}" + _E),

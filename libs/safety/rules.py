@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from libs.safety.credentials import find_secrets
 from libs.safety.taxonomy import INVISIBLE_TEXT, JAILBREAK, PROMPT_INJECTION, S2, S4, S9, S11, SECRETS
 
-RULES_VERSION = "rules-2026.12.2"
+RULES_VERSION = "rules-2026.12.3"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ POSITIVE = [
     ("SendGrid API key", "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"),
     ("Twilio API key", "twilio api key SK2b7c9e4f1a3d5b8c0e2f4a6b8c1d3e5f"),
     ("Twilio auth token", "TWILIO_AUTH_TOKEN=9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+    ("Twilio auth token", "my twilio auth token is 9F8E7D6C5B4A39281706F5E4D3C2B1A0"),
     ("npm token", "//registry.npmjs.org/:_authToken=npm_Kq2mB7vL4nP9rT3wY6aC1dF5gH0jKq2mB7vL"),
     ("PyPI token", "password = pypi-AgEIcHlwaS5vcmcCJDk2ZjQ4NzZkLTZlMzYtNGQ4Zi1iZjA3LWQ1MjBlMGRhYTE4ZQ"),
     ("Hugging Face token", "HF token hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 gives 401"),
@@ -44,6 +45,8 @@ POSITIVE = [
     ("Shopify token", "X-Shopify-Access-Token: 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"),
     ("Telegram bot token", "bot = Bot('5837261945:AAHk3Lm9Pq2Rs7Tv1Wx5Yz8Ab4Cd6Ef0Gh2')"),
     ("Discord bot token", "client.run('MTA4NzY1NDMyMTA5ODc2NTQzMg.GkT9xQ.Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2O')"),
+    # a 17-digit user id: a 23-character first part
+    ("Discord bot token", "token NzY1NDMyMTA5ODc2NTQzMjE.GkT9xQ.Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2O"),
     ("Discord webhook", "https://discord.com/api/webhooks/108765432109876543/Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2Oa5Qw3Er"),
     ("JSON Web Token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dQw4w9WgXcQ_k8mZ2pL"),
     ("private key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x9Kq2mB3vL\n-----END RSA PRIVATE KEY-----"),
