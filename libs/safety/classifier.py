@@ -47,10 +47,11 @@ def softmax(z: np.ndarray) -> np.ndarray:
 # A harm class holding at least this share of a text's harm probability (1 - P(benign)) is named
 # along with the most likely one: the classes overlap (a mugging is violent and a theft, a hitman
 # hired online is violence and a crime for money), and the right one is often a close second.
-# Chosen on the pooled development splits in the fifth model round (docs/safety.md): it cannot
-# add a false positive, since a benign text is flagged under some class only when its most likely
-# harm class already is.
-SECONDARY_SHARE = 0.3
+# Chosen on the pooled development splits (0.3 in the fifth model round, 0.2 since the sixth;
+# docs/safety.md): it cannot add a false positive, since a benign text is flagged under some class
+# only when its most likely harm class already is, and it never changes whether a text is flagged
+# or blocked (a named class gets the top class's score); it only names more categories.
+SECONDARY_SHARE = 0.2
 
 
 def harm_scores(p: np.ndarray, benign_index: int, secondary_share: float = SECONDARY_SHARE) -> np.ndarray:
@@ -142,7 +143,7 @@ class EmbeddingClassifier:
         Harm classes overlap (fraud vs. hacking, self-harm vs. dangerous dosing), so a clearly
         harmful request often splits its mass over two or three of them and no single one
         crosses a threshold. "Harmful at all" is the better-calibrated question; the argmax
-        only names the category, together with any class holding ``SECONDARY_SHARE`` (30 %) or
+        only names the category, together with any class holding ``SECONDARY_SHARE`` (20 %) or
         more of the harm probability.
         """
         return harm_scores(self.proba(embeddings), self.classes.index(BENIGN))

@@ -14,6 +14,7 @@ untouched split: never used for any choice, scored once, at the end of a round. 
 the end of round 4 and used as development data in round 5, so ``src/test3`` (-> ``test3.jsonl``,
 written 2026-12-02 by someone who saw neither the training data nor the model, realistic traffic,
 320 benign lines of 672) judged round 5: scored once, for the round-4 and round-5 classifiers.
+It has since been read and is development data from round 6 on (docs/safety.md).
 
 Run: ``python -m libs.safety.data.build``
 """
