@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test", "test2", "test3")
+SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
