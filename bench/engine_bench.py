@@ -128,7 +128,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
     models = {}
     for d in dtypes:
         cfg, w = load_weights(default_model_path(), d, os.path.join("var", "cache", "engine"))
-        models[d] = LlamaModel(cfg, w, d)
+        models[d] = LlamaModel(cfg, w, d).pack_cpu_weights()
         models[d].small_max_rows = cal.small_max_rows
         models[d].invariance = row_invariance(models[d].matrix_shapes())
         models[d].fused_decode = measure_decode_attention(cfg)

@@ -121,6 +121,8 @@ class NativeEngine:
                 self.dtype = self.calibration.best_dtype()
         cfg, tensors = load_weights(self.model_path, self.dtype, cache_dir)
         model = LlamaModel(cfg, tensors, self.dtype).to(device)
+        if device == "cpu":
+            model.pack_cpu_weights()
         if self.calibration is not None:
             model.small_max_rows = self.calibration.small_max_rows
             model.invariance = row_invariance(model.matrix_shapes())

@@ -72,7 +72,22 @@ def pack_int4(q: torch.Tensor, dm: torch.Tensor, group: int = 32) -> Int4Weight:
     return Int4Weight(torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), scales_zeros, group)
 
 
+def pack_dense(w: torch.Tensor) -> torch.Tensor:
+    """A CPU bf16 matrix reordered once into oneDNN's blocked layout (as torch.compile's CPU
+    freezing does), so a product does not reorder it on every call: 1.3-2.7x faster products of
+    8-64 rows measured here, with the same bits as F.linear. Unchanged where oneDNN cannot."""
+    if w.dtype != torch.bfloat16 or w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return w
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(w, 32)
+    except RuntimeError:
+        return w
+
+
 def dense_mm(x: torch.Tensor, w: torch.Tensor, keep: bool = False) -> torch.Tensor:
+    if w.layout == torch._mkldnn:  # type: ignore[attr-defined]
+        y = torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w, None, "none", [], "")
+        return y if keep else y.to(x.dtype)
     if w.dtype == x.dtype:
         return F.linear(x, w)
     y = F.linear(x.to(w.dtype), w)
@@ -160,7 +175,7 @@ def measure(
     """Time the kernels on a layer-sized product (about 0.3 s on a 2-core box)."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(out, hidden, generator=g) * 0.02
-    wb = w.to(torch.bfloat16)
+    wb = pack_dense(w.to(torch.bfloat16))
     q, s = quantize_int8(w)
     q4 = torch.randint(0, 16, (out, hidden), generator=g, dtype=torch.uint8)
     dm = torch.stack([torch.full((out, hidden // 32), 0.002), torch.full((out, hidden // 32), -0.015)], -1)
@@ -194,7 +209,7 @@ def measure(
 def tiled(x: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:
     """x @ w.T in consecutive calls of n rows each (a short last call padded with zero rows)."""
     rows = x.shape[0]
-    parts = [F.linear(F.pad(x[a : a + n], (0, 0, 0, max(0, a + n - rows))), w)[: rows - a] for a in range(0, rows, n)]
+    parts = [dense_mm(F.pad(x[a : a + n], (0, 0, 0, max(0, a + n - rows))), w)[: rows - a] for a in range(0, rows, n)]
     return torch.cat(parts)
 
 
@@ -210,7 +225,7 @@ def row_invariance(
     g = torch.Generator().manual_seed(0)
     cases = []
     for out, hidden in shapes:
-        w = (torch.randn(out, hidden, generator=g) * 0.05).to(torch.bfloat16)
+        w = pack_dense((torch.randn(out, hidden, generator=g) * 0.05).to(torch.bfloat16))
         cases.append((w, torch.randn(160, hidden, generator=g).to(torch.bfloat16)))
     big = (limit + 1, 64, 160)
     with torch.inference_mode():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from libs.engine.kernels import DualWeight, Int4Weight, RowInvariance, Weight, linear, pack_int4
+from libs.engine.kernels import DualWeight, Int4Weight, RowInvariance, Weight, linear, pack_dense, pack_int4
 from libs.engine.weights import LlamaConfig
 
 # Prompt rows' attention runs in calls of QUERY_SLICE query rows, the last one padded with zero
@@ -191,6 +191,21 @@ class LlamaModel:
     @property
     def device(self) -> torch.device:
         return self.embed.device
+
+    def pack_cpu_weights(self) -> LlamaModel:
+        """Reorder every bf16 matrix into oneDNN's layout once (kernels.pack_dense), in place.
+        After `to(device)`: a packed matrix stays on the CPU."""
+
+        def pk(w: Weight) -> Weight:
+            if isinstance(w, DualWeight):
+                return DualWeight(pack_dense(w.full), w.small)
+            return pack_dense(w) if isinstance(w, torch.Tensor) else w
+
+        self.lm_head = pk(self.lm_head)
+        self.layers = [
+            Layer(la.attn_norm, pk(la.qkv), pk(la.o), la.ffn_norm, pk(la.gate_up), pk(la.down)) for la in self.layers
+        ]
+        return self
 
     def to(self, device: str) -> LlamaModel:
         """Move every weight (and the RoPE tables) to `device`, in place."""

@@ -9,6 +9,7 @@ from libs.engine.kernels import (
     RowInvariance,
     linear,
     measure,
+    pack_dense,
     pack_int4,
     quantize_int8,
     row_invariance,
@@ -76,6 +77,17 @@ def test_invariance_is_measured_not_assumed(inv):
         ref = tiled(x, w, inv.min_rows)
         differs |= any(not torch.equal(tiled(x, w, n), ref) for n in counts)
     assert differs
+
+
+def test_a_packed_bf16_matrix_gives_the_bits_of_the_plain_one():
+    # pack_dense only changes the memory layout: every row count gets F.linear's exact result.
+    w, x = _weights(1536)
+    wb = w.to(torch.bfloat16)
+    packed = pack_dense(wb)
+    if packed is wb:
+        pytest.skip("oneDNN cannot reorder bf16 weights on this CPU")
+    for rows in (1, 2, 7, 8, 33, 70):
+        assert torch.equal(linear(x[:rows], packed, False, keep=True), linear(x[:rows], wb, False, keep=True)), rows
 
 
 def test_int8_and_bf16_stay_close_to_fp32():
@@ -223,7 +235,7 @@ def test_a_prompt_recomputed_from_its_last_token_gets_the_same_logits(model_path
     # The harshest split a replay meets: everything but the last prompt token comes from the
     # cache (full blocks and the tail the first run left), so that token is a one-row chunk.
     cfg, tensors = load_weights(model_path, "hybrid", CACHE_DIR)
-    model = LlamaModel(cfg, tensors, "hybrid")
+    model = LlamaModel(cfg, tensors, "hybrid").pack_cpu_weights()  # as the engine serves it
     model.invariance = row_invariance(model.matrix_shapes())
     eng = make_engine(model, num_blocks=64)
     logits: list[torch.Tensor] = []
