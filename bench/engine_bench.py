@@ -253,8 +253,12 @@ def best(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
     if "note" in new:
         return old
     out = dict(old)
+    # What a run found about itself (calibration) comes from the run that decoded faster.
+    newer = new.get("decode_tok_s", 0) >= old.get("decode_tok_s", 0)
     for k, v in new.items():
-        if k not in out or not isinstance(v, int | float | list):
+        if k not in out or (k in ("small_max_rows", "decode_attention", "dtype") and newer):
+            out[k] = v
+        elif not isinstance(v, int | float | list):
             out[k] = v
         elif k == "ttfts":
             out[k] = [min(a, b) for a, b in zip(out[k], v, strict=True)]
