@@ -54,6 +54,15 @@ def test_test2_split_is_large_enough() -> None:
     assert set(n) == set(BLOCKING) | {BENIGN}
 
 
+@pytest.mark.parametrize("split", ["test3", "test4"])
+def test_blind_splits_cover_every_learned_category(split: str) -> None:
+    # Written blind to judge a model round: every category the classifier learns, and a large
+    # benign share (secrets are rules-only, so these splits leave them out).
+    n = Counter(r["label"] for r in _load(split))
+    assert n[BENIGN] >= 300
+    assert {c: n[c] for c in (*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK) if n[c] < 20} == {}
+
+
 def test_dev_split_has_at_least_300_examples() -> None:
     rows = _load("eval")
     assert len(rows) >= 300
