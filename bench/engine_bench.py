@@ -130,8 +130,11 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
         cfg, w = load_weights(default_model_path(), d, os.path.join("var", "cache", "engine"))
         models[d] = LlamaModel(cfg, w, d).pack_cpu_weights()
         models[d].small_max_rows = cal.small_max_rows
-        models[d].invariance = row_invariance(models[d].matrix_shapes())
-        models[d].fused_decode = measure_decode_attention(cfg)
+    # Both depend on the CPU and the model's shapes, not on the weight format: measured once.
+    invariance = row_invariance(models[dtypes[0]].matrix_shapes())
+    fused_decode = measure_decode_attention(cfg)
+    for m in models.values():
+        m.invariance, m.fused_decode = invariance, fused_decode
     kvs = {d: KVCache(cfg, 64, 16, m.kv_dtype) for d, m in models.items()}
     ctx = 128
     out: dict[str, dict[int, float]] = {d: {} for d in dtypes}

@@ -112,7 +112,7 @@ def linear(
 ) -> torch.Tensor:
     """x @ w.T. `small` picks the quantized copy of a DualWeight (see LlamaModel.forward).
 
-    The result has x's dtype, or with `keep` the kernel's own (bf16 for bf16 and int8 weights),
+    The result has x's dtype, or with `keep` the kernel's own (bf16 for bf16, int8 and int4 weights),
     which saves two casts where the next op is another product or an add into the fp32 residual.
     With `inv` (from `row_invariance`), rows past the first `free_rows` (generated tokens, whose
     bits nothing relies on) are multiplied in calls of a row count inside the invariant range;
@@ -122,19 +122,19 @@ def linear(
     if small or inv is None or rows <= free_rows:
         return _product(x, w, small, keep)
     lo, hi = inv.min_rows, inv.max_rows or rows
-    if rows < lo:
-        return _product(F.pad(x, (0, 0, 0, lo - rows)), w, small, keep)[:rows]
-    if rows <= hi:
-        return _product(x, w, small, keep)
-    start = free_rows if free_rows > hi else 0
-    parts = [_product(x[:start], w, small, keep)] if start else []
-    for a in range(start, rows, hi):
-        part = x[a : a + hi]
+
+    def call(part: torch.Tensor) -> torch.Tensor:
+        # A call of fewer than `lo` rows gets zero rows up to `lo`, so it stays inside the range.
         n = part.shape[0]
-        parts.append(
+        return (
             _product(F.pad(part, (0, 0, 0, lo - n)), w, small, keep)[:n] if n < lo else _product(part, w, small, keep)
         )
-    return torch.cat(parts)
+
+    if rows <= hi:
+        return call(x)
+    start = free_rows if free_rows > hi else 0
+    parts = [_product(x[:start], w, small, keep)] if start else []
+    return torch.cat(parts + [call(x[a : a + hi]) for a in range(start, rows, hi)])
 
 
 def _product(x: torch.Tensor, w: Weight, small: bool, keep: bool) -> torch.Tensor:

@@ -142,7 +142,7 @@ class LlamaModel:
         # runs on bf16 kernels), fp32 beside fp32 (the reference) and int8 (chosen where bf16 is slow).
         self.compute_dtype = torch.float32
         self.kv_dtype = torch.bfloat16 if dtype in ("bf16", "hybrid") else torch.float32
-        # Steps of at most this many rows, all decodes, use the int8 copy of hybrid weights
+        # Steps of at most this many rows, all decodes, use the quantized copy of hybrid weights
         # (set from kernels.measure by the engine; see forward).
         self.small_max_rows = 4
         # Decode attention on a bf16 cache as fused bf16 SDPA, else upcast fp32 matmuls
@@ -268,10 +268,10 @@ class LlamaModel:
         cos = self.cos[batch.positions].unsqueeze(1)
         sin = self.sin[batch.positions].unsqueeze(1)
         T = x.shape[0]
-        # int8 only for small steps of generated tokens: prompt tokens always take the dense
-        # kernel (both are batch-invariant, see kernels.py), so a prompt's KV does not depend on
-        # how it was split between the prefix cache and prefill, and a quiet replay recomputes
-        # exactly what the original run computed.
+        # The quantized copy only for small steps of generated tokens: prompt tokens always take
+        # the dense kernel, in calls of a row count inside the measured invariant range (see
+        # kernels.py), so a prompt's KV does not depend on how it was split between the prefix
+        # cache and prefill, and a quiet replay recomputes exactly what the original run computed.
         small = not batch.prefills and T <= self.small_max_rows
         inv, fr = self.invariance, batch.free_rows
         for li, layer in enumerate(self.layers):

@@ -132,16 +132,14 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
-        if dtype == "hybrid" and is_matrix and name + ".q4" in blocks:
-            out[name] = t.to(torch.bfloat16).contiguous()
-            out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
-            continue
         if not is_matrix or dtype == "fp32":
             out[name] = t.to(torch.float32)
             continue
         if dtype in ("bf16", "hybrid"):
             out[name] = t.to(torch.bfloat16).contiguous()
-        if dtype in ("int8", "hybrid"):
+        if dtype == "hybrid" and name + ".q4" in blocks:
+            out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
+        elif dtype in ("int8", "hybrid"):
             out[name + ".q"], out[name + ".scale"] = quantize_int8(t)
     return out
 
