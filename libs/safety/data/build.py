@@ -15,6 +15,9 @@ the end of round 4 and used as development data in round 5, so ``src/test3`` (->
 written 2026-12-02 by someone who saw neither the training data nor the model, realistic traffic,
 320 benign lines of 672) judged round 5: scored once, for the round-4 and round-5 classifiers.
 It has since been read and is development data from round 6 on (docs/safety.md).
+``src/test4`` (-> ``test4.jsonl``, written 2026-12-03 the same way, 888 lines after dropping 44
+near-copies of other splits) judged round 6, scored once for the round-5 and round-6 classifiers;
+it has been read too, so the next round needs a fresh blind split.
 
 Run: ``python -m libs.safety.data.build``
 """
