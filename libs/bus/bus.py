@@ -167,7 +167,17 @@ class Bus:
         return await self.nc.subscribe(subject, cb=on_msg)
 
     async def flush(self) -> None:
-        """Make the server register subscriptions made so far before anything that depends on them."""
+        """Make the server register subscriptions made so far before anything that depends on them.
+
+        nats-py's own flush() is not enough: it writes its PING straight to the socket while
+        earlier commands (a SUB) may still wait in its pending buffer for the flusher task, so the
+        PONG can come back before the server has seen the SUB, and another connection's request
+        then gets "no responders" (about 1 time in 10 here). So first let the flusher task write
+        the buffer (it runs on the next loop turn; bounded, in case the connection stalls)."""
+        for _ in range(1000):
+            if not (self.nc.pending_data_size and self.nc.is_connected):
+                break
+            await asyncio.sleep(0)
         await self.nc.flush()
 
     async def publish_durable(self, subject: str, msg: BaseModel, msg_id: str) -> None:

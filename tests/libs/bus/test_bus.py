@@ -35,7 +35,7 @@ async def test_request_reply_carries_headers(nats_server: NatsServer) -> None:
         return Pong(n=p.n + 1, rid=ctx.rid, tenant=ctx.tenant)
 
     await b.subscribe(subject, Ping, handler, queue="b")
-    await b.nc.flush()
+    await b.flush()
     reply = await a.request(subject, Ping(n=1), Pong, rid="r1", tenant="acme")
     assert reply == Pong(n=2, rid="r1", tenant="acme")
     await a.drain()
@@ -52,7 +52,7 @@ async def test_errors_become_coded_replies(nats_server: NatsServer) -> None:
         raise RuntimeError("boom")
 
     await b.subscribe(subject, Ping, handler)
-    await b.nc.flush()
+    await b.flush()
     with pytest.raises(BusError) as e:
         await a.request(subject, Ping(n=-1), Pong)
     assert e.value.code == ErrorCode.bad_request
@@ -93,8 +93,8 @@ async def test_stage_forwards_or_emits_error(nats_server: NatsServer) -> None:
 
     await a.subscribe(inbox, Work, collect)
     await a.subscribe(subjects.chat_events("r-bad"), ChatEvent, collect_ev)
-    await a.nc.flush()
-    await b.nc.flush()
+    await a.flush()
+    await b.flush()
     await a.publish(stage_subject, Work(rid="r-ok", tenant="t", user="u", key_id="k", text="hi"), rid="r-ok")
     w = await asyncio.wait_for(got.get(), 5)
     assert w.prompt == "p" and w.rid == "r-ok"
@@ -103,3 +103,20 @@ async def test_stage_forwards_or_emits_error(nats_server: NatsServer) -> None:
     assert ev.type == "error" and ev.error is not None and ev.error.code == ErrorCode.policy_violation
     await a.drain()
     await b.drain()
+
+
+async def test_flush_means_another_connection_sees_the_subscription(nats_server: NatsServer) -> None:
+    # nats-py's flush() can get its PONG before a queued SUB reaches the server; Bus.flush must
+    # not: a request right after it failed with "no responders" about 1 time in 10 here.
+    for i in range(60):
+        a, b = await _bus(nats_server, "a"), await _bus(nats_server, "b")
+        subject = f"t.{uuid.uuid4().hex}"
+
+        async def handler(p: Ping) -> Pong:
+            return Pong(n=p.n + 1, rid="", tenant="")
+
+        await b.subscribe(subject, Ping, handler)
+        await b.flush()
+        assert await a.request(subject, Ping(n=i), Pong) == Pong(n=i + 1, rid="", tenant="")
+        await a.drain()
+        await b.drain()

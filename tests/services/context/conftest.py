@@ -36,8 +36,8 @@ async def harness(
             fut.set_result(w)
 
     await client.subscribe(subjects.SAFETY_IN, Work, collect)
-    await client.nc.flush()
-    await service.nc.flush()
+    await client.flush()
+    await service.flush()
     yield h
     await service.quiesce()
     await cleanup()

@@ -27,7 +27,7 @@ class Harness:
                 self.events[ev.rid].set_result(ev)
 
         sub = await self.client.subscribe(subjects.chat_events(work.rid), ChatEvent, on_event)
-        await self.client.nc.flush()
+        await self.client.flush()
         await self.client.publish(subjects.CONTEXT, work, rid=work.rid, tenant=work.tenant)
         futures: list[asyncio.Future[Work] | asyncio.Future[ChatEvent]] = [
             self.forwarded[work.rid],

@@ -154,7 +154,7 @@ class Responder:
                 return HealthReply(stage=stage, replica="r0")
 
             await self.bus.subscribe(subjects.health(stage), HealthRequest, health)
-        await self.bus.nc.flush()
+        await self.bus.flush()
 
 
 async def connect(server: NatsServer, name: str) -> Bus:

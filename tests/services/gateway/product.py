@@ -68,8 +68,8 @@ async def product(nats_server: NatsServer, data_dir: Path) -> AsyncIterator[Prod
     cleanup = await setup(ctx_bus, settings, template=tokenizer())
     p_works: dict[str, Work] = {}
     await _pipeline(down, p_works)
-    await ctx_bus.nc.flush()
-    await down.nc.flush()
+    await ctx_bus.flush()
+    await down.flush()
     try:
         async with gateway(nats_server, data_dir / "gw", rate_limits=False) as g:
             p = Product(gw=g, works=p_works)

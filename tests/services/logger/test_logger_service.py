@@ -59,7 +59,7 @@ class Logger:
 
             telemetry.attach_nats(asyncio.get_running_loop(), publish_spans)
         self.cleanup = await setup(self.bus, self.settings)
-        await self.bus.nc.flush()
+        await self.bus.flush()
 
     async def stop(self) -> None:
         assert self.bus is not None and self.cleanup is not None
