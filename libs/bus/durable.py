@@ -144,7 +144,9 @@ class DurableConsumer:
         self._decode = decode
         self._handler = handler
         self._durable = durable
-        self._consumer = BatchConsumer(js, stream, filter_subject, durable, self._handle, batch=batch, stop_timeout_s=5.0)
+        self._consumer = BatchConsumer(
+            js, stream, filter_subject, durable, self._handle, batch=batch, stop_timeout_s=5.0
+        )
 
     async def start(self) -> None:
         await self._consumer.start()

@@ -23,10 +23,14 @@ def test_targets_are_ratios_against_the_same_run():
     }
     table = _targets(args, r)
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
-    assert "0.600x" in rows["single-stream decode vs llama-cpp-python"] and rows["single-stream decode vs llama-cpp-python"].endswith("| yes |")
+    assert "0.600x" in rows["single-stream decode vs llama-cpp-python"] and rows[
+        "single-stream decode vs llama-cpp-python"
+    ].endswith("| yes |")
     assert "4.000x" in rows["32 streams vs llama-cpp-python single stream"]
     assert rows["32 streams vs transformers at 32"].endswith("| no |")  # 1.6x < 2x
-    assert "1.60x" in rows["turn-10 TTFT vs turn 1, prefix caching on"] and rows["turn-10 TTFT vs turn 1, prefix caching on"].endswith("| no |")
+    assert "1.60x" in rows["turn-10 TTFT vs turn 1, prefix caching on"] and rows[
+        "turn-10 TTFT vs turn 1, prefix caching on"
+    ].endswith("| no |")
     # A missing baseline is neither met nor failed.
     r["lcpp"] = {"note": "not installed"}
     assert "| - | ≥ 0.6x | - |" in _targets(args, r)

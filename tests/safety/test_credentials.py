@@ -11,7 +11,10 @@ POSITIVE = [
     ("AWS access key", "temporary creds ASIAZ7X2KQ9WMP4RT8LN expire at 5pm"),
     ("AWS secret key", "aws_secret_access_key = Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2Oa5"),
     ("GitHub token", "token ghp_8Kd3LmQ9xR2vT7nW4pY6zA1bC5eF0gH3jI8k"),
-    ("GitHub token", "GITHUB_TOKEN=github_pat_11ABCDE2Q0aZ9xY8wV7uT6_sR5qP4oN3mL2kJ1iH0gF9eD8cB7aZ6yX5wV4uT3sR2qP1oN0mL9kJ8"),
+    (
+        "GitHub token",
+        "GITHUB_TOKEN=github_pat_11ABCDE2Q0aZ9xY8wV7uT6_sR5qP4oN3mL2kJ1iH0gF9eD8cB7aZ6yX5wV4uT3sR2qP1oN0mL9kJ8",
+    ),
     ("GitHub token", "app installation token ghs_Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk9Lz2Xc4Vb6N"),
     ("GitHub token", "oauth ghu_Zm4Xn7Bv2Cq9Lw5Ke8Rt1Yp6Ua3Sd0Fg4Hj7"),
     ("GitLab token", "glpat-xY7zW3vU9tS1rQ5pO2nM"),
@@ -47,7 +50,10 @@ POSITIVE = [
     ("Discord bot token", "client.run('MTA4NzY1NDMyMTA5ODc2NTQzMg.GkT9xQ.Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2O')"),
     # a 17-digit user id: a 23-character first part
     ("Discord bot token", "token NzY1NDMyMTA5ODc2NTQzMjE.GkT9xQ.Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2O"),
-    ("Discord webhook", "https://discord.com/api/webhooks/108765432109876543/Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2Oa5Qw3Er"),
+    (
+        "Discord webhook",
+        "https://discord.com/api/webhooks/108765432109876543/Zr8Kq2Wm5Xt9Vb3Nc7Lp1Hs4Jd6Fg0Ty8Ui2Oa5Qw3Er",
+    ),
     ("JSON Web Token", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dQw4w9WgXcQ_k8mZ2pL"),
     ("private key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x9Kq2mB3vL\n-----END RSA PRIVATE KEY-----"),
     ("private key", "-----BEGIN OPENSSH PRIVATE KEY-----\\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\\n-----END"),
