@@ -106,8 +106,9 @@ class Work(BaseModel):
     verdicts: list[SafetyVerdict] = Field(default_factory=list)
     # router
     route: RouteDecision | None = None
-    # tools
+    # tools: what ran, and the tool-results block put into the prompt before the user's message
     tools: list[ToolEvent] = Field(default_factory=list)
+    tool_prompt: str = ""
 
 
 class Forward(BaseModel):
@@ -169,6 +170,12 @@ class Turn(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     model: str | None = None
     created_ms: int = 0
+    # Server-side tool steps of the turn, and the tool-results block they put in its prompt
+    # (given again, verbatim, when a later turn renders this one as history), and the model's
+    # released reasoning in thinking mode (shown to the user, never put back into a prompt).
+    tools: list[ToolEvent] = Field(default_factory=list)
+    tool_prompt: str = ""
+    thinking: str = ""
 
 
 class SaveTurn(BaseModel):

@@ -31,9 +31,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from libs.store.db import create_all
+from libs.store.db import add_missing_columns, create_all
 from libs.store.sql import decode_cursor, encode_cursor, insert_ignore, like_pattern, now_ms
-from schemas import ConversationSummary, SearchHit, Turn, Usage
+from schemas import ConversationSummary, SearchHit, ToolEvent, Turn, Usage
 
 metadata = MetaData()
 
@@ -63,6 +63,10 @@ turns = Table(
     Column("usage", JSON, nullable=False),
     Column("model", String()),
     Column("created_ms", BigInteger, nullable=False),
+    # Added later (NULL in rows an older version wrote): tool steps, their prompt block, thinking.
+    Column("tools", JSON),
+    Column("tool_prompt", Text),
+    Column("thinking", Text),
     Index("ix_turns_conversation", "conversation_id", "seq"),
 )
 
@@ -108,6 +112,9 @@ def _turn(row: Any) -> Turn:
         usage=Usage.model_validate(m["usage"] or {}),
         model=m["model"],
         created_ms=m["created_ms"],
+        tools=[ToolEvent.model_validate(t) for t in m["tools"] or []],
+        tool_prompt=m["tool_prompt"] or "",
+        thinking=m["thinking"] or "",
     )
 
 
@@ -117,6 +124,8 @@ class ConversationStore:
 
     async def init(self) -> None:
         await create_all(self.engine, metadata)
+        async with self.engine.begin() as conn:
+            await conn.run_sync(add_missing_columns, turns)
 
     # ---- conversations ---------------------------------------------------------------------
 
@@ -200,6 +209,9 @@ class ConversationStore:
                     usage=turn.usage.model_dump(),
                     model=turn.model,
                     created_ms=created,
+                    tools=[t.model_dump() for t in turn.tools],
+                    tool_prompt=turn.tool_prompt,
+                    thinking=turn.thinking,
                 )
             )
             changes: dict[str, object] = {"updated_ms": max(created, conv.updated_ms)}

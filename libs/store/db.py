@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import MetaData, event
+from sqlalchemy import MetaData, Table, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 
@@ -37,3 +38,19 @@ def make_engine(url: str) -> AsyncEngine:
 async def create_all(engine: AsyncEngine, metadata: MetaData) -> None:
     async with engine.begin() as conn:
         await conn.run_sync(metadata.create_all)
+
+
+def add_missing_columns(sync_conn: Any, table: Table, not_null_defaults: dict[str, str] | None = None) -> None:
+    """A database from an older version lacks the table's newer columns: add them. Each must be
+    nullable, or named in `not_null_defaults` with its SQL default."""
+    # The table may live in a translated schema (tests give each run a private PostgreSQL schema).
+    schema = (sync_conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    have = {c["name"] for c in inspect(sync_conn).get_columns(table.name, schema=schema)}
+    name = f'"{schema}".{table.name}' if schema else table.name
+    for col in table.columns:
+        if col.name in have:
+            continue
+        ddl = col.type.compile(dialect=sync_conn.dialect)
+        default = (not_null_defaults or {}).get(col.name)
+        suffix = f" NOT NULL DEFAULT {default}" if default is not None else ""
+        sync_conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {col.name} {ddl}{suffix}"))

@@ -32,15 +32,13 @@ from sqlalchemy import (
     Text,
     and_,
     delete,
-    inspect,
     or_,
     select,
-    text,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from libs.store.db import create_all
+from libs.store.db import add_missing_columns, create_all
 from libs.store.record_merge import merge_stage, summarize
 from libs.store.record_stats import Row, aggregate, pick_bucket_s
 from libs.store.record_text import answer_text, dataset_row, digest, scrub
@@ -140,20 +138,6 @@ def _span(row: Any) -> SpanRecord:
     return SpanRecord(**{k: m[k] for k in SpanRecord.model_fields})
 
 
-def _add_missing_columns(sync_conn: Any) -> None:
-    """A logger.db from an older version lacks the newer columns: add them (all are nullable or defaulted)."""
-    # The table may live in a translated schema (tests give each run a private PostgreSQL schema).
-    schema = (sync_conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    have = {c["name"] for c in inspect(sync_conn).get_columns("requests", schema=schema)}
-    table = f'"{schema}".requests' if schema else "requests"
-    for col in requests.columns:
-        if col.name in have:
-            continue
-        ddl = col.type.compile(dialect=sync_conn.dialect)
-        default = " NOT NULL DEFAULT false" if col.name == "text_purged" else ""
-        sync_conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {col.name} {ddl}{default}"))
-
-
 class RecordStore:
     def __init__(self, engine: AsyncEngine, no_raw_text_tenants: Sequence[str] = ()):
         self.engine = engine
@@ -162,7 +146,8 @@ class RecordStore:
     async def init(self) -> None:
         await create_all(self.engine, metadata)
         async with self.engine.begin() as conn:
-            await conn.run_sync(_add_missing_columns)
+            # A logger.db from an older version lacks the newer columns.
+            await conn.run_sync(add_missing_columns, requests, {"text_purged": "false"})
 
     async def apply(self, items: Sequence[Item]) -> None:
         """Write a batch in one transaction: after it returns, every item is durable (ack then)."""

@@ -57,9 +57,17 @@ class Rendered:
 
 
 def turns_to_history(turns: Sequence[Turn]) -> list[list[ChatMessage]]:
-    return [
-        [ChatMessage(role="user", content=t.user_text), ChatMessage(role="assistant", content=t.answer)] for t in turns
-    ]
+    """Stored turns as prompt turns. A turn that ran tools gets its tool-results block back, where
+    the tools stage put it (just before the user's message): the model still knows what the
+    tools returned, and the prompt stays byte-identical to the one that turn was answered from,
+    so its KV blocks are reused."""
+    out = []
+    for t in turns:
+        group = [ChatMessage(role="system", content=t.tool_prompt)] if t.tool_prompt else []
+        out.append(
+            [*group, ChatMessage(role="user", content=t.user_text), ChatMessage(role="assistant", content=t.answer)]
+        )
+    return out
 
 
 def group_client_messages(messages: Sequence[ChatMessage]) -> tuple[str, list[list[ChatMessage]]]:

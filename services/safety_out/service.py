@@ -174,6 +174,9 @@ class SafetyOut:
                 usage=usage,
                 model=work.route.model if work.route else None,  # type: ignore[arg-type]
                 created_ms=now_ms(),
+                tools=work.tools,
+                tool_prompt=work.tool_prompt,
+                thinking=st.thinking.released_text,
             )
             try:
                 await self.bus.request(

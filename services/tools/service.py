@@ -91,8 +91,9 @@ class ToolsStage:
                     )
         for ev in work.tools:
             await self.bus.emit(ChatEvent(rid=work.rid, type="tool", tool=ev))
+        work.tool_prompt = results_to_prompt(results)
         if work.prompt_messages:
-            work.prompt_messages = with_tool_results(work.prompt_messages, results_to_prompt(results))
+            work.prompt_messages = with_tool_results(work.prompt_messages, work.tool_prompt)
             msgs = [m.model_dump() for m in work.prompt_messages]
             work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
             work.prompt_tokens = self.tokenizer.count(work.prompt)

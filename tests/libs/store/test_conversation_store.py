@@ -88,3 +88,42 @@ def test_title_from_answer() -> None:
     long = title_from("word " * 40, "q")
     assert long is not None and long.endswith("…") and len(long) <= 61
     assert title_from("", "") is None
+
+
+async def test_turns_keep_tool_steps_and_thinking_and_older_tables_gain_the_columns(engine: AsyncEngine) -> None:
+    from sqlalchemy import MetaData, Table, insert
+
+    from libs.store.conversations import conversations, turns
+    from schemas import ToolEvent
+
+    # The tables as an older version created them, holding one turn.
+    old = MetaData()
+    Table("conversations", old, *[c._copy() for c in conversations.columns])
+    old_turns = Table(
+        "turns", old, *[c._copy() for c in turns.columns if c.name not in ("tools", "tool_prompt", "thinking")]
+    )
+    async with engine.begin() as conn:
+        await conn.run_sync(old.create_all)
+        await conn.execute(
+            insert(old.tables["conversations"]).values(id="c1", tenant="acme", user="alice", created_ms=1, updated_ms=1)
+        )
+        await conn.execute(
+            insert(old_turns).values(
+                id="t0", conversation_id="c1", rid="r0", user_text="hi", answer="hello", status="complete",
+                usage={}, created_ms=1,
+            )
+        )  # fmt: skip
+    store = ConversationStore(engine)
+    await store.init()
+    ev = ToolEvent(
+        id="c1", name="orders_lookup", arguments={"order": 42}, status="ok", output="shipped", sources=["db"]
+    )
+    turn = _turn("r1", "where is 42?", "It shipped.", ms=5).model_copy(
+        update={"tools": [ev], "tool_prompt": "<tool_results>shipped</tool_results>", "thinking": "look it up"}
+    )
+    assert await store.save_turn("acme", "alice", "c1", turn) is not None
+    got = await store.turns("acme", "c1")
+    assert got is not None
+    before, after = got[1]
+    assert (before.rid, before.answer, before.tools, before.tool_prompt, before.thinking) == ("r0", "hello", [], "", "")
+    assert after.tools == [ev] and after.tool_prompt == turn.tool_prompt and after.thinking == "look it up"

@@ -129,3 +129,38 @@ def test_fact_to_remember() -> None:
     assert fact_to_remember("REMEMBER THAT I prefer metric units!") == "I prefer metric units"
     assert fact_to_remember("do you remember when we met?") is None
     assert fact_to_remember("remember that") is None
+
+
+def test_a_stored_tool_turn_renders_back_byte_identical(tokenizer: Tokenizer) -> None:
+    """A turn that ran tools is answered from a prompt with its tool-results block just before
+    the user's message (the tools stage puts it there). Rendered as history in the next turn, the
+    stored turn gives that block back in the same place: the model still sees what the tools
+    returned, and the next prompt extends the previous one exactly (its KV blocks are reused)."""
+    from schemas import ToolEvent, Turn
+    from services.context.prompt import turns_to_history
+    from services.tools.service import with_tool_results
+
+    r = PromptRenderer(tokenizer, budget=8192)
+    first = r.render(PromptParts(user_text="where is order 42?", history=[], instructions="Be brief."), 128)
+    block = '<tool_results>\n<tool_result id="c1" name="orders_lookup" status="ok">\nshipped\n</tool_results>'
+    msgs = with_tool_results(first.messages, block)
+    prompt1 = tokenizer.apply_chat_template([m.model_dump() for m in msgs], add_generation_prompt=True)
+    answer = "Order 42 has shipped."
+    turn = Turn(
+        id="t1",
+        rid="r1",
+        user_text="where is order 42?",
+        answer=answer,
+        status="complete",
+        tools=[ToolEvent(id="c1", name="orders_lookup", arguments={"order": 42}, status="ok", output="shipped")],
+        tool_prompt=block,
+        thinking="The user wants an order status.",
+    )
+    history = turns_to_history([turn])
+    assert [m.role for m in history[0]] == ["system", "user", "assistant"]
+    second = r.render(PromptParts(user_text="thanks", history=history, instructions="Be brief."), 128)
+    assert second.prompt.startswith(prompt1 + answer)
+    assert "The user wants" not in second.prompt  # thinking is shown to the user, never re-prompted
+    # A turn without tools renders as before: user and assistant only.
+    plain = turns_to_history([turn.model_copy(update={"tools": [], "tool_prompt": ""})])
+    assert [m.role for m in plain[0]] == ["user", "assistant"]
