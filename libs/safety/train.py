@@ -9,6 +9,12 @@ Every hand-written training line is also trained on in ``AUGMENT_VARIANTS`` chat
 shorthand; see ``casual_variant``), for benign and harmful labels alike: without them the model
 learned that sloppy typing means harm (benign FPR 7.8 % on a lower-cased, typo'd copy of the dev
 set against 0.9 % on the original).
+
+``--extra-splits test,test2,test3,test4`` also trains on older labelled splits (since the seventh
+round: a fresh blind split judges each round, so the splits read in earlier rounds are worth more
+as varied training text than as development figures). Their rows count as hand-written lines (they
+get chat-style copies too); labels the classifier does not learn (secrets, invisible text: rules
+only) are skipped. ``eval`` and ``holdout`` are refused (``HELD_OUT``): they stay held out.
 """
 
 from __future__ import annotations
@@ -94,6 +100,9 @@ def augment(rows: list[dict[str, str]], variants: int = AUGMENT_VARIANTS) -> tup
 
 
 DEV_SPLITS = ("eval", "test", "holdout")
+# Never trained on, whatever --extra-splits says: ``make eval-safety`` reports eval, and holdout is
+# the other held-out figure.
+HELD_OUT = ("eval", "holdout")
 BLOCK_AT = 0.5  # mirrors the default policy thresholds, for the cross-validation report
 FLAG_AT = 0.45
 
@@ -101,6 +110,23 @@ FLAG_AT = 0.45
 def load(path: Path) -> list[dict[str, str]]:
     with path.open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def training_rows(extra_splits: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """``train.jsonl`` plus the rows of ``extra_splits`` whose label ``train.jsonl`` has (tagged
+    ``source: <split>``), without repeating a text. Refuses the held-out splits."""
+    bad = [s for s in extra_splits if s in HELD_OUT or s == "train" or not (DATA / f"{s}.jsonl").exists()]
+    if bad:
+        raise ValueError(f"cannot train on {bad}: eval and holdout stay held out; the others must exist")
+    rows = load(DATA / "train.jsonl")
+    labels = {r["label"] for r in rows}
+    seen = {r["text"] for r in rows}
+    for split in extra_splits:
+        for r in load(DATA / f"{split}.jsonl"):
+            if r["label"] in labels and r["text"] not in seen:
+                seen.add(r["text"])
+                rows.append({"text": r["text"], "label": r["label"], "source": split})
+    return rows
 
 
 def embed_cached(texts: list[str], model: str, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
@@ -325,6 +351,11 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=RANK)
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument(
+        "--extra-splits",
+        default="",
+        help="comma-separated labelled splits to train on as well (e.g. test,test2,test3,test4; never eval/holdout)",
+    )
+    ap.add_argument(
         "--dev", action="store_true", help="print model-only figures on eval/test/holdout after every epoch"
     )
     args = ap.parse_args()
@@ -332,7 +363,8 @@ def main() -> None:
 
     from libs.embeddings import MODEL_NAME, get_embedder
 
-    rows = load(DATA / "train.jsonl")
+    extra_splits = tuple(s for s in args.extra_splits.split(",") if s)
+    rows = training_rows(extra_splits)
     n_orig = len(rows)
     extra, parent = augment(rows, args.variants)
     rows += extra
@@ -346,7 +378,8 @@ def main() -> None:
 
     X = embed_cached([r["text"] for r in rows], f"{MODEL_NAME}@layers={layers}", features)
     print(
-        f"embedded {n_orig} training examples + {len(extra)} chat-style copies in {time.time() - t0:.1f}s; "
+        f"embedded {n_orig} training examples (extra splits: {','.join(extra_splits) or 'none'}) "
+        f"+ {len(extra)} chat-style copies in {time.time() - t0:.1f}s; "
         f"classes: {classes}"
     )
 
@@ -389,7 +422,7 @@ def main() -> None:
         # --dev: model-only figures after every epoch on the development splits (eval, test,
         # holdout; all three are used for choices since round 3). test2 is never read here.
         dev_sets = []
-        for name in DEV_SPLITS if args.dev else ():
+        for name in [s for s in DEV_SPLITS if s not in extra_splits] if args.dev else ():
             dev_rows = [r for r in load(DATA / f"{name}.jsonl") if r["label"] in classes]
             dev_sets.append(
                 (name, tokenize([r["text"] for r in dev_rows]), np.array([classes.index(r["label"]) for r in dev_rows]))
@@ -433,6 +466,7 @@ def main() -> None:
         "l2": np.array(l2),
         "benign_share": np.array(args.benign_share),
         "n_train": np.array(n_orig),
+        "extra_splits": np.array(",".join(extra_splits)),
         "n_augmented": np.array(len(extra)),
         **extra_arrays,
     }

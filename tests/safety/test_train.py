@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from libs.safety.classifier import EmbeddingClassifier, softmax
-from libs.safety.train import augment, casual_variant, fit
+from libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier, softmax
+from libs.safety.train import HELD_OUT, augment, casual_variant, fit, training_rows
 
 
 def test_casual_variant_is_lower_case_without_closing_punctuation() -> None:
@@ -34,6 +34,26 @@ def test_augment_is_deterministic_keeps_labels_and_skips_templates() -> None:
         assert r["label"] == rows[i]["label"] and r["source"] == "augment"
         assert r["text"] not in {x["text"] for x in rows}
     assert len({r["text"] for r in a}) == len(a)
+
+
+def test_extra_splits_add_their_learned_labels_but_never_the_held_out_splits() -> None:
+    base = training_rows()
+    rows = training_rows(("test",))
+    added = rows[len(base) :]
+    assert rows[: len(base)] == base and added
+    assert {r["source"] for r in added} == {"test"}
+    # secrets are rules-only: a label train.jsonl lacks is not learned from an extra split either
+    assert {r["label"] for r in added} <= {r["label"] for r in base} and "secrets" not in {r["label"] for r in added}
+    assert len({r["text"] for r in rows}) == len(rows)
+    for split in (*HELD_OUT, "train", "no-such-split"):
+        with pytest.raises(ValueError):
+            training_rows(("test", split))
+
+
+def test_shipped_weights_never_trained_on_a_held_out_split() -> None:
+    with np.load(WEIGHTS_PATH, allow_pickle=False) as z:
+        extra = str(z["extra_splits"]).split(",") if "extra_splits" in z.files else []
+    assert not set(extra) & set(HELD_OUT)
 
 
 def test_fit_separates_classes_and_respects_benign_share() -> None:

@@ -18,6 +18,11 @@ It has since been read and is development data from round 6 on (docs/safety.md).
 ``src/test4`` (-> ``test4.jsonl``, written 2026-12-03 the same way, 888 lines after dropping 44
 near-copies of other splits) judged round 6, scored once for the round-5 and round-6 classifiers;
 it has been read too, so the next round needs a fresh blind split.
+From the seventh round (2026-12-03) on, test, test2, test3 and test4 are **training data** as well:
+``python -m libs.safety.train --extra-splits test,test2,test3,test4`` adds their rows to
+``train.jsonl``'s (their files stay separate, so the leak test below still keeps every split apart
+from the others). ``eval`` (what ``make eval-safety`` reports) and ``holdout`` are never trained on
+(``train.HELD_OUT``); a fresh blind split (test5), written elsewhere, judges the round.
 
 Run: ``python -m libs.safety.data.build``
 """
