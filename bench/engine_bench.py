@@ -317,12 +317,14 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
 
     for d in args.dtypes:
         res = r["native"][d]
-        label = (
-            d
-            if d != "auto" or "note" in res
-            else f"auto → {res.get('dtype')} (4-bit ≤ {res.get('small_max_rows')} rows; "
-            f"decode attention: {res.get('decode_attention')})"
-        )
+        label = d
+        if d == "auto" and "note" not in res:
+            # The 4-bit crossover and the decode-attention choice only exist for the bf16 formats.
+            hybrid = res.get("dtype") == "hybrid"
+            extra = [f"4-bit ≤ {res.get('small_max_rows')} rows"] if hybrid else []
+            if res.get("dtype") in ("hybrid", "bf16"):
+                extra.append(f"decode attention: {res.get('decode_attention')}")
+            label = f"auto → {res.get('dtype')}" + (f" ({'; '.join(extra)})" if extra else "")
         row("native", label, res)
     row("transformers `generate` (batched)", "fp32", r["hf"])
     row("llama-cpp-python (sequential)", "GGUF Q4_1", r["lcpp"])
