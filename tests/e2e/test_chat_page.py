@@ -118,3 +118,21 @@ def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Clie
     ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(ARTIFACTS / "chat-page.png"))
     assert not pg.errors, pg.errors
+
+
+def test_tool_steps_and_their_results_survive_a_reload(page: Any, stack: Stack) -> None:
+    pg = page
+    pg.goto(f"{stack.url}/?key={stack.api_key}")
+    pg.wait_for_selector("#new-chat")
+    pg.click("#new-chat")
+    pg.fill("#input", "What is the status of my order A1001?")
+    pg.keyboard.press("Enter")
+    pg.wait_for_selector(".msg.assistant:not([data-state=streaming])", timeout=120_000)
+    steps = "els => els.map(e => [e.querySelector('.step-title').innerText, e.querySelector('.step-body').textContent])"
+    live = pg.eval_on_selector_all(".msg.assistant .step.tool", steps)
+    assert any(title.startswith("orders — ok") and "A1001" in body for title, body in live), live
+    # Reloaded from the stored turn: the same steps, with their arguments and output.
+    pg.reload()
+    pg.wait_for_selector(".msg.assistant .step.tool", timeout=10_000)
+    assert pg.eval_on_selector_all(".msg.assistant .step.tool", steps) == live
+    assert not pg.errors, pg.errors

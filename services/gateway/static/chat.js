@@ -309,6 +309,9 @@ class AnswerView {
   static fromTurn(turn) {
     const v = new AnswerView(turn.user_text);
     v.setRid(turn.rid);
+    // A reloaded conversation shows the steps it streamed: tools run and the released thinking.
+    for (const ev of turn.tools || []) v.tool(ev);
+    if (turn.thinking) v.think(turn.thinking);
     v.text = turn.answer;
     if (turn.status === "error") v.fail({ message: "This answer failed." }, () => send(turn.user_text));
     else if (turn.status === "stopped") v.stopped();
