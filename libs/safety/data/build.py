@@ -25,7 +25,7 @@ from the others). ``eval`` (what ``make eval-safety`` reports) and ``holdout`` a
 (``train.HELD_OUT``); a fresh blind split (test5), written elsewhere, judges the round.
 ``src/test5`` (-> ``test5.jsonl``, 878 lines after dropping 66 near-copies) judged round 7, scored
 once for the round-6 and round-7 classifiers; it joins the training splits in round 8, which the
-blind ``src/test6`` judges.
+blind ``src/test6`` (902 lines after 42 near-copies, a harder benign half) judged: scored once.
 
 Run: ``python -m libs.safety.data.build``
 """
@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5")
+SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5", "test6")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
