@@ -27,7 +27,8 @@ from the others). ``eval`` (what ``make eval-safety`` reports) and ``holdout`` a
 once for the round-6 and round-7 classifiers; it joins the training splits in round 8, which the
 blind ``src/test6`` (902 lines after 42 near-copies, a harder benign half) judged: scored once.
 test6 joins the training splits in round 9; ``src/test7`` (868 lines after 76 near-copies, written
-blind the same way, 40 % of its benign lines easily mistaken for harm) judges round 9.
+blind the same way, 40 % of its benign lines easily mistaken for harm) judged round 9, and joins the
+training splits in round 10, which ``src/test8`` (written blind the same way) judges.
 
 Run: ``python -m libs.safety.data.build``
 """
@@ -40,7 +41,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5", "test6", "test7")
+SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
