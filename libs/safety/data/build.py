@@ -42,7 +42,7 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8")
+SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8", "test9", "test10")
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
