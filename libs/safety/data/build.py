@@ -42,7 +42,8 @@ import re
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SPLITS = ("train", "eval", "holdout", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8", "test9", "test10")
+# The test splits are numbered in the order they were written (docstring above).
+SPLITS = ("train", "eval", "holdout", "test", *(f"test{i}" for i in range(2, 11)))
 SRC = HERE / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
