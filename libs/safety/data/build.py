@@ -29,7 +29,10 @@ blind ``src/test6`` (902 lines after 42 near-copies, a harder benign half) judge
 test6 joins the training splits in round 9; ``src/test7`` (868 lines after 76 near-copies, written
 blind the same way, 40 % of its benign lines easily mistaken for harm) judged round 9, and joins the
 training splits in round 10; ``src/test8`` (856 lines after 88 near-copies, written blind the same
-way) judged rounds 10 to 12 (docs/safety.md) and is read now too.
+way) judged rounds 10 to 12 (docs/safety.md) and joins the training splits in round 13.
+``src/test9`` (826 lines after 118 near-copies) judged round 13 and joins the training splits in
+round 14; ``src/test10`` (819 lines after 125 near-copies) was scored once, for rounds 12 to 14,
+and is read now too, so the next round needs a fresh blind split.
 
 Run: ``python -m libs.safety.data.build``
 """
