@@ -16,7 +16,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.report import write_section
+from bench.report import machine, write_section
 from libs.engine import EngineConfig, SamplingParams, create_engine, default_model_path
 from libs.engine.engine import engine_threads
 from libs.tokenizer import load_tokenizer
@@ -292,8 +291,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         "## Engine benchmark",
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores, {platform.processor() or 'cpu'}; "
-        f"{engine_threads()} thread(s) for every engine; load average at start {r['load']}",
+        f"- machine: {machine()}; {engine_threads()} thread(s) for every engine; load average at start {r['load']}",
         f"- command: `python bench/engine_bench.py {' '.join(sys.argv[1:])}`",
         f"- model: {os.path.basename(default_model_path())}; {args.max_tokens} new tokens per stream, "
         f"EOS ignored, greedy; each engine in its own process, one after another; best of {args.rounds} rounds",

@@ -3,6 +3,28 @@
 from __future__ import annotations
 
 import os
+import platform
+
+# Widest vector extension first: the figures differ several-fold between these CPU classes.
+_ISA = ("amx_tile", "avx512_bf16", "avx512f", "avx2")
+
+
+def machine() -> str:
+    """``x86_64, AMD EPYC (avx2), 2 cores``: enough to tell which CPU class a figure is from."""
+    model, flags = platform.processor() or "cpu", set()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    isa = next((f for f in _ISA if f in flags), "")
+    return f"{platform.machine()}, {model}{f' ({isa})' if isa else ''}, {os.cpu_count()} cores"
 
 
 def write_section(out: str, begin: str, end: str, section: str) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import platform
 import statistics
 import time
 
-from bench.report import write_section
+from bench.report import machine, write_section
 from libs.engine import EngineConfig, SamplingParams, create_engine
 from libs.safety import InputGuard, StreamGuard
 
@@ -85,7 +84,7 @@ def main() -> None:
         MARK_BEGIN,
         "## Safety cost",
         "",
-        f"Date {dt.date.today().isoformat()}, machine: {platform.machine()} CPU, 2 cores; "
+        f"Date {dt.date.today().isoformat()}, machine: {machine()}; guard {learned.version}; "
         "command: `python -m bench.safety_bench` (part of `make bench`).",
         "",
         "| what | time | baseline (same run) | ratio |",
