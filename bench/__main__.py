@@ -14,20 +14,14 @@ import os
 import subprocess
 import sys
 
+from bench.report import cpu_info
+
 # Every x86 feature ggml uses here except AMX (see the module docstring).
 LLAMA_CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
     "-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX_VNNI=ON "
     "-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
 )
-
-
-def _has_amx() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " amx_tile" in f.read()
-    except OSError:
-        return False
 
 
 def ensure_llama_cpp() -> None:
@@ -37,7 +31,10 @@ def ensure_llama_cpp() -> None:
     try:
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-cache-dir", "llama-cpp-python"],
-            env={**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", LLAMA_CMAKE_ARGS if _has_amx() else "")},
+            env={
+                **os.environ,
+                "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", LLAMA_CMAKE_ARGS if "amx_tile" in cpu_info()[1] else ""),
+            },
             timeout=1800,
             check=True,
         )

@@ -9,9 +9,9 @@ import platform
 _ISA = ("amx_tile", "avx512_bf16", "avx512f", "avx2")
 
 
-def machine() -> str:
-    """``x86_64, AMD EPYC (avx2), 2 cores``: enough to tell which CPU class a figure is from."""
-    model, flags = platform.processor() or "cpu", set()
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """The CPU's model name and feature flags from ``/proc/cpuinfo`` (empty flags elsewhere)."""
+    model, flags = platform.processor() or "cpu", frozenset[str]()
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -19,10 +19,16 @@ def machine() -> str:
                 if key.strip() == "model name":
                     model = value.strip()
                 elif key.strip() == "flags":
-                    flags = set(value.split())
+                    flags = frozenset(value.split())
                     break
     except OSError:
         pass
+    return model, flags
+
+
+def machine() -> str:
+    """``x86_64, AMD EPYC (avx2), 2 cores``: enough to tell which CPU class a figure is from."""
+    model, flags = cpu_info()
     isa = next((f for f in _ISA if f in flags), "")
     return f"{platform.machine()}, {model}{f' ({isa})' if isa else ''}, {os.cpu_count()} cores"
 
