@@ -51,6 +51,7 @@ from schemas.messages import (
     StageRecord,
     StreamOpen,
     StreamOpenAck,
+    Strike,
     ToolEvent,
     ToolSpecs,
     ToolSpecsQuery,
@@ -77,8 +78,17 @@ from schemas.records import (
     StatsBucket,
     StatsQuery,
 )
+from schemas.safety import (
+    AnswerRelease,
+    SafetyCategory,
+    SafetyPolicyEntry,
+    SafetyPolicyQuery,
+    TenantSafety,
+    ThresholdOverride,
+)
 
 __all__ = [
+    "AnswerRelease",
     "CancelNotice",
     "ChatEvent",
     "ChatMessage",
@@ -129,6 +139,9 @@ __all__ = [
     "RequestRecordReply",
     "RequestSummary",
     "RouteDecision",
+    "SafetyCategory",
+    "SafetyPolicyEntry",
+    "SafetyPolicyQuery",
     "SafetyVerdict",
     "Sampling",
     "SaveTurn",
@@ -143,6 +156,9 @@ __all__ = [
     "StatsQuery",
     "StreamOpen",
     "StreamOpenAck",
+    "Strike",
+    "TenantSafety",
+    "ThresholdOverride",
     "ToolEvent",
     "ToolSpecs",
     "ToolSpecsQuery",

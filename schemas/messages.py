@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from schemas.errors import ErrorInfo
+from schemas.safety import TenantSafety
 
 Role = Literal["system", "user", "assistant", "tool"]
 Mode = Literal["fast", "reasoning"]
@@ -96,7 +97,8 @@ class Work(BaseModel):
     # Replays: the original request, and 'inference' (the logged prompt as it was) or 'pipeline'.
     replay_of: str | None = None
     replay_mode: Literal["inference", "pipeline"] | None = None
-    # context
+    # context: the tenant's safety policy (defaults when it set none), read by both safety stages and the logger
+    safety: TenantSafety = Field(default_factory=TenantSafety)
     prompt_messages: list[ChatMessage] = Field(default_factory=list)
     prompt: str = ""
     prompt_tokens: int = 0
@@ -267,6 +269,15 @@ class RequestRecordReply(BaseModel):
     spans: list[SpanRecord] = Field(default_factory=list)
 
 
+class Strike(BaseModel):
+    """One request that counted against a key: blocked by input safety, or flagged where the policy makes a flag a strike."""
+
+    rid: str
+    action: Literal["block", "flag"]
+    at_ms: int
+    categories: list[str] = Field(default_factory=list)
+
+
 class KeyStanding(BaseModel):
     """A key's standing, shared by every gateway through the key-value bucket `key_standing`."""
 
@@ -276,6 +287,8 @@ class KeyStanding(BaseModel):
     since_ms: int = 0
     blocked: int = 0
     flagged: int = 0
+    # Suspended: the requests that caused it; active: the strikes in the current window, oldest first.
+    strikes: list[Strike] = Field(default_factory=list)
 
 
 class ToolSpecsQuery(BaseModel):
