@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
 from libs.safety.policy import SOURCES, SafetyPolicy
 from libs.safety.rules import RULES_VERSION, normalize, rule_hits
 from libs.safety.taxonomy import ALLOW, BENIGN, EMBEDDING, RULES, Verdict, action_rank
+
+if TYPE_CHECKING:
+    from libs.safety.batcher import ScoreBatcher
 
 _shared_lock = threading.Lock()
 _shared: dict[str, EmbeddingClassifier] = {}
@@ -63,15 +67,35 @@ class InputGuard:
 
     def check_many(self, texts: list[str], *, source: str = "user") -> list[list[Verdict]]:
         """``check`` for several texts at once: one batched pass through the embedding model."""
+        out, todo = self._start(texts, source)
+        if todo:
+            return self._with_scores(out, todo, self.classifier.score_many([normalize(texts[i]) for i in todo]), source)
+        return self._with_scores(out, todo, [], source)
+
+    async def check_many_batched(
+        self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"
+    ) -> list[list[Verdict]]:
+        """``check_many`` whose classifier pass is shared with every other caller of ``batcher``."""
+        out, todo = self._start(texts, source)
+        scores = await batcher.score_many([normalize(texts[i]) for i in todo]) if todo else []
+        return self._with_scores(out, todo, scores, source)
+
+    def with_policy(self, policy: SafetyPolicy) -> InputGuard:
+        """The same classifier judged by another policy (a tenant's thresholds)."""
+        return InputGuard(policy, use_embeddings=self.use_embeddings, classifier=self._classifier)
+
+    def _start(self, texts: list[str], source: str) -> tuple[list[list[Verdict]], list[int]]:
         if source not in SOURCES:
             raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
         out: list[list[Verdict]] = [self._rule_verdicts(t, source) for t in texts]
-        if self.use_embeddings:
-            todo = [i for i, t in enumerate(texts) if t.strip()]
-            if todo:
-                scores = self.classifier.score_many([normalize(texts[i]) for i in todo])
-                for i, sc in zip(todo, scores, strict=True):
-                    out[i] += self._model_verdicts(sc, source, {v.category for v in out[i]})
+        todo = [i for i, t in enumerate(texts) if t.strip()] if self.use_embeddings else []
+        return out, todo
+
+    def _with_scores(
+        self, out: list[list[Verdict]], todo: list[int], scores: list[dict[str, float]], source: str
+    ) -> list[list[Verdict]]:
+        for i, sc in zip(todo, scores, strict=True):
+            out[i] += self._model_verdicts(sc, source, {v.category for v in out[i]})
         for vs in out:
             vs.sort(key=lambda v: (-action_rank(v.action), -v.score))
         return out

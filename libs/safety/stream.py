@@ -1,16 +1,25 @@
-"""Output safety for a streamed answer: hold back a little, redact, stop on a blocked category.
+"""Output safety for a streamed answer: release at once, redact exactly, stop on a blocked category.
 
-Why hold back at all: a phone number arriving as "+1 555" ... "123 4567" must never reach the
-client half-sent, and a harmful sentence should be judged before it is shown. The guard only
-releases text up to a *safe cut*: after whitespace that does not follow a digit, outside every
-redaction span and outside any half-arrived private key. No redaction can straddle such a cut
-(see ``redact``), so the released pieces concatenate to exactly ``redact(full_text)``.
+Redaction needs only a short look-behind: the guard releases text up to a *safe cut*, after
+whitespace that does not follow a digit, outside every redaction span and outside any half-arrived
+private key. No redaction can straddle such a cut (see ``redact``), so the released pieces
+concatenate to exactly ``redact(full_text)``, and no phone, card or key is ever half-sent.
+
+Judging is separate from releasing. Finished sentences are handed out for the learned classifier
+(``Release.to_judge``) and their verdicts come back through ``judged``. Two release policies:
+- ``stream``: text goes out at the safe cut; a block found later stops the stream there, and
+  what was already sent stays sent (the caller's record keeps ``released_text``).
+- ``judged``: text goes out only once its sentence was judged (a sentence of latency, nothing
+  unjudged is ever shown).
+With ``judge_inline`` the guard calls its own classifier inside ``feed`` (a library user, the
+eval); a service passes ``judge_inline=False`` and batches the sentences of all its streams.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from libs.safety.credentials import OPEN_SECRET
 from libs.safety.guard import InputGuard
@@ -18,11 +27,15 @@ from libs.safety.policy import SafetyPolicy
 from libs.safety.redact import Redaction, apply, find_pii
 from libs.safety.taxonomy import BLOCK, EMBEDDING, FLAG, Verdict
 
+ReleasePolicy = Literal["stream", "judged"]
+
 _BOUNDARY = re.compile(r"[.!?;:][\"')\]]*\s+|\n\s*")
 # A cut right after "555 " or "(555) " could split a phone or card number across releases.
 _DIGITISH = frozenset("0123456789()+-")
-# Text judged by the classifier per check: the new sentences plus a little context before them.
+# Rules see the released text with a little context before it.
 _CONTEXT_CHARS = 200
+# Text without sentence ends (code, lists) is still judged once this much has piled up.
+_JUDGE_EVERY_CHARS = 240
 # A refusal names the harm it refuses ("I can't help you make explosives"); the classifier, trained
 # on requests, scores the topic. Learned blocks on a refusal sentence are downgraded to flags.
 _REFUSAL = re.compile(
@@ -32,39 +45,63 @@ _REFUSAL = re.compile(
 )
 
 
+@dataclass(frozen=True)
+class Sentence:
+    """A finished piece of the answer, ``full_text[start:end]``, waiting for the classifier."""
+
+    start: int
+    end: int
+    text: str
+
+
 @dataclass
 class Release:
     text: str  # safe to send now, already redacted
     blocked: Verdict | None = None  # set once a blocked category appears: stop the stream
     redactions: list[Redaction] = field(default_factory=list)  # offsets into ``full_text``
+    to_judge: list[Sentence] = field(default_factory=list)  # for the caller's classifier
 
 
 class StreamGuard:
     """One per streamed answer. Not thread-safe: feed it from one task.
 
     ``guard`` decides what blocks: by default a rules-only ``InputGuard`` (cheap enough per
-    delta); pass an embedding-backed one to also run the classifier once per finished sentence.
+    delta); with an embedding-backed one, finished sentences also go through the classifier.
     """
 
     def __init__(
         self,
-        holdback_chars: int = 48,
+        holdback_chars: int = 0,
         policy: SafetyPolicy | None = None,
         *,
         guard: InputGuard | None = None,
+        release: ReleasePolicy = "judged",
+        judge_inline: bool = True,
     ) -> None:
         self.holdback_chars = holdback_chars
         self.policy = policy or (guard.policy if guard else SafetyPolicy())
         self.guard = guard or InputGuard(self.policy, use_embeddings=False)
         self._rules = InputGuard(self.policy, use_embeddings=False)
+        self.release = release
+        self.judge_inline = judge_inline
         self.full_text = ""
         self.released_text = ""
         self.redactions: list[Redaction] = []
         self.flags: list[Verdict] = []
         self.blocked: Verdict | None = None
         self._cut = 0  # offset in full_text up to which text has been released
-        self._classified_to = 0
+        self._queued_to = 0  # offset up to which sentences were handed out for judging
+        self._outstanding: list[Sentence] = []  # handed out, verdict not back yet (in text order)
         self._finished = False
+
+    @property
+    def judging(self) -> bool:
+        return self.guard.use_embeddings
+
+    @property
+    def judged_to(self) -> int:
+        """Offset up to which every sentence has its verdict."""
+        return self._outstanding[0].start if self._outstanding else self._queued_to
 
     # --- public API ----------------------------------------------------------------------------
 
@@ -72,24 +109,89 @@ class StreamGuard:
         if self._finished:
             raise RuntimeError("feed() after finish()")
         self.full_text += delta
-        if self.blocked is not None:
-            return Release("", self.blocked)
-        return self._release_to(self._safe_cut(), final=False)
+        return self._advance(final=False)
 
     def finish(self) -> Release:
-        """Flush whatever is held back (the answer is complete)."""
+        """The answer is complete: hand out its last sentence and flush what may go."""
         if self._finished:
             return Release("", self.blocked)
         self._finished = True
-        if self.blocked is not None:
+        return self._advance(final=True)
+
+    def judged(self, sentence: Sentence, learned: list[Verdict]) -> Release:
+        """The classifier's verdicts on one handed-out sentence; may block, or release held text."""
+        if self._apply_verdicts(sentence, learned) is not None:
             return Release("", self.blocked)
-        return self._release_to(len(self.full_text), final=True)
+        if self.release == "judged":
+            return self._release_to(self._limit(self._finished), final=self._finished)
+        return Release("")
+
+    def _apply_verdicts(self, sentence: Sentence, learned: list[Verdict]) -> Verdict | None:
+        if sentence in self._outstanding:
+            self._outstanding.remove(sentence)
+        if self.blocked is not None:
+            return self.blocked
+        verdicts = _soften_refusal(sentence.text, [v for v in learned if v.classifier == EMBEDDING])
+        self.flags += [v for v in verdicts if v.action == FLAG]
+        blocks = [v for v in verdicts if v.action == BLOCK]
+        if blocks:
+            self.blocked = max(blocks, key=lambda v: v.score)
+        return self.blocked
+
+    @property
+    def pending(self) -> bool:
+        """Sentences handed out whose verdicts have not come back."""
+        return bool(self._outstanding)
 
     def final_check(self) -> list[Verdict]:
-        """Judge the whole answer (original text) before it is saved; worst verdict first."""
+        """Judge the whole answer (original text) for the record; worst verdict first."""
         return _soften_refusal(self.full_text, self.guard.check(self.full_text, source="model"))
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _advance(self, *, final: bool) -> Release:
+        if self.blocked is not None:
+            return Release("", self.blocked)
+        to_judge = self._take_sentences(final) if self.judging else []
+        if self.judge_inline and to_judge:
+            scored = self.guard.check_many([s.text for s in to_judge], source="model")
+            for s, learned in zip(to_judge, scored, strict=True):
+                self._outstanding.append(s)
+                if self._apply_verdicts(s, learned) is not None:
+                    return Release("", self.blocked)
+            to_judge = []
+        else:
+            self._outstanding += to_judge
+        rel = self._release_to(self._limit(final), final=final)
+        rel.to_judge = to_judge
+        return rel
+
+    def _limit(self, final: bool) -> int:
+        p = len(self.full_text) if final else self._safe_cut()
+        if self.judging and self.release == "judged":
+            p = min(p, self.judged_to)
+        return p
+
+    def _take_sentences(self, final: bool) -> list[Sentence]:
+        """Hand out every finished sentence after ``_queued_to`` (all of the rest when final)."""
+        text, at = self.full_text, self._queued_to
+        end = at
+        for m in _BOUNDARY.finditer(text, at):
+            end = m.end()
+        if final:
+            end = len(text)
+        elif end == at and len(text) - at >= _JUDGE_EVERY_CHARS:
+            end = text.rfind(" ", at, len(text)) + 1 or at
+        if end <= at:
+            return []
+        self._queued_to = end
+        out, start = [], at
+        for m in _BOUNDARY.finditer(text, at, end):
+            out.append(Sentence(start, m.end(), text[start : m.end()]))
+            start = m.end()
+        if start < end:
+            out.append(Sentence(start, end, text[start:end]))
+        return [s for s in out if s.text.strip()]
 
     def _safe_cut(self) -> int:
         text, cut = self.full_text, self._cut
@@ -112,6 +214,8 @@ class StreamGuard:
 
     def _release_to(self, p: int, *, final: bool) -> Release:
         cut = self._cut
+        if p <= cut or self.blocked is not None:
+            return Release("", self.blocked)
         spans = find_pii(self.full_text, cut)
         if not final:
             # The cut rules keep spans whole; this also holds back a span that touches the end of
@@ -122,59 +226,19 @@ class StreamGuard:
                     p = s.start
         if p <= cut:
             return Release("")
-        verdict, p = self._judge(p, final)
-        if p <= cut:
-            return Release("")
-        if verdict is not None:
-            self.blocked = verdict
-            return Release("", verdict)
+        # Rules are exact and cheap: they run on every release, before anything leaves.
+        verdicts = self._rules.check(self.full_text[max(0, cut - _CONTEXT_CHARS) : p], source="model")
+        self.flags += [v for v in verdicts if v.action == FLAG]
+        blocks = [v for v in verdicts if v.action == BLOCK]
+        if blocks:
+            self.blocked = max(blocks, key=lambda v: v.score)
+            return Release("", self.blocked)
         ready = [s for s in spans if s.end <= p]
         text = apply(self.full_text[cut:p], ready, offset=cut)
         self._cut = p
         self.released_text += text
         self.redactions += ready
         return Release(text, None, ready)
-
-    def _judge(self, p: int, final: bool) -> tuple[Verdict | None, int]:
-        """Check the text up to ``p`` before it is released; returns (block, how far to release).
-
-        Rules run on every release. With an embedding guard, the classifier runs once at least
-        ``holdback_chars`` (or a sentence) is waiting, and text is released only after it was
-        classified: so the window is held until judged instead of leaking ahead of the model.
-        """
-        verdicts = self._rules.check(self.full_text[max(0, self._cut - _CONTEXT_CHARS) : p], source="model")
-        if self.guard.use_embeddings:
-            pending = self.full_text[self._classified_to : p]
-            due = final or len(pending) >= max(self.holdback_chars, 16) or bool(_BOUNDARY.search(pending))
-            if due and pending.strip():
-                # One verdict list per sentence, so a refusal only softens its own sentence.
-                sentences = _sentences(self.full_text[self._sentence_start(self._classified_to) : p])
-                for sent, learned in zip(sentences, self.guard.check_many(sentences, source="model"), strict=True):
-                    verdicts += _soften_refusal(sent, [v for v in learned if v.classifier == EMBEDDING])
-                self._classified_to = p
-            elif not due:
-                p = min(p, self._classified_to)
-        self.flags += [v for v in verdicts if v.action == FLAG]
-        blocks = [v for v in verdicts if v.action == BLOCK]
-        return (max(blocks, key=lambda v: v.score) if blocks else None), p
-
-    def _sentence_start(self, at: int) -> int:
-        # The classifier sees whole sentences: back up to the start of the one ``at`` falls in,
-        # but not into earlier sentences (a refusal before must not colour the next sentence).
-        lo = max(0, at - _CONTEXT_CHARS)
-        start = lo
-        for m in _BOUNDARY.finditer(self.full_text, lo, at):
-            start = m.end()
-        return start
-
-
-def _sentences(text: str) -> list[str]:
-    out, at = [], 0
-    for m in _BOUNDARY.finditer(text):
-        out.append(text[at : m.end()])
-        at = m.end()
-    out.append(text[at:])
-    return [s for s in out if s.strip()]
 
 
 def _soften_refusal(text: str, verdicts: list[Verdict]) -> list[Verdict]:
