@@ -1,5 +1,6 @@
-"""What the context service adds to a prompt besides history: saved memory, uploaded files and the
-tenant's standing instructions. Every read and write is scoped by tenant (and user where it applies)."""
+"""What the context service adds to a request besides history: saved memory, uploaded files, the
+tenant's standing instructions and its safety policy. Every read and write is scoped by tenant (and
+user where it applies)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from libs.store.db import create_all
 from libs.store.sql import insert_ignore, now_ms, upsert
-from schemas import FileInfo, Instructions, MemoryItem
+from schemas import FileInfo, Instructions, MemoryItem, SafetyPolicyEntry, TenantSafety
 
 metadata = MetaData()
 
@@ -49,6 +50,16 @@ instructions = Table(
     metadata,
     Column("tenant", String(), primary_key=True),
     Column("text", Text, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+# The tenant's overrides as `TenantSafety` JSON: new policy fields need no migration, and a row
+# written before a field existed reads back with that field's default.
+safety_policies = Table(
+    "tenant_safety_policy",
+    metadata,
+    Column("tenant", String(), primary_key=True),
+    Column("policy", Text, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
 )
 
@@ -176,3 +187,39 @@ class KnowledgeStore:
                 )
             )
         return Instructions(tenant=tenant, text=text, updated_ms=now)
+
+    # ---- tenant safety policy -------------------------------------------------------------
+
+    async def safety_policy(self, tenant: str) -> SafetyPolicyEntry:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(safety_policies).where(safety_policies.c.tenant == tenant))).first()
+        if row is None:
+            return SafetyPolicyEntry(tenant=tenant)
+        return SafetyPolicyEntry(
+            tenant=tenant, policy=TenantSafety.model_validate_json(row.policy), updated_ms=row.updated_ms
+        )
+
+    async def set_safety_policy(self, tenant: str, policy: TenantSafety) -> SafetyPolicyEntry:
+        now = now_ms()
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                upsert(conn, safety_policies, ["tenant"], ["policy", "updated_ms"]).values(
+                    tenant=tenant, policy=policy.model_dump_json(), updated_ms=now
+                )
+            )
+        return SafetyPolicyEntry(tenant=tenant, policy=policy, updated_ms=now)
+
+    async def tenant_settings(self, tenant: str) -> tuple[Instructions, TenantSafety]:
+        """What every request of the tenant needs (instructions and safety policy), on one connection."""
+        async with self.engine.connect() as conn:
+            text_row = (await conn.execute(select(instructions).where(instructions.c.tenant == tenant))).first()
+            policy_row = (
+                await conn.execute(select(safety_policies.c.policy).where(safety_policies.c.tenant == tenant))
+            ).first()
+        ins = (
+            Instructions(tenant=tenant)
+            if text_row is None
+            else Instructions(tenant=tenant, text=text_row.text, updated_ms=text_row.updated_ms)
+        )
+        policy = TenantSafety() if policy_row is None else TenantSafety.model_validate_json(policy_row.policy)
+        return ins, policy

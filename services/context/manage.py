@@ -1,4 +1,5 @@
-"""Management subjects: conversation list/rename/delete/search, memory, files, tenant instructions.
+"""Management subjects: conversation list/rename/delete/search, memory, files, tenant instructions and
+safety policy.
 
 Every handler scopes by the tenant in the request; whatever belongs to another tenant is `not_found`.
 """
@@ -30,9 +31,12 @@ from schemas import (
     MemoryItem,
     MemoryList,
     MemoryQuery,
+    SafetyPolicyEntry,
+    SafetyPolicyQuery,
     SearchReply,
 )
 from schemas import conversations as subj
+from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 
 QUEUE = "context"
 
@@ -61,6 +65,8 @@ class Manager:
         await bus.subscribe(subj.FILES_DELETE, FileQuery, self.file_delete, queue=QUEUE)
         await bus.subscribe(subj.INSTRUCTIONS_GET, InstructionsQuery, self.instructions_get, queue=QUEUE)
         await bus.subscribe(subj.INSTRUCTIONS_SET, Instructions, self.instructions_set, queue=QUEUE)
+        await bus.subscribe(SAFETY_POLICY_GET, SafetyPolicyQuery, self.safety_policy_get, queue=QUEUE)
+        await bus.subscribe(SAFETY_POLICY_SET, SafetyPolicyEntry, self.safety_policy_set, queue=QUEUE)
 
     # ---- conversations --------------------------------------------------------------------
 
@@ -132,3 +138,11 @@ class Manager:
 
     async def instructions_set(self, q: Instructions) -> Instructions:
         return await self.knowledge.set_instructions(q.tenant, q.text)
+
+    # ---- tenant safety policy -------------------------------------------------------------
+
+    async def safety_policy_get(self, q: SafetyPolicyQuery) -> SafetyPolicyEntry:
+        return await self.knowledge.safety_policy(q.tenant)
+
+    async def safety_policy_set(self, q: SafetyPolicyEntry) -> SafetyPolicyEntry:
+        return await self.knowledge.set_safety_policy(q.tenant, q.policy)

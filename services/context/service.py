@@ -21,6 +21,7 @@ from schemas import (
     Forward,
     SaveTurn,
     SaveTurnAck,
+    TenantSafety,
     Work,
     subjects,
 )
@@ -62,15 +63,15 @@ class Context:
         # Tool definitions rendered first in every system block; none are defined yet.
         self.tools = tools or []
 
-    async def _parts(self, work: Work) -> PromptParts:
+    async def _parts(self, work: Work) -> tuple[PromptParts, TenantSafety]:
         memory_q = self.knowledge.memories(work.tenant, work.user)
-        instructions_q = self.knowledge.instructions(work.tenant)
+        settings_q = self.knowledge.tenant_settings(work.tenant)
         if work.chat_id:
-            turns, chat_files, memory, instructions = await asyncio.gather(
+            turns, chat_files, memory, (instructions, safety) = await asyncio.gather(
                 self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES),
                 self.knowledge.chat_files(work.tenant, work.chat_id),
                 memory_q,
-                instructions_q,
+                settings_q,
             )
             if turns is None:
                 # The chat id belongs to another tenant; answering as if it did not exist reveals nothing.
@@ -78,10 +79,10 @@ class Context:
             history = turns_to_history(turns)
             client_system = ""
         else:
-            memory, instructions = await asyncio.gather(memory_q, instructions_q)
+            memory, (instructions, safety) = await asyncio.gather(memory_q, settings_q)
             chat_files = []
             client_system, history = group_client_messages(work.messages)
-        return PromptParts(
+        parts = PromptParts(
             user_text=work.text,
             history=history,
             instructions=instructions.text,
@@ -91,9 +92,10 @@ class Context:
             files=chat_files,
             tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
         )
+        return parts, safety
 
     async def assemble(self, work: Work) -> Forward:
-        parts = await self._parts(work)
+        parts, safety = await self._parts(work)
         try:
             # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
             r = await asyncio.to_thread(self.renderer.render, parts, work.sampling.max_tokens)
@@ -106,6 +108,7 @@ class Context:
                 "prompt_tokens": r.tokens,
                 "history_turns": r.history_turns,
                 "trimmed_turns": r.trimmed_turns,
+                "safety": safety,
             }
         )
         span = trace.get_current_span()
@@ -120,6 +123,7 @@ class Context:
             "memory_items": len(parts.memory),
             "files": [info.id for info, _ in parts.files],
             "instructions": bool(parts.instructions),
+            "safety_policy": safety.model_dump(mode="json"),
             "record": {"prompt": r.prompt, "chat_id": work.chat_id},
         }
         if r.trimmed_turns:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from libs.bus import Bus, BusError
 from libs.safety import InputGuard, Verdict, worst_action
+from libs.safety.tenant import TenantGuards
 from schemas import ErrorCode, Forward, SafetyVerdict, Work, subjects
 from services.safety_in.settings import SafetyInSettings
 
@@ -26,14 +27,18 @@ def to_wire(v: Verdict, source: str) -> SafetyVerdict:
 class SafetyIn:
     def __init__(self, guard: InputGuard):
         self.guard = guard
+        self.guards = TenantGuards(guard)
 
     async def check(self, work: Work) -> Forward:
         # The classifier is CPU work (embeddings); keep the event loop free for other requests.
-        verdicts = await asyncio.to_thread(self.guard.check, work.text, source="user")
+        guard = self.guards.for_tenant(work.safety)
+        verdicts = await asyncio.to_thread(guard.check, work.text, source="user")
         work.verdicts = [to_wire(v, "user") for v in verdicts]
         action = worst_action(verdicts)
         decision = {
             "action": action,
+            # The abuse monitor counts a flag against the key only where the tenant's policy says so.
+            "flag_is_strike": work.safety.flag_is_strike,
             "record": {"safety_in": [v.model_dump() for v in work.verdicts], "safety_action": action},
         }
         if action == "block":
