@@ -33,6 +33,8 @@ class Sampling(BaseModel):
     seed: int | None = None
     max_tokens: int = Field(256, ge=1, le=8192)
     stop: list[str] = Field(default_factory=list, max_length=8)
+    # Decode past EOS to exactly max_tokens (vLLM's `ignore_eos`): benchmarks need a fixed output length.
+    ignore_eos: bool = False
 
 
 class Usage(BaseModel):

@@ -96,6 +96,7 @@ def sampling(
     max_tokens: int | None = None,
     seed: int | None = None,
     stop: list[str] | str | None = None,
+    ignore_eos: bool = False,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     values: dict[str, Any] = {
@@ -106,6 +107,7 @@ def sampling(
         # Assigned when the client leaves it open, so every logged request replays exactly.
         "seed": seed if seed is not None else secrets.randbelow(2**31),
         "stop": stops,
+        "ignore_eos": ignore_eos,
     }
     try:
         return Sampling.model_validate(values)

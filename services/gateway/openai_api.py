@@ -60,6 +60,7 @@ class CompletionRequest(BaseModel):
     reasoning_effort: str | None = None
     tools: list[ToolDef] | None = None
     tool_choice: str | NamedChoice | None = None
+    ignore_eos: bool = False  # vLLM's extension: decode to max_tokens (benchmarks)
 
 
 def _text(message: OpenAIMessage) -> str:
@@ -239,6 +240,7 @@ async def chat_completions(request: Request) -> Response:
             max_tokens=body.max_completion_tokens or body.max_tokens,
             seed=body.seed,
             stop=body.stop,
+            ignore_eos=body.ignore_eos,
         ),
         client_tools=specs(body.tools),
         tool_choice=tool_choice,

@@ -29,6 +29,7 @@ def params_of(s: Sampling, max_tokens: int | None = None, extra_stop: list[str] 
         seed=s.seed,
         max_tokens=max_tokens or s.max_tokens,
         stop=[*s.stop, *(extra_stop or [])],
+        ignore_eos=s.ignore_eos,
     )
 
 
