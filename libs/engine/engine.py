@@ -243,7 +243,7 @@ class NativeEngine:
         text = st.text.push(new_ids or [], final=True) if st is not None and reason != "cancelled" else ""
         self._emit(
             req,
-            StreamChunk(req.request_id, text, new_ids or [], True, reason, req.usage()),
+            StreamChunk(req.request_id, text, new_ids or [], True, reason, req.usage(), req.last_token_at),
         )
 
     def _drain_control(self) -> None:
@@ -318,6 +318,6 @@ class NativeEngine:
             text = st.text.push([tok]) if st is not None else ""
             if st is not None and st.text.stopped:
                 self.scheduler.finish(req, "stop")
-                self._emit(req, StreamChunk(req.request_id, text, [tok], True, "stop", req.usage()))
+                self._emit(req, StreamChunk(req.request_id, text, [tok], True, "stop", req.usage(), req.last_token_at))
                 continue
-            self._emit(req, StreamChunk(req.request_id, text, [tok]))
+            self._emit(req, StreamChunk(req.request_id, text, [tok], token_at=req.last_token_at))

@@ -38,6 +38,8 @@ class StreamChunk:
     finished: bool = False
     finish_reason: str | None = None  # 'stop' | 'length' | 'cancelled' | 'error'
     usage: Usage | None = None  # set on the final chunk
+    # time.monotonic() of the step that sampled token_ids: per-token latency measured where tokens are made
+    token_at: float | None = None
 
 
 @dataclass
