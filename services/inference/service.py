@@ -29,7 +29,7 @@ from schemas import (
     Work,
     subjects,
 )
-from services.inference.metrics import EngineGauges, start_metrics_server
+from services.inference.metrics import InferenceMetrics
 from services.inference.phases import (
     ANSWER_OPEN,
     THINK_OPEN,
@@ -276,21 +276,22 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
     )
     await engine.start()
     service = Inference(bus, engine, settings)
-    gauges = EngineGauges(engine)
+    # Every engine request streams through the meter, so /metrics carries vLLM's request figures.
+    metrics = InferenceMetrics(engine, service.model)
+    service.engine = metrics.engine
     if settings.metrics_port is not None:
-        start_metrics_server(settings.metrics_port)
+        metrics.serve(settings.metrics_port)
     # One subscription for every cancel: it also catches cancels that overtake their work.
     await bus.subscribe("chat.cancel.*", CancelNotice, service.cancel, span=False)
     await bus.subscribe(subjects.infer(settings.pool, bus.replica), Work, service.handle)
     registry = await bus.kv(subjects.REPLICAS_BUCKET, Heartbeat, ttl_s=subjects.REPLICAS_TTL_S)
     hb = asyncio.create_task(service.heartbeat_forever(registry))
-    gauges.start()
 
     async def cleanup() -> None:
         hb.cancel()
         # Leave the registry at once, so routers move this replica's conversations now, not at TTL.
         await registry.delete(service.key)
-        gauges.stop()
+        metrics.close()
         await engine.stop()
 
     return cleanup
