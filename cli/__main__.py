@@ -1,4 +1,4 @@
-"""`switchyard run | keys ... | replay ... | export ...`"""
+"""`switchyard run | status | keys ... | replay ... | export ...`"""
 
 from __future__ import annotations
 
@@ -10,41 +10,70 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from cli.stack import Stack
+    from cli.stack import SERVICES, Stack, StackStopping
+    from cli.supervise import Backoff
 
+    services = tuple(args.services.split(",")) if args.services else SERVICES
+    unknown = [s for s in services if s not in SERVICES]
+    if unknown:
+        print(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICES)}", file=sys.stderr)
+        return 2
     stack = Stack(
         data_dir=Path(os.environ.get("SWITCHYARD_DATA_DIR", "var")).resolve(),
         port=int(os.environ.get("SWITCHYARD_PORT", "8000")),
         nats_url=os.environ.get("NATS_URL"),
+        services=services,
+        supervise=not args.no_restart,
+        backoff=Backoff(initial_s=args.restart_delay, cap_s=args.restart_max_delay),
+        echo_events=True,
     )
-    stopping = False
 
     def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            raise KeyboardInterrupt
+        # Only sets a latch (no lock, no exception): the main thread does the stopping, whatever it was
+        # doing when the signal came. Installed for SIGINT too, which a shell ignores in a background job.
+        stack.request_stop()
 
+    signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    print("starting nats-server and eight services (the first start converts the model; it takes a minute)...")
+    print(
+        f"starting nats-server and {len(services)} services (the first start converts the model; it takes a minute)..."
+    )
     try:
         stack.start(timeout_s=args.timeout)
-        print(
-            f"\nSwitchyard is ready:\n  chat     {stack.url}\n  console  {stack.url}/console\n"
-            f"  API key  {stack.api_key}\n  admin    {stack.admin_key}\n  logs     {stack.data_dir}/logs/\n"
-            f"\ntry:\n  curl -N {stack.url}/chat -H 'Authorization: Bearer {stack.api_key}' "
-            '-H \'content-type: application/json\' -d \'{"chatId":"demo","text":"Hello!"}\'\n\nCtrl-C stops.'
-        )
-        signal.pause()
-    except KeyboardInterrupt:
+        if "gateway" in services:
+            print(
+                f"\nSwitchyard is ready:\n  chat     {stack.url}\n  console  {stack.url}/console\n"
+                f"  API key  {stack.api_key}\n  admin    {stack.admin_key}\n  logs     {stack.data_dir}/logs/\n"
+                f"\ntry:\n  curl -N {stack.url}/chat -H 'Authorization: Bearer {stack.api_key}' "
+                '-H \'content-type: application/json\' -d \'{"chatId":"demo","text":"Hello!"}\'\n\nCtrl-C stops.',
+                flush=True,
+            )
+        else:
+            print(f"ready: {', '.join(services)} (status: python -m cli status)", flush=True)
+        stack.wait_stop_requested()
+    except StackStopping:
         pass
     finally:
-        # A second Ctrl-C must not cut the shutdown short and leave services running.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("\nstopping...")
+        print("\nstopping...", flush=True)
         stack.stop()
-        print("stopped.")
+        print("stopped.", flush=True)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    import json
+
+    from cli.supervise import print_status, read_status
+
+    path = Path(os.environ.get("SWITCHYARD_DATA_DIR", "var")) / "stack.json"
+    doc = read_status(path)
+    if doc is None:
+        print(f"no stack status at {path}: is `switchyard run` started from here?", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print_status(doc)
     return 0
 
 
@@ -54,12 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="start nats-server and every service; print the chat URL")
     p_run.add_argument("--timeout", type=float, default=600.0)
+    p_run.add_argument("--services", help="comma-separated subset to start (default: all eight)")
+    p_run.add_argument("--no-restart", action="store_true", help="do not restart a service that exits")
+    p_run.add_argument("--restart-delay", type=float, default=0.5, help="first restart delay, doubled each time")
+    p_run.add_argument("--restart-max-delay", type=float, default=30.0, help="the longest restart delay")
+    p_status = sub.add_parser("status", help="what `run` started: each service's state, pid and restart count")
+    p_status.add_argument("--json", action="store_true")
     sub.add_parser("keys", help="create, list and revoke API keys", add_help=False)
     sub.add_parser("replay", help="replay logged requests and report changed outputs", add_help=False)
     sub.add_parser("export", help="write logged requests or preference pairs as JSONL", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "run":
         return run(args)
+    if args.cmd == "status":
+        return status(args)
     if args.cmd == "keys":
         from cli.keys import main as keys_main
 

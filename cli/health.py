@@ -1,0 +1,43 @@
+"""Readiness of stages over the bus, for a stack started without the gateway (whose `/readyz` asks the same)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+from libs.bus import Bus, BusError
+from libs.telemetry import setup_tracing
+from schemas import HealthReply, HealthRequest, subjects
+
+
+async def _ready(bus: Bus, stage: str, timeout_s: float) -> bool:
+    try:
+        reply = await bus.request(subjects.health(stage), HealthRequest(), HealthReply, timeout=timeout_s)
+    except (BusError, TimeoutError):
+        return False
+    return reply.ok
+
+
+async def _wait(nats_url: str, stages: list[str], timeout_s: float, check: Callable[[], None]) -> None:
+    bus = await Bus.connect(nats_url, "cli", uuid.uuid4().hex[:6], setup_tracing("cli"))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    try:
+        missing = list(stages)
+        while True:
+            check()
+            oks = await asyncio.gather(*(_ready(bus, s, 1.0) for s in missing))
+            missing = [s for s, ok in zip(missing, oks, strict=True) if not ok]
+            if not missing:
+                return
+            if loop.time() >= deadline:
+                raise TimeoutError(f"not ready within {timeout_s}s: {', '.join(missing)}")
+            await asyncio.sleep(0.2)
+    finally:
+        await bus.close()
+
+
+def wait_stages_ready(nats_url: str, stages: list[str], timeout_s: float, check: Callable[[], None]) -> None:
+    """Until every stage answers `health.<stage>`; `check` is called between rounds and may raise to give up."""
+    asyncio.run(_wait(nats_url, stages, timeout_s, check))
