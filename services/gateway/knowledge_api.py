@@ -1,5 +1,6 @@
 """Saved memory (per user) and tenant instructions (set by an admin): what context renders into the
-system block of every prompt after they change."""
+system block of every prompt after they change. The tenant's safety policy (set by an admin) lives
+next to its instructions and applies from the next request on."""
 
 from __future__ import annotations
 
@@ -18,8 +19,12 @@ from schemas import (
     MemoryItem,
     MemoryList,
     MemoryQuery,
+    SafetyPolicyEntry,
+    SafetyPolicyQuery,
+    TenantSafety,
 )
 from schemas import conversations as subj
+from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 from services.gateway.auth import authenticate, authenticate_admin
 from services.gateway.body import read_json
 from services.gateway.core import gateway
@@ -40,6 +45,14 @@ class SetInstructions(BaseModel):
     tenant: str = Field(min_length=1, max_length=200)
     # Empty clears them.
     text: str = Field(max_length=20000)
+
+
+class SetSafetyPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=200)
+    # The whole policy: fields left out take their defaults (`{}` restores every default).
+    policy: TenantSafety
 
 
 @router.get("/v1/memory")
@@ -114,5 +127,35 @@ async def instructions_get(
     who = tenant or key.tenant
     got = await ask(
         gw, subj.INSTRUCTIONS_GET, InstructionsQuery(tenant=who), Instructions, tenant=who, missing="instructions"
+    )
+    return JSONResponse(got.model_dump(mode="json"))
+
+
+@router.put("/v1/admin/safety-policy")
+async def safety_policy_set(request: Request) -> JSONResponse:
+    gw = gateway(request)
+    await authenticate_admin(request, gw.keys)
+    body = await read_json(request, SetSafetyPolicy, gw.settings.max_body_bytes)
+    saved = await ask(
+        gw,
+        SAFETY_POLICY_SET,
+        SafetyPolicyEntry(tenant=body.tenant, policy=body.policy),
+        SafetyPolicyEntry,
+        tenant=body.tenant,
+        missing="safety policy",
+    )
+    return JSONResponse(saved.model_dump(mode="json"))
+
+
+@router.get("/v1/admin/safety-policy")
+async def safety_policy_get(
+    request: Request, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+) -> JSONResponse:
+    """`?tenant=`; without it, the admin key's own tenant. A tenant that set nothing gets the defaults."""
+    gw = gateway(request)
+    key = await authenticate_admin(request, gw.keys)
+    who = tenant or key.tenant
+    got = await ask(
+        gw, SAFETY_POLICY_GET, SafetyPolicyQuery(tenant=who), SafetyPolicyEntry, tenant=who, missing="safety policy"
     )
     return JSONResponse(got.model_dump(mode="json"))

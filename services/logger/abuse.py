@@ -1,6 +1,11 @@
-"""Abuse detection: count blocked and flagged requests per API key; past a threshold in a window,
-suspend the key. Every gateway watches the standing bucket and answers a suspended key with 403;
-an admin reinstates it, and only events after the reinstatement count again.
+"""Abuse detection: count strikes per API key; past a threshold in a window, suspend the key. Every
+gateway watches the standing bucket and answers a suspended key with 403; an admin reinstates it,
+and only events after the reinstatement count again.
+
+A strike is a request input safety blocked, or one it flagged where the tenant's policy makes a flag
+a strike (`TenantSafety.flag_is_strike`, off by default). A flag means "worth a look": ordinary work
+(code to run, a security question) gets flagged now and then, and a key that was never blocked must
+not be suspended for it. A suspension names the requests that caused it (`KeyStanding.strikes`).
 
 It reads the same `LOG` stream as the record writer, through its own durable consumer, so neither
 can hold the other up, and a restart loses no count that matters (the window is re-read)."""
@@ -9,6 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from pydantic import BaseModel
@@ -18,7 +24,7 @@ from libs.bus import Bus, ServiceSettings
 from libs.bus.durable import DurableConsumer
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
-from schemas import KeyStanding, StageRecord, subjects
+from schemas import KeyStanding, StageRecord, Strike, subjects
 
 log = structlog.get_logger()
 
@@ -27,7 +33,8 @@ class AbuseSettings(ServiceSettings):
     model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_LOGGER_ABUSE_")
 
     enabled: bool = True
-    # Blocked or flagged requests of one key within `window_s` that suspend it.
+    # Strikes (blocked requests, and flagged ones where the tenant's policy says so) of one key
+    # within `window_s` that suspend it.
     threshold: int = 5
     window_s: float = 600.0
     durable: str = "abuse"
@@ -38,11 +45,31 @@ class _Pending:
     key_id: str | None = None
     action: str | None = None
     started_ms: int = 0
+    flag_is_strike: bool = False
+    categories: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Event:
+    strike: Strike
+    counts: bool
 
 
 @dataclass
 class _Window:
-    events: deque[tuple[int, str]] = field(default_factory=deque)
+    events: deque[_Event] = field(default_factory=deque)
+
+
+def _categories(decision: dict[str, Any], action: str) -> list[str]:
+    verdicts = (decision.get("record") or {}).get("safety_in") or []
+    return sorted({v["category"] for v in verdicts if isinstance(v, dict) and v.get("action") == action})
+
+
+def _reason(blocked: int, flagged: int, settings: AbuseSettings) -> str:
+    what = f"{blocked} blocked requests"
+    if flagged:
+        what = f"{blocked} blocked and {flagged} flagged requests (the tenant's policy counts flags)"
+    return f"{what} within {settings.window_s:.0f}s (threshold {settings.threshold})"
 
 
 class AbuseMonitor:
@@ -63,48 +90,58 @@ class AbuseMonitor:
         else:
             p.action = rec.decision.get("action")
             p.started_ms = rec.started_ms
+            p.flag_is_strike = rec.decision.get("flag_is_strike") is True
+            if p.action in ("block", "flag"):
+                p.categories = _categories(rec.decision, p.action)
         while len(self._pending) > 10_000:
             self._pending.popitem(last=False)
         if p.key_id is None or p.action is None:
             return
         del self._pending[rec.rid]
-        if p.action in ("block", "flag"):
-            await self._count(p.key_id, p.action, p.started_ms)
+        if p.action == "block" or p.action == "flag":
+            strike = Strike(rid=rec.rid, action=p.action, at_ms=p.started_ms, categories=p.categories)
+            await self._count(p.key_id, strike, counts=p.action == "block" or p.flag_is_strike)
 
-    async def _count(self, key_id: str, action: str, at_ms: int) -> None:
+    async def _count(self, key_id: str, strike: Strike, counts: bool) -> None:
         current = await self.standing.get(key_id) or KeyStanding(key_id=key_id)
-        if current.state == "suspended" or at_ms < current.since_ms:
+        if current.state == "suspended" or strike.at_ms < current.since_ms:
             return  # already suspended, or an event from before an admin reinstated the key
         w = self._windows.setdefault(key_id, _Window())
-        w.events.append((at_ms, action))
+        w.events.append(_Event(strike, counts))
         horizon = now_ms() - int(self.settings.window_s * 1000)
-        while w.events and (w.events[0][0] < horizon or w.events[0][0] < current.since_ms):
+        while w.events and (w.events[0].strike.at_ms < horizon or w.events[0].strike.at_ms < current.since_ms):
             w.events.popleft()
-        blocked = sum(1 for _, a in w.events if a == "block")
+        strikes = [e.strike for e in w.events if e.counts]
+        blocked = sum(1 for e in w.events if e.strike.action == "block")
         flagged = len(w.events) - blocked
-        if len(w.events) >= self.settings.threshold:
-            reason = (
-                f"{blocked} blocked and {flagged} flagged requests within {self.settings.window_s:.0f}s "
-                f"(threshold {self.settings.threshold})"
-            )
+        if len(strikes) >= self.settings.threshold:
+            reason = _reason(blocked, sum(1 for s in strikes if s.action == "flag"), self.settings)
             await self.standing.put(
                 key_id,
                 KeyStanding(
-                    key_id=key_id, state="suspended", reason=reason, since_ms=now_ms(), blocked=blocked, flagged=flagged
+                    key_id=key_id,
+                    state="suspended",
+                    reason=reason,
+                    since_ms=now_ms(),
+                    blocked=blocked,
+                    flagged=flagged,
+                    strikes=strikes,
                 ),
             )
             self._windows.pop(key_id, None)
-            log.warning("key suspended", key_id=key_id, reason=reason)
+            log.warning("key suspended", key_id=key_id, reason=reason, rids=[s.rid for s in strikes])
         else:
-            await self.standing.put(key_id, current.model_copy(update={"blocked": blocked, "flagged": flagged}))
+            await self.standing.put(
+                key_id, current.model_copy(update={"blocked": blocked, "flagged": flagged, "strikes": strikes})
+            )
 
 
 def _decode(_subject: str, data: bytes) -> BaseModel:
     return StageRecord.model_validate_json(data)
 
 
-async def start_abuse_monitor(bus: Bus) -> DurableConsumer | None:
-    settings = AbuseSettings()
+async def start_abuse_monitor(bus: Bus, settings: AbuseSettings | None = None) -> DurableConsumer | None:
+    settings = settings or AbuseSettings()
     if not settings.enabled:
         return None
     standing = await bus.kv(subjects.STANDING_BUCKET, KeyStanding)

@@ -299,16 +299,48 @@ async function renderDashboard(params) {
         { max: Math.max(1, ...b.map((x) => x.errors + x.blocks)) * 1.1 })));
 }
 
+// ---- Key standing --------------------------------------------------------------------------------
+// Keys the abuse monitor counted against: suspended ones with the reason and the requests that
+// caused it (each links to its record), active ones with the strikes in the current window.
+function strikeList(strikes) {
+  if (!(strikes || []).length) return h("span", { class: "muted" }, "none");
+  return h("ul", { class: "strikes" }, strikes.map((st) => h("li", { "data-rid": st.rid },
+    h("a", { class: "strike", href: `#/r/${st.rid}` }, h("code", {}, st.rid.slice(0, 12))), " ", badge(st.action),
+    (st.categories || []).length ? ` ${st.categories.join(", ")}` : "", h("span", { class: "muted" }, ` ${fmt.time(st.at_ms)}`))));
+}
+async function renderKeys() {
+  const got = await api("/v1/admin/keys/standing");
+  const body = h("tbody");
+  for (const k of got.data) {
+    const reinstate = async () => {
+      try { await api(`/v1/admin/keys/${encodeURIComponent(k.key_id)}/reinstate`, { method: "POST" }); toast(`key ${k.key_id} reinstated`); }
+      catch (e) { toast(`reinstate failed: ${e.message}`); }
+      route();
+    };
+    body.append(h("tr", { class: "key-row", "data-key": k.key_id, "data-state": k.state },
+      h("td", {}, h("code", {}, k.key_id)), h("td", {}, badge(k.state === "suspended" ? "error" : "ok"), " ", k.state),
+      h("td", {}, fmt.datetime(k.since_ms)), h("td", { class: "num" }, fmt.n(k.blocked)), h("td", { class: "num" }, fmt.n(k.flagged)),
+      h("td", { class: "reason" }, k.reason || "–"), h("td", {}, strikeList(k.strikes)),
+      h("td", {}, k.state === "suspended" ? h("button", { class: "secondary reinstate", onclick: reinstate }, "Reinstate") : null)));
+  }
+  if (!got.data.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No key has been blocked or flagged.")));
+  view.replaceChildren(h("div", { class: "card" }, h("h2", {}, "Key standing"),
+    h("p", { class: "muted" }, "A key is suspended after enough strikes in the window: blocked requests, and flagged ones only where the tenant's safety policy makes a flag a strike."),
+    h("table", { id: "keys" }, h("thead", {}, h("tr", {}, ["key", "state", "since", "blocked", "flagged", "reason", "requests", ""]
+      .map((c, i) => h("th", { class: i === 3 || i === 4 ? "num" : "" }, c)))), body)));
+}
+
 // ---- Routing --------------------------------------------------------------------------------------
 async function route() {
   const [path, query] = (location.hash.slice(1) || "/requests").split("?");
   const params = Object.fromEntries(new URLSearchParams(query || ""));
   const parts = path.split("/").filter(Boolean);
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]
-    || (a.dataset.nav === "requests" && parts[0] !== "dashboard")));
+    || (a.dataset.nav === "requests" && !["dashboard", "keys"].includes(parts[0]))));
   if (!adminKey()) { view.replaceChildren(h("p", { class: "muted" }, "Enter the admin key to begin.")); return; }
   try {
     if (parts[0] === "dashboard") await renderDashboard(params);
+    else if (parts[0] === "keys") await renderKeys();
     else if (parts[0] === "r" && parts[1]) await renderRequest(parts[1]);
     else if (parts[0] === "compare" && parts[2]) await renderCompare(parts[1], parts[2]);
     else await renderRequests(params);

@@ -3,6 +3,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from libs.store.knowledge import KnowledgeStore
+from schemas import SafetyPolicyEntry, TenantSafety
 
 
 async def test_memory_per_user_and_idempotent_per_request(engine: AsyncEngine) -> None:
@@ -53,3 +54,24 @@ async def test_instructions_upsert(engine: AsyncEngine) -> None:
     await store.set_instructions("acme", "Be very brief.")
     assert (await store.instructions("acme")).text == "Be very brief."
     assert (await store.instructions("other")).text == ""
+
+
+async def test_safety_policy_upsert_and_read_with_instructions(engine: AsyncEngine) -> None:
+    store = KnowledgeStore(engine)
+    await store.init()
+    assert await store.safety_policy("acme") == SafetyPolicyEntry(tenant="acme")
+    first = TenantSafety(flag_is_strike=True)
+    second = TenantSafety.model_validate({"answer_release": "judged", "thresholds": {"S6": {"block_at": None}}})
+    await store.set_safety_policy("acme", first)
+    saved = await store.set_safety_policy("acme", second)
+    got = await store.safety_policy("acme")
+    assert got.policy == second and got.updated_ms == saved.updated_ms > 0
+    # "Left out" and "null" stay apart through the store: S6 never blocks, its flag threshold is the default.
+    assert got.policy.thresholds["S6"].model_fields_set == {"block_at"}
+    assert (await store.safety_policy("other")).policy == TenantSafety()
+
+    await store.set_instructions("acme", "Be brief.")
+    instructions, policy = await store.tenant_settings("acme")
+    assert instructions.text == "Be brief." and policy == second
+    instructions, policy = await store.tenant_settings("other")
+    assert instructions.text == "" and policy == TenantSafety()

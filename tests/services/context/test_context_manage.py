@@ -30,10 +30,14 @@ from schemas import (
     MemoryItem,
     MemoryList,
     MemoryQuery,
+    SafetyPolicyEntry,
+    SafetyPolicyQuery,
     SearchReply,
+    TenantSafety,
     Work,
 )
 from schemas import conversations as S
+from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 from tests.services.context.harness import Harness
 
 
@@ -134,3 +138,28 @@ async def test_files_and_instructions_reach_the_prompt(harness: Harness) -> None
 
     assert (await req(S.FILES_DELETE, FileQuery(tenant=tenant, id=attached.id), DeleteAck)).deleted
     await _not_found(harness, S.FILES_DELETE, FileQuery(tenant=tenant, id=attached.id), DeleteAck)
+
+
+async def test_safety_policy_is_stored_per_tenant_and_rides_on_every_request(harness: Harness) -> None:
+    tenant = "t-" + uuid.uuid4().hex[:8]
+    req = harness.client.request
+    unset = await req(SAFETY_POLICY_GET, SafetyPolicyQuery(tenant=tenant), SafetyPolicyEntry)
+    assert unset.updated_ms == 0 and unset.policy == TenantSafety()
+    policy = TenantSafety.model_validate(
+        {"answer_release": "judged", "flag_is_strike": True, "thresholds": {"S14": {"block_at": None}}}
+    )
+    saved = await req(SAFETY_POLICY_SET, SafetyPolicyEntry(tenant=tenant, policy=policy), SafetyPolicyEntry)
+    assert saved.updated_ms > 0
+    got = await req(SAFETY_POLICY_GET, SafetyPolicyQuery(tenant=tenant), SafetyPolicyEntry)
+    assert got.policy == policy and got.policy.thresholds["S14"].model_fields_set == {"block_at"}
+    assert (await req(SAFETY_POLICY_GET, SafetyPolicyQuery(tenant="evil"), SafetyPolicyEntry)).policy == TenantSafety()
+
+    # With and without a stored conversation, the request leaves context carrying its tenant's policy.
+    for chat_id in (uuid.uuid4().hex, None):
+        w = await harness.assemble(
+            Work(rid=uuid.uuid4().hex, tenant=tenant, user="alice", key_id="k", chat_id=chat_id, text="hi")
+        )
+        assert isinstance(w, Work) and w.safety == policy
+        assert w.safety.thresholds["S14"].model_fields_set == {"block_at"}
+    other = await harness.assemble(Work(rid=uuid.uuid4().hex, tenant="evil", user="m", key_id="k", text="hi"))
+    assert isinstance(other, Work) and other.safety == TenantSafety()

@@ -16,7 +16,7 @@ from services.logger.abuse import start_abuse_monitor
 from tests.services.gateway.harness import Gateway, Responder
 
 
-async def flagged_request(bus: Bus, key_id: str, action: str) -> None:
+async def flagged_request(bus: Bus, key_id: str, action: str) -> str:
     rid = uuid.uuid4().hex
     await bus.log_stage(
         StageRecord(
@@ -33,6 +33,7 @@ async def flagged_request(bus: Bus, key_id: str, action: str) -> None:
             rid=rid, stage="gateway", started_ms=now_ms(), duration_ms=1, decision={"record": {"key_id": key_id}}
         )
     )
+    return rid
 
 
 async def status_of(gw: Gateway, key: str) -> httpx.Response:
@@ -49,14 +50,16 @@ async def test_key_suspended_after_threshold_then_reinstated(gw: Gateway, respon
         del os.environ["SWITCHYARD_LOGGER_ABUSE_THRESHOLD"], os.environ["SWITCHYARD_LOGGER_ABUSE_DURABLE"]
     assert consumer is not None
     key, raw = await gw.keys.create("acme", "free", user="mallory")
-    # Allowed requests and another key's blocks do not count against this key.
+    # Allowed requests, flags (not strikes by default) and another key's blocks do not count against this key.
     await flagged_request(responder.bus, key.id, "allow")
     await flagged_request(responder.bus, "someone-else", "block")
-    await flagged_request(responder.bus, key.id, "block")
-    await flagged_request(responder.bus, key.id, "flag")
+    blocked = [await flagged_request(responder.bus, key.id, "block")]
+    for _ in range(3):
+        await flagged_request(responder.bus, key.id, "flag")
+    blocked.append(await flagged_request(responder.bus, key.id, "block"))
     await asyncio.sleep(1.0)
     assert (await status_of(gw, raw)).status_code != 403
-    await flagged_request(responder.bus, key.id, "block")
+    blocked.append(await flagged_request(responder.bus, key.id, "block"))
     for _ in range(50):
         r = await status_of(gw, raw)
         if r.status_code == 403:
@@ -64,11 +67,12 @@ async def test_key_suspended_after_threshold_then_reinstated(gw: Gateway, respon
         await asyncio.sleep(0.2)
     assert r.status_code == 403
     err = r.json()["error"]
-    assert err["code"] == "forbidden" and "suspended" in err["message"] and "2 blocked and 1 flagged" in err["message"]
+    assert err["code"] == "forbidden" and "suspended" in err["message"] and "3 blocked requests" in err["message"]
 
     async with httpx.AsyncClient(base_url=gw.url) as c:
         listed = (await c.get("/v1/admin/keys/standing", headers=gw.auth(gw.admin_key))).json()["data"]
-        assert any(s["key_id"] == key.id and s["state"] == "suspended" for s in listed)
+        mine = next(s for s in listed if s["key_id"] == key.id)
+        assert mine["state"] == "suspended" and [x["rid"] for x in mine["strikes"]] == blocked
         assert (await c.post(f"/v1/admin/keys/{key.id}/reinstate", headers=gw.auth(gw.pro_key))).status_code == 403
         ok = await c.post(f"/v1/admin/keys/{key.id}/reinstate", headers=gw.auth(gw.admin_key))
         assert ok.status_code == 200 and ok.json()["state"] == "active"

@@ -1,0 +1,57 @@
+"""A tenant's stored overrides turned into the policy the guards apply."""
+
+from __future__ import annotations
+
+from libs.safety import ALL_CATEGORIES, BLOCK, FLAG, S1, S6, S14, SECRETS, InputGuard, SafetyPolicy
+from libs.safety.tenant import TenantGuards, tenant_policy
+from schemas import TenantSafety
+
+OPENAI_KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
+
+
+def test_no_overrides_is_the_shipped_policy() -> None:
+    assert tenant_policy(TenantSafety()) == SafetyPolicy()
+    base = SafetyPolicy(model_block_at=0.95)
+    assert tenant_policy(TenantSafety(), base) is base
+
+
+def test_an_override_replaces_only_the_fields_it_names() -> None:
+    shipped = SafetyPolicy()
+    p = tenant_policy(
+        TenantSafety.model_validate(
+            {"thresholds": {"S6": {"block_at": None}, "S14": {"flag_at": 0.8}, "secrets": {"flag_at": 0.2}}}
+        )
+    )
+    assert p.threshold(S6).flag_at == shipped.threshold(S6).flag_at and p.threshold(S6).block_at is None
+    assert p.action(S6, 1.0) == FLAG
+    assert p.threshold(S14).flag_at == 0.8 and p.threshold(S14).block_at == shipped.threshold(S14).block_at
+    # S14's default block threshold is below its new flag threshold: a high score still blocks.
+    assert p.action(S14, 0.99) == BLOCK
+    assert p.threshold(SECRETS).flag_at == 0.2 and p.threshold(SECRETS).block_at == shipped.threshold(SECRETS).block_at
+    # Everything else, and the rest of the policy, is untouched.
+    assert {c: p.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)} == {
+        c: shipped.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)
+    }
+    assert p.model_block_at == shipped.model_block_at and p.action(S1, 1.0) == BLOCK
+
+
+def test_overrides_survive_the_wire() -> None:
+    safety = TenantSafety.model_validate({"thresholds": {"S6": {"block_at": None}}})
+    again = TenantSafety.model_validate_json(safety.model_dump_json())
+    assert tenant_policy(again) == tenant_policy(safety)
+    assert tenant_policy(again).threshold(S6).flag_at == SafetyPolicy().threshold(S6).flag_at
+
+
+def test_guards_per_policy_share_the_base() -> None:
+    base = InputGuard(use_embeddings=False)
+    guards = TenantGuards(base, size=2)
+    assert guards.for_tenant(TenantSafety(flag_is_strike=True, answer_release="judged")) is base
+    lenient = TenantSafety.model_validate({"thresholds": {"secrets": {"block_at": None}}})
+    g = guards.for_tenant(lenient)
+    assert g is not base and g is guards.for_tenant(TenantSafety.model_validate(lenient.model_dump()))
+    assert [v.action for v in base.check(OPENAI_KEY)] == [BLOCK]
+    assert [v.action for v in g.check(OPENAI_KEY)] == [FLAG]
+    # Bounded: the least recently used policy's guard is rebuilt when it comes back.
+    guards.for_tenant(TenantSafety.model_validate({"thresholds": {"S1": {"flag_at": 0.1}}}))
+    guards.for_tenant(TenantSafety.model_validate({"thresholds": {"S2": {"flag_at": 0.1}}}))
+    assert guards.for_tenant(lenient) is not g

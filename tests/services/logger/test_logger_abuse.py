@@ -1,0 +1,135 @@
+"""The abuse monitor against a real nats-server: what counts as a strike, and what a suspension records."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from libs.bus import Bus, NatsServer
+from libs.bus.headers import now_ms
+from libs.bus.kv import TypedKV
+from libs.telemetry import setup_tracing
+from schemas import KeyStanding, StageRecord, subjects
+from services.logger.abuse import AbuseSettings, start_abuse_monitor
+
+
+@dataclass
+class Monitor:
+    bus: Bus
+    standing: TypedKV[KeyStanding]
+    latest: dict[str, KeyStanding] = field(default_factory=dict)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def on_change(self, key: str, value: KeyStanding | None) -> None:
+        async with self.changed:
+            if value is not None:
+                self.latest[key] = value
+            self.changed.notify_all()
+
+    async def until(self, key_id: str, ok: Callable[[KeyStanding], bool]) -> KeyStanding:
+        """The key's standing once it satisfies `ok` (each write to the bucket wakes the check)."""
+
+        async def wait() -> KeyStanding:
+            async with self.changed:
+                await self.changed.wait_for(lambda: key_id in self.latest and ok(self.latest[key_id]))
+                return self.latest[key_id]
+
+        return await asyncio.wait_for(wait(), timeout=20)
+
+    async def request(self, key_id: str, action: str, flag_is_strike: bool = False, category: str = "S14") -> str:
+        """One request's records as the gateway and safety_in write them; its rid."""
+        rid = uuid.uuid4().hex
+        verdicts = [] if action == "allow" else [{"category": category, "score": 0.6, "action": action}]
+        await self.bus.log_stage(
+            StageRecord(
+                rid=rid,
+                stage="safety_in",
+                started_ms=now_ms(),
+                duration_ms=1,
+                status="error" if action == "block" else "ok",
+                decision={
+                    "action": action,
+                    "flag_is_strike": flag_is_strike,
+                    "record": {"safety_in": verdicts, "safety_action": action},
+                },
+            )
+        )
+        await self.bus.log_stage(
+            StageRecord(
+                rid=rid, stage="gateway", started_ms=now_ms(), duration_ms=1, decision={"record": {"key_id": key_id}}
+            )
+        )
+        return rid
+
+
+@pytest.fixture(scope="module")
+async def monitor(nats_server: NatsServer) -> AsyncIterator[Monitor]:
+    bus = await Bus.connect(nats_server.url, "logger", uuid.uuid4().hex[:6], setup_tracing("logger"))
+    await bus.ensure_log_stream()
+    consumer = await start_abuse_monitor(
+        bus, AbuseSettings(threshold=5, window_s=600, durable=f"abuse-{uuid.uuid4().hex[:6]}")
+    )
+    assert consumer is not None
+    standing = await bus.kv(subjects.STANDING_BUCKET, KeyStanding)
+    m = Monitor(bus, standing)
+    await standing.watch(m.on_change)
+    yield m
+    await consumer.stop()
+    await bus.close()
+
+
+def key() -> str:
+    return "key-" + uuid.uuid4().hex[:8]
+
+
+async def test_flags_alone_never_suspend_by_default(monitor: Monitor) -> None:
+    k = key()
+    flagged = [await monitor.request(k, "flag") for _ in range(8)]
+    s = await monitor.until(k, lambda s: s.flagged == len(flagged))
+    assert s.state == "active" and s.blocked == 0 and s.strikes == []
+    # Blocks still count, and the flags before them do not add to the count.
+    blocked = [await monitor.request(k, "block") for _ in range(4)]
+    s = await monitor.until(k, lambda s: s.blocked == 4)
+    assert s.state == "active" and [x.rid for x in s.strikes] == blocked
+    blocked.append(await monitor.request(k, "block"))
+    s = await monitor.until(k, lambda s: s.state == "suspended")
+    assert [x.rid for x in s.strikes] == blocked and {x.action for x in s.strikes} == {"block"}
+    assert s.reason.startswith("5 blocked requests within 600s")
+
+
+async def test_five_blocks_suspend_and_name_their_requests(monitor: Monitor) -> None:
+    k = key()
+    await monitor.request(k, "allow")
+    await monitor.request("someone-else", "block")
+    blocked = [await monitor.request(k, "block", category="S2") for _ in range(5)]
+    s = await monitor.until(k, lambda s: s.state == "suspended")
+    assert [x.rid for x in s.strikes] == blocked
+    assert all(x.action == "block" and x.categories == ["S2"] and x.at_ms > 0 for x in s.strikes)
+    assert s.blocked == 5 and s.flagged == 0 and "5 blocked requests" in s.reason
+    assert monitor.latest.get("someone-else") is None or monitor.latest["someone-else"].state == "active"
+
+
+async def test_flags_are_strikes_where_the_policy_says_so(monitor: Monitor) -> None:
+    k = key()
+    rids = [await monitor.request(k, "block")]
+    rids += [await monitor.request(k, "flag", flag_is_strike=True) for _ in range(4)]
+    s = await monitor.until(k, lambda s: s.state == "suspended")
+    assert [x.rid for x in s.strikes] == rids
+    assert [x.action for x in s.strikes] == ["block", "flag", "flag", "flag", "flag"]
+    assert "1 blocked and 4 flagged requests" in s.reason
+
+
+async def test_only_strikes_after_reinstatement_count(monitor: Monitor) -> None:
+    k = key()
+    for _ in range(5):
+        await monitor.request(k, "block")
+    await monitor.until(k, lambda s: s.state == "suspended")
+    await monitor.standing.put(k, KeyStanding(key_id=k, state="active", reason="reinstated", since_ms=now_ms()))
+    await monitor.until(k, lambda s: s.state == "active")
+    after = [await monitor.request(k, "block") for _ in range(4)]
+    s = await monitor.until(k, lambda s: s.blocked == 4)
+    assert s.state == "active" and [x.rid for x in s.strikes] == after
