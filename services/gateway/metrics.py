@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+TTFT_BUCKETS = (
+    *(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75),
+    *(1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+)
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -14,11 +19,13 @@ class Metrics:
             ["route", "status"],
             registry=self.registry,
         )
+        # What the client waits for, pipeline included; the buckets are vLLM's TTFT buckets, so this
+        # lines up with each replica's `vllm:time_to_first_token_seconds` and the difference is the pipeline's.
         self.ttft = Histogram(
             "switchyard_gateway_ttft_seconds",
-            "Time from request to the first streamed event",
+            "Time from a request's arrival to the first answer text (delta or thinking) relayed to its client",
             ["api"],
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64),
+            buckets=TTFT_BUCKETS,
             registry=self.registry,
         )
         self.stream_duration = Histogram(

@@ -53,6 +53,7 @@ class Run:
     launched: bool = False
     cancel_reason: str | None = None
     first_event_s: float | None = None
+    first_token_s: float | None = None  # the first delta or thinking text: what a user sees as the answer starting
     readers: int = 0
     on_finish: list[FinishHook] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -189,8 +190,10 @@ class Streams:
     async def _receive(self, run: Run, event: ChatEvent) -> None:
         if run.final is not None:
             return
-        if run.first_event_s is None:
-            self.metrics.ttft.labels(run.api).observe(time.perf_counter() - run.t0)
+        if run.first_token_s is None and event.type in ("delta", "thinking") and event.text:
+            # Relayed to the client as it arrives; a tool result, a refusal or an error is no first token.
+            run.first_token_s = time.perf_counter() - run.t0
+            self.metrics.ttft.labels(run.api).observe(run.first_token_s)
         if event.type in TERMINAL:
             await self._end(run, event)
         else:
