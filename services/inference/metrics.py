@@ -225,6 +225,7 @@ class MeteredEngine:
         arrival = time.monotonic()
         last_token_at: float | None = None
         finished = False
+        left = "abort"  # how a request that ends without its final chunk is counted
         stream = self.engine.generate(request_id, prompt, params)
         try:
             async for chunk in stream:
@@ -241,9 +242,12 @@ class MeteredEngine:
                     finished = True
                     m.finished_request(chunk, time.monotonic() - arrival)
                 yield chunk
+        except Exception:
+            left = "error"
+            raise
         finally:
-            if not finished:  # the consumer left early; the engine cancels the request
-                m.finished["abort"].inc()
+            if not finished:  # the consumer left early (the engine cancels the request) or the engine failed
+                m.finished[left].inc()
                 m.e2e.observe(time.monotonic() - arrival)
             if isinstance(stream, AsyncGenerator):
                 await stream.aclose()
