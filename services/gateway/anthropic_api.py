@@ -38,7 +38,7 @@ class AnthropicMessage(BaseModel):
 
 class MessagesRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str
+    model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[Block] | None = None
@@ -46,7 +46,7 @@ class MessagesRequest(BaseModel):
     top_p: float | None = None
     top_k: int | None = None
     stop_sequences: list[str] | None = None
-    stream: bool = False
+    stream: bool = Field(False, strict=True)
     thinking: dict[str, Any] | None = None
 
 

@@ -53,7 +53,9 @@ class RequestIdMiddleware:
         except Exception:
             log.exception("unhandled error", path=scope.get("path"))
             if not started:
-                body = json.dumps({"error": ErrorInfo.of(ErrorCode.internal, "internal error").model_dump()}).encode()
+                info = ErrorInfo.of(ErrorCode.internal, "internal error")
+                anthropic = str(scope.get("path", "")).startswith("/v1/messages")
+                body = json.dumps(errors.error_body(info, anthropic=anthropic)).encode()
                 await send_with_id(
                     {
                         "type": "http.response.start",

@@ -15,6 +15,10 @@ from services.gateway.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
 
+# Deeper than any request we take (a tool's parameter schema nests a handful of levels); deeper values
+# would reach recursion limits later, in validation or when the work is encoded for the bus.
+MAX_JSON_DEPTH = 64
+
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
     declared = request.headers.get("content-length")
@@ -49,6 +53,23 @@ def _describe(e: ValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def too_deep(value: object, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than `limit`; walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: list[object] = list(item.values())
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
 async def read_json(request: Request, model: type[M], max_bytes: int) -> M:
     _check_content_type(request)
     raw = await read_body(request, max_bytes)
@@ -62,6 +83,10 @@ async def read_json(request: Request, model: type[M], max_bytes: int) -> M:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ApiError(ErrorCode.bad_request, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from e
+    if too_deep(data, MAX_JSON_DEPTH):
+        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     if not isinstance(data, dict):
         raise ApiError(ErrorCode.bad_request, "request body must be a JSON object")
     try:

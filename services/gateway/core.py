@@ -26,6 +26,8 @@ from services.gateway.standing import Standings
 from services.gateway.streams import Run, Streams
 
 MODES: tuple[Mode, ...] = ("fast", "reasoning")
+# Seeds are stored and traced as signed 64-bit integers; larger ones are refused rather than wrapped.
+MAX_SEED = 2**63 - 1
 log = structlog.get_logger()
 
 
@@ -99,11 +101,14 @@ def sampling(
     ignore_eos: bool = False,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ApiError(ErrorCode.bad_request, f"seed must be an integer from 0 to {MAX_SEED} (2^63-1)")
     values: dict[str, Any] = {
         "temperature": settings.default_temperature if temperature is None else temperature,
         "top_p": 1.0 if top_p is None else top_p,
         "top_k": top_k or 0,
-        "max_tokens": max_tokens or settings.default_max_tokens,
+        # 0 is refused by the schema below, not taken for "the default".
+        "max_tokens": settings.default_max_tokens if max_tokens is None else max_tokens,
         # Assigned when the client leaves it open, so every logged request replays exactly.
         "seed": seed if seed is not None else secrets.randbelow(2**31),
         "stop": stops,

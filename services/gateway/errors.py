@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from libs.bus import BusError
 from schemas import ErrorCode, ErrorInfo, http_status
@@ -37,8 +38,8 @@ def error_body(info: ErrorInfo, *, anthropic: bool = False) -> dict[str, Any]:
     return body
 
 
-def error_response(e: ApiError, path: str = "") -> JSONResponse:
-    headers = {}
+def error_response(e: ApiError, path: str = "", headers: dict[str, str] | None = None) -> JSONResponse:
+    headers = dict(headers or {})
     if e.retry_after is not None:
         headers["Retry-After"] = str(max(1, int(e.retry_after + 0.999)))
     return JSONResponse(
@@ -67,6 +68,17 @@ def _validation_message(e: RequestValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route takes at this path: Starlette's own 405 names only the first route's."""
+    routes = request.app.routes
+    return ", ".join(
+        m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)
+    )
+
+
 def install(app: FastAPI) -> None:
     async def on_api_error(request: Request, e: Exception) -> JSONResponse:
         assert isinstance(e, ApiError)
@@ -76,7 +88,10 @@ def install(app: FastAPI) -> None:
         assert isinstance(e, StarletteHTTPException)
         code = _BY_STATUS.get(e.status_code, ErrorCode.bad_request if e.status_code < 500 else ErrorCode.internal)
         message = "no such route" if e.status_code == 404 else str(e.detail)
-        return error_response(ApiError(code, message, status=e.status_code), request.url.path)
+        headers = dict(e.headers or {})
+        if e.status_code == 405:
+            headers["Allow"] = allowed_methods(request)
+        return error_response(ApiError(code, message, status=e.status_code), request.url.path, headers)
 
     async def on_validation(request: Request, e: Exception) -> JSONResponse:
         # FastAPI answers 422; the contract says bad input is 400 in the one shape.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 from dataclasses import dataclass
 from email.message import Message
@@ -30,8 +31,13 @@ from services.gateway.proxy import ask
 
 router = APIRouter()
 
-# The whole multipart body. The text kept is limited again, in characters, by the context service.
+# The whole multipart body (a PDF is mostly not text). The text kept is limited again, in characters,
+# by the context service.
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+# The text read from an upload, as the JSON string it travels in: one bus message carries it to the
+# context service, and NATS refuses messages over its maximum payload (1 MiB by default). Over this,
+# 413 names the limit; documented in services/gateway/README.md and the OpenAPI document.
+MAX_FILE_TEXT_BYTES = 512 * 1024
 
 TEXT_TYPES = {"text/plain": "text/plain", "text/markdown": "text/markdown", "text/x-markdown": "text/markdown"}
 PDF = "application/pdf"
@@ -153,6 +159,13 @@ async def upload(request: Request) -> JSONResponse:
     name = PurePosixPath((part.filename or "").replace("\\", "/")).name.strip() or "upload"
     media_type = media_type_of(name, part.media_type)
     text = await extract_text(part.data, media_type)
+    size = len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
+    if size > MAX_FILE_TEXT_BYTES:
+        raise ApiError(
+            ErrorCode.payload_too_large,
+            f"the file's text is {size} bytes; uploads are limited to {MAX_FILE_TEXT_BYTES} bytes "
+            f"({MAX_FILE_TEXT_BYTES // 1024} KiB) of text",
+        )
     info = await ask(
         gw,
         subj.FILES_PUT,

@@ -41,12 +41,12 @@ class OpenAIMessage(BaseModel):
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool = False
+    include_usage: bool = Field(False, strict=True)
 
 
 class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    model: str
+    model: str = Field(min_length=1)
     messages: list[OpenAIMessage] = Field(min_length=1)
     temperature: float | None = None
     top_p: float | None = None
@@ -54,7 +54,8 @@ class CompletionRequest(BaseModel):
     max_completion_tokens: int | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    # Strict: "yes" or 1 is a mistake to report, not a truthy value to stream on.
+    stream: bool = Field(False, strict=True)
     stream_options: StreamOptions | None = None
     n: int = 1
     reasoning_effort: str | None = None
@@ -237,7 +238,7 @@ async def chat_completions(request: Request) -> Response:
             gw.settings,
             temperature=body.temperature,
             top_p=body.top_p,
-            max_tokens=body.max_completion_tokens or body.max_tokens,
+            max_tokens=body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens,
             seed=body.seed,
             stop=body.stop,
             ignore_eos=body.ignore_eos,

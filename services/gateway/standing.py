@@ -71,7 +71,12 @@ async def list_standing(request: Request) -> dict[str, object]:
 
 @router.post("/v1/admin/keys/{key_id}/reinstate")
 async def reinstate(key_id: str, request: Request) -> dict[str, object]:
-    await authenticate_admin(request, request.app.state.gateway.keys)
+    keys = request.app.state.gateway.keys
+    await authenticate_admin(request, keys)
+    # Only a key the store knows: anything else (a typo, a non-ASCII id the bucket could not even name)
+    # is 404 and writes nothing.
+    if key_id not in {k.id for k in await keys.list()}:
+        raise ApiError(ErrorCode.not_found, f"no API key with id {key_id!r}")
     kv = await standings(request).kv()
     if kv is None:
         raise ApiError(ErrorCode.unavailable, "key standing store is unavailable")

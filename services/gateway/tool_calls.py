@@ -40,11 +40,13 @@ class NamedChoice(BaseModel):
 
 def choice_of(tools: list[ToolDef] | None, choice: str | NamedChoice | None) -> str | None:
     """The pipeline's form of `tool_choice`: None/'auto', 'none', 'required' or 'function:<name>'."""
+    if isinstance(choice, str) and choice not in ("auto", "none", "required"):
+        raise ApiError(ErrorCode.bad_request, f"unknown tool_choice {choice!r}: use auto, none, required or a function")
     if not tools:
+        if isinstance(choice, NamedChoice):
+            raise ApiError(ErrorCode.bad_request, "tool_choice names a function, and the request has no tools")
         return None
     if choice is None or isinstance(choice, str):
-        if choice not in (None, "auto", "none", "required"):
-            raise ApiError(ErrorCode.bad_request, f"unknown tool_choice {choice!r}")
         return choice
     name = choice.function.get("name", "")
     if name not in {t.function.name for t in tools}:
