@@ -1,0 +1,228 @@
+"""Pipeline benchmark: the whole stack over HTTP as a client sees it, against the engine alone, in one run.
+
+    python -m bench.pipeline_bench --out docs/benchmarks.md [--levels 1,8,32,64] [--tokens 64] [--requests N]
+
+Starts the stack as `make run` does (cli.stack.Stack: nats-server and every service in its own
+process) and drives `/v1/chat/completions` with streamed requests (distinct prompts, greedy, a fixed
+output length with EOS ignored) from one httpx.AsyncClient, `level` streams open at every moment.
+Per request: the client's TTFT (request sent → first content delta), the engine's own TTFT and TPOT
+(the request's record), the gaps between deltas and deltas per token; the spans say where the time
+before the first byte went. Then, with the stack stopped, the engine alone in a fresh process (the
+inference service's settings, the same prompts, threads and concurrency) at the same levels, so the
+pipeline's cost is a ratio measured side by side. The result is a markdown section in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.engine_bench import QUESTIONS
+from bench.pipeline_client import Sample, drive_level, fetch_records, stream_one
+from bench.pipeline_report import MARK_BEGIN, MARK_END, render, summarize
+from bench.report import write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def requests_for(level: int, requested: int | None) -> int:
+    return max(level, requested if requested else max(8, 2 * level))
+
+
+# -- the stack over HTTP ----------------------------------------------------------------------
+def stack_env() -> dict[str, str]:
+    """The stack as `make run` starts it, with the dev key's limits out of the way: the limiter still
+    runs (its cost is the pipeline's), but 64 streams must not be refused."""
+    tier = {"requests_per_minute": 1e6, "tokens_per_minute": 1e9, "concurrent_streams": 4096}
+    return {
+        "SWITCHYARD_INFERENCE_CACHE_DIR": os.environ.get(
+            "SWITCHYARD_INFERENCE_CACHE_DIR", str(ROOT / "var/cache/engine")
+        ),
+        "SWITCHYARD_GATEWAY_TIERS": json.dumps({"free": tier, "pro": tier}),
+        "SWITCHYARD_GATEWAY_REQUEST_TIMEOUT_S": "900",
+    }
+
+
+async def drive(url: str, api_key: str, admin_key: str, args: argparse.Namespace) -> dict[int, list[Sample]]:
+    biggest = max(args.levels)
+    limits = httpx.Limits(max_connections=biggest + 16, max_keepalive_connections=biggest + 16)
+    timeout = httpx.Timeout(900.0, connect=10.0)
+    headers = {"Authorization": f"Bearer {api_key}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout, limits=limits) as client:
+        models = (await client.get("/v1/models")).json()["data"]
+        model = f"{models[0]['id']}:fast"  # one phase: the output length is the asked one
+        for i in range(2):  # first requests pay one-time costs (connections, caches, lazy loads)
+            await stream_one(client, model, f"Say hello. (warm-up {i})", 8)
+        out: dict[int, list[Sample]] = {}
+        n = 0
+        for level in args.levels:
+            count = requests_for(level, args.requests)
+            texts = [f"{QUESTIONS[(n + i) % len(QUESTIONS)]} (request {n + i})" for i in range(count)]
+            n += count
+            t = time.perf_counter()
+            out[level] = await drive_level(client, model, texts, level, args.tokens)
+            print(f"  {level} streams: {count} requests in {time.perf_counter() - t:.1f}s", flush=True)
+            await fetch_records(client, admin_key, out[level])
+        return out
+
+
+def run_stack(args: argparse.Namespace) -> dict[int, list[Sample]]:
+    if args.url:
+        return asyncio.run(drive(args.url, args.api_key, args.admin_key, args))
+    from cli.stack import Stack
+    from libs.bus.embedded import free_port
+
+    data = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
+    stack = Stack(data_dir=data, port=free_port(), env=stack_env())
+    print(f"starting the stack (logs in {data}/logs) ...", flush=True)
+    try:
+        stack.start(timeout_s=600)
+        return asyncio.run(drive(stack.url, stack.api_key, stack.admin_key, args))
+    finally:
+        stack.stop()
+
+
+# -- the engine alone -------------------------------------------------------------------------
+async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
+    """The inference service's engine, built as its setup builds it, fed the prompts the pipeline rendered."""
+    from libs.engine import EngineConfig, SamplingParams, create_engine
+    from libs.engine.engine import engine_threads
+    from services.inference.settings import InferenceSettings
+
+    s = InferenceSettings()
+    eng = create_engine(
+        EngineConfig(
+            kind=s.engine,
+            model_path=s.model_path,
+            device=s.device,
+            dtype=s.dtype,
+            block_size=s.block_size,
+            num_blocks=s.num_blocks,
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            enable_prefix_caching=s.enable_prefix_caching,
+            max_model_len=s.max_model_len,
+            cache_dir=s.cache_dir or f"{s.data_dir}/cache/engine",
+        )
+    )
+    await eng.start()
+    tokens = job["tokens"]
+
+    async def one(rid: str, prompt: str, n_tokens: int) -> tuple[int, float | None, float | None]:
+        n, ttft, tpot = 0, None, None
+        params = SamplingParams(temperature=0.0, max_tokens=n_tokens, ignore_eos=True)
+        async for c in eng.generate(rid, prompt, params):
+            n += len(c.token_ids)
+            if c.finished and c.usage is not None:
+                ttft, tpot = c.usage.ttft_s, c.usage.tpot_s
+        return n, ttft, tpot
+
+    for i in range(2):
+        await one(f"warm{i}", job["warm"], 8)
+    res: dict[str, Any] = {"threads": engine_threads(), "dtype": getattr(eng, "dtype", s.dtype), "levels": {}}
+    for level, prompts in job["levels"]:
+        todo = iter(enumerate(prompts))
+        outs: list[tuple[int, float | None, float | None]] = []
+
+        async def worker(level: int = level, todo: Any = todo, outs: Any = outs) -> None:
+            for i, p in todo:
+                outs.append(await one(f"l{level}-{i}", p, tokens))
+
+        t = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(level)))
+        wall = time.perf_counter() - t
+        res["levels"][str(level)] = {
+            "tok_s": sum(o[0] for o in outs) / wall,
+            "ttft_ms": [o[1] * 1000 for o in outs if o[1] is not None],
+            "tpot_ms": [o[2] * 1000 for o in outs if o[2] is not None],
+        }
+        print(f"  engine alone, {level} streams: {res['levels'][str(level)]['tok_s']:.1f} tok/s", flush=True)
+    await eng.stop()
+    return res
+
+
+def spawn_engine(samples: dict[int, list[Sample]], args: argparse.Namespace) -> dict[str, Any]:
+    """The engine alone in a fresh process (its own threads and caches), with the stack's environment."""
+    from libs.engine import default_model_path
+    from libs.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(default_model_path())
+
+    def prompt(s: Sample) -> str:
+        rendered = s.record.get("prompt")
+        return (
+            rendered
+            if isinstance(rendered, str) and rendered
+            else str(tok.apply_chat_template([{"role": "user", "content": s.text}]))
+        )
+
+    job = {
+        "tokens": args.tokens,
+        "warm": str(tok.apply_chat_template([{"role": "user", "content": "Say hello. (warm-up)"}])),
+        "levels": [[level, [prompt(s) for s in ss]] for level, ss in samples.items()],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(job, fh)
+    print("engine alone ...", flush=True)
+    env = {**os.environ, **stack_env(), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.pipeline_bench", "--worker", fh.name],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    os.unlink(fh.name)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            result: dict[str, Any] = json.loads(line[7:])
+            return result
+    return {"note": f"engine worker failed (exit {proc.returncode})", "levels": {}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="docs/benchmarks.md", help="markdown file to write the section into; '' for none")
+    ap.add_argument("--levels", default="1,8,32,64", help="concurrent streams, comma-separated")
+    ap.add_argument("--tokens", type=int, default=64, help="output tokens per request (EOS ignored)")
+    ap.add_argument("--requests", type=int, default=None, help="requests per level (default max(8, 2 x level))")
+    ap.add_argument("--json", default=None, help="also write the summary as JSON here")
+    ap.add_argument("--no-engine", action="store_true", help="skip the engine-alone comparison")
+    ap.add_argument("--url", default=None, help="drive a running stack instead of starting one")
+    ap.add_argument("--api-key", default=os.environ.get("SWITCHYARD_API_KEY", ""))
+    ap.add_argument("--admin-key", default=os.environ.get("SWITCHYARD_ADMIN_KEY", ""))
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        with open(args.worker) as fh:
+            res = asyncio.run(engine_alone(json.load(fh)))
+        print("RESULT " + json.dumps(res), flush=True)
+        return 0
+    args.levels = [int(x) for x in args.levels.split(",")]
+    r: dict[str, Any] = {"load": f"{os.getloadavg()[0]:.2f}"}
+    samples = run_stack(args)
+    engine = {"note": "skipped (--no-engine)", "levels": {}} if args.no_engine else spawn_engine(samples, args)
+    r.update(summarize(samples, engine))
+    section = render(args.tokens, r)
+    if args.out:
+        write_section(args.out, MARK_BEGIN, MARK_END, section)
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=1))
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
