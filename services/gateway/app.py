@@ -13,7 +13,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from libs.bus import Bus
 from libs.store.keys import KeyStore
 from schemas import ErrorCode, ErrorInfo
-from services.gateway import admin_api, anthropic_api, chat_api, errors, feedback_api, openai_api, ops_api, standing
+from services.gateway import (
+    admin_api,
+    anthropic_api,
+    chat_api,
+    errors,
+    feedback_api,
+    openai_api,
+    openapi,
+    ops_api,
+    standing,
+)
 from services.gateway.core import Gateway
 from services.gateway.metrics import Metrics
 from services.gateway.product import router as product_router
@@ -75,7 +85,8 @@ class RequestIdMiddleware:
 
 def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     gw = Gateway(settings=settings, bus=bus, keys=keys)
-    app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    # FastAPI's own docs pages load Swagger UI / ReDoc from a CDN; openapi.install serves our own page.
+    app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.gateway = gw
     errors.install(app)
     app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
@@ -86,5 +97,6 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(standing.router)
     app.include_router(admin_api.router)
     app.include_router(feedback_api.router)
+    openapi.install(app)
     app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
     return app
