@@ -1,0 +1,152 @@
+"""The pipeline benchmark: its bookkeeping on made-up requests, and one tiny run against the real stack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.pipeline_client import Sample
+from bench.pipeline_report import MARK_BEGIN, MARK_END, render, summarize, targets
+from bench.pipeline_stages import STAGES, first_byte_path
+
+ROOT = Path(__file__).resolve().parents[2]
+MS = 1_000_000
+
+
+def span(
+    service: str, name: str, start_ms: float, end_ms: float, kind: str = "consumer", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "service": service,
+        "name": name,
+        "kind": kind,
+        "start_ns": int(start_ms * MS),
+        "end_ns": int(end_ms * MS),
+        "events": [],
+        **extra,
+    }
+
+
+def request(t0_ms: float = 1000.0, ttft_ms: float = 500.0, deltas: int = 8, tokens: int = 8) -> Sample:
+    """A request whose stages follow one another: context at +10, safety_in +20, router +50, tools +55,
+    inference +70 (handshake until +80), first token +180, the gateway's first event +300."""
+    t = t0_ms
+    spans = [
+        span("gateway", "POST /v1/chat/completions", t + 2, t + 2000, kind="server"),
+        span("context", "process pipeline.context", t + 10, t + 18),
+        span("safety_in", "process pipeline.safety_in", t + 20, t + 45),
+        span("router", "process pipeline.route", t + 50, t + 51),
+        span("tools", "process pipeline.tools", t + 55, t + 65),
+        span("inference", "process infer.default.{replica}", t + 70, t + 1900),
+        span("safety_out", "process pipeline.safety_out", t + 72, t + 76),
+        span(
+            "inference",
+            "chat SmolLM2",
+            t + 80,
+            t + 1890,
+            kind="client",
+            events=[{"name": "gen_ai.first_token", "time_ns": int((t + 180) * MS)}],
+        ),
+        span("logger", "store log.context", t + 19, t + 30),
+    ]
+    first = t + ttft_ms
+    return Sample(
+        rid="r",
+        text="hi",
+        t_send_ns=int(t * MS),
+        t_end_ns=int((first + 1000) * MS),
+        status=200,
+        delta_ns=[int((first + 10 * i) * MS) for i in range(deltas)],
+        completion_tokens=tokens,
+        record={"usage": {"ttft_ms": 100.0, "tpot_ms": 10.0}, "gateway": {"first_event_ms": 298.0}},
+        spans=spans,
+    )
+
+
+def test_stage_shares_add_up_to_the_client_ttft() -> None:
+    s = request()
+    path = first_byte_path(s)
+    assert list(path) == list(STAGES)
+    adds = {k: v[1] for k, v in path.items()}
+    assert adds == pytest.approx(
+        {
+            "gateway": 10.0,
+            "context": 10.0,
+            "safety_in": 30.0,
+            "router": 5.0,
+            "tools": 15.0,
+            "safety_out handshake": 10.0,
+            "inference queue + prefill": 100.0,
+            "safety_out release": 120.0,
+            "relay": 200.0,
+        }
+    )
+    assert sum(adds.values()) == pytest.approx(s.client_ttft_ms)
+    own = {k: v[0] for k, v in path.items()}
+    assert own["context"] == pytest.approx(8.0) and own["safety_out handshake"] == pytest.approx(4.0)
+    assert own["inference queue + prefill"] == 100.0  # the engine's own TTFT from the record
+    assert s.added_ttft_ms == pytest.approx(400.0)
+
+
+def test_overlapping_stages_add_nothing_and_a_missing_point_goes_to_the_stage_before() -> None:
+    s = request()
+    # safety_in now starts with context (in parallel) and the gateway's record lost its first event.
+    s.spans[2] = span("safety_in", "process pipeline.safety_in", 1010, 1045)
+    s.record["gateway"] = {}
+    path = first_byte_path(s)
+    assert path["context"][1] == 0.0  # safety_in started at the same moment: context is off the path
+    assert path["safety_in"][1] == pytest.approx(40.0)
+    assert path["relay"] == (None, None)
+    assert path["safety_out release"][1] == pytest.approx(320.0)  # first token → client, relay included
+    assert sum(v[1] or 0.0 for v in path.values()) == pytest.approx(s.client_ttft_ms)
+
+
+def test_summary_targets_and_section() -> None:
+    samples = {1: [request(ttft_ms=120.0) for _ in range(3)], 32: [request(ttft_ms=140.0, deltas=2)]}
+    failed = Sample(rid="x", text="hi", t_send_ns=1000 * MS, t_end_ns=1001 * MS, error="HTTP 503: overloaded")
+    samples[32].append(failed)
+    engine = {"threads": 1, "dtype": "int8", "levels": {"1": {"tok_s": 5.0}, "32": {"tok_s": 4.0, "ttft_ms": [90.0]}}}
+    r = {"load": "0.10", **summarize(samples, engine)}
+    one, many = r["levels"]["1"], r["levels"]["32"]
+    assert one["added_ttft_ms"]["p50"] == pytest.approx(20.0) and one["deltas_per_token"]["p50"] == 1.0
+    assert many["error_count"] == 1 and many["errors"] == ["HTTP 503: overloaded"]
+    assert many["deltas_per_token"]["p50"] == 0.25 and many["completion_tokens"] == [8]
+    met = {name: ok for name, _, _, ok in targets(r)}
+    assert met["pipeline-added TTFT p50 at 1 stream (ms)"] is True  # 20 ms
+    assert met["pipeline-added TTFT p50 at 32 streams / the engine's TTFT p50"] is False  # 40 of 100 ms
+    assert met["deltas per token p50, the level furthest from 1"] is False  # 0.25 at 32
+    section = render(8, r)
+    assert section.startswith(MARK_BEGIN) and section.rstrip().endswith(MARK_END)
+    assert "| 32 | 2 |" in section and "| safety_in |" in section
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_tiny_run_against_the_real_stack(tmp_path: Path) -> None:
+    out, js = tmp_path / "benchmarks.md", tmp_path / "result.json"
+    cmd = [sys.executable, "-m", "bench.pipeline_bench", "--levels", "1", "--tokens", "6", "--requests", "1"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), "--json", str(js)], cwd=ROOT, capture_output=True, text=True, timeout=280
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = json.loads(js.read_text())
+    level = r["levels"]["1"]
+    assert level["requests"] == 1 and level["error_count"] == 0, level["errors"]
+    assert level["completion_tokens"] == [6]  # ignore_eos reached the engine: the asked length, exactly
+    for key in ("client_ttft_ms", "engine_ttft_ms", "added_ttft_ms", "engine_tpot_ms", "deltas_per_token"):
+        assert level[key]["p50"] is not None, key
+    assert level["api_tok_s"] > 0 and level["engine_alone"]["tok_s"] > 0
+    assert r["engine"]["threads"] >= 1
+    # Every stage up to the first token is found in the spans, and the shares account for the whole wait.
+    stages = level["stages"]
+    for name in ("context", "safety_in", "router", "tools", "inference queue + prefill"):
+        assert stages[name]["adds_p50"] is not None and stages[name]["own_p50"] is not None, name
+    total = sum(v["adds_p50"] or 0.0 for v in stages.values())
+    assert total == pytest.approx(level["client_ttft_ms"]["p50"], abs=0.5)
+    text = out.read_text()
+    assert MARK_BEGIN in text and "## Pipeline benchmark" in text and "| 1 | 1 |" in text
