@@ -88,7 +88,9 @@ def run_stack(args: argparse.Namespace) -> dict[int, list[Sample]]:
     stack = Stack(data_dir=data, port=free_port(), env=stack_env())
     print(f"starting the stack (logs in {data}/logs) ...", flush=True)
     try:
+        t = time.perf_counter()
         stack.start(timeout_s=600)
+        print(f"  ready in {time.perf_counter() - t:.0f}s", flush=True)
         return asyncio.run(drive(stack.url, stack.api_key, stack.admin_key, args))
     finally:
         stack.stop()
@@ -176,6 +178,7 @@ def spawn_engine(samples: dict[int, list[Sample]], args: argparse.Namespace) -> 
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(job, fh)
     print("engine alone ...", flush=True)
+    t = time.perf_counter()
     env = {**os.environ, **stack_env(), "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
         [sys.executable, "-m", "bench.pipeline_bench", "--worker", fh.name],
@@ -185,6 +188,7 @@ def spawn_engine(samples: dict[int, list[Sample]], args: argparse.Namespace) -> 
         text=True,
     )
     os.unlink(fh.name)
+    print(f"  done in {time.perf_counter() - t:.0f}s", flush=True)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[7:])
