@@ -318,7 +318,7 @@ async function renderKeys() {
       route();
     };
     body.append(h("tr", { class: "key-row", "data-key": k.key_id, "data-state": k.state },
-      h("td", {}, h("code", {}, k.key_id)), h("td", {}, badge(k.state === "suspended" ? "error" : "ok"), " ", k.state),
+      h("td", {}, h("code", {}, k.key_id)), h("td", {}, h("span", { class: `badge ${k.state === "suspended" ? "block" : "ok"}` }, k.state)),
       h("td", {}, fmt.datetime(k.since_ms)), h("td", { class: "num" }, fmt.n(k.blocked)), h("td", { class: "num" }, fmt.n(k.flagged)),
       h("td", { class: "reason" }, k.reason || "–"), h("td", {}, strikeList(k.strikes)),
       h("td", {}, k.state === "suspended" ? h("button", { class: "secondary reinstate", onclick: reinstate }, "Reinstate") : null)));
