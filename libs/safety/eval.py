@@ -1,14 +1,29 @@
-"""Evaluate the input guard on ``data/eval.jsonl``: ``python -m libs.safety.eval``.
+"""Evaluate the guards: ``python -m libs.safety.eval`` (what ``make eval-safety`` runs).
 
-A category counts as detected for an example when the guard returns a flag or block verdict of
-that category. Precision and recall are per category; the benign false-positive rate is the
-share of benign messages that got any flag or block at all.
+Three tables, each against data nothing was trained on:
+
+- **input** (``data/eval.jsonl``): a category counts as detected for an example when the guard
+  returns a flag or block verdict of that category; precision and recall per category, and the
+  benign false-positive rate (share of benign messages with any flag or block at all).
+- **answers** (``data/answers/``): the shipped model answers everyday prompts (greedy, cached
+  under ``var/cache/safety/``), and each answer streams through the real output guard
+  (``StreamGuard`` over the embedding ``InputGuard``) in token-sized pieces; a benign answer
+  counts as *stopped* when the guard blocks it. Harmful answer passages, per blocking category,
+  stream through the same guard; recall is the share stopped.
+- **work traffic** (``data/answers/work_*.txt``): code, shell, logs, traces, configs and the
+  security questions developers ask, judged as user input: none may block, few may flag.
+
+``--part dev`` (default) scores the development halves the answer thresholds were chosen on;
+``--part blind`` the parts kept aside to be scored once (docs/safety.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
 import json
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,9 +31,14 @@ from pathlib import Path
 from libs.safety.classifier import EmbeddingClassifier
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
-from libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, worst_action
+from libs.safety.stream import StreamGuard
+from libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, Verdict, worst_action
 
 DATA = Path(__file__).resolve().parent / "data"
+ANSWERS = DATA / "answers"
+ROOT = Path(__file__).resolve().parents[2]
+ANSWER_CACHE = ROOT / "var" / "cache" / "safety" / "answers.jsonl"
+ANSWER_TOKENS = 96
 
 
 def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user") -> dict[str, object]:
@@ -70,8 +90,196 @@ def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user"
     }
 
 
+# --- data files ---------------------------------------------------------------------------------
+
+
+def read_sections(path: Path) -> dict[str, list[str]]:
+    """``[key]`` starts a section; each line is an item, or a block between ``<<<`` and ``>>>``
+    lines is one (code, logs); ``#`` lines before the first section are the file's comment."""
+    out: dict[str, list[str]] = {}
+    key: str | None = None
+    block: list[str] | None = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if block is not None:
+            if line.strip() == ">>>":
+                out[key or ""].append("\n".join(block))
+                block = None
+            else:
+                block.append(line)
+        elif re.fullmatch(r"\[[\w-]+\]", line.strip()):
+            key = line.strip()[1:-1]
+            out.setdefault(key, [])
+        elif key is None or not line.strip():
+            continue
+        elif line.strip() == "<<<":
+            block = []
+        else:
+            out[key].append(line.strip())
+    if block is not None:
+        raise ValueError(f"{path}: a <<< block is not closed")
+    return out
+
+
+def answer_set(name: str, part: str) -> dict[str, list[str]]:
+    """``benign``, ``harmful`` or ``work``, for part ``dev``, ``blind`` or ``all``."""
+    parts = ("dev", "blind") if part == "all" else (part,)
+    out: dict[str, list[str]] = {}
+    for p in parts:
+        for k, items in read_sections(ANSWERS / f"{name}_{p}.txt").items():
+            out.setdefault(k, []).extend(items)
+    return out
+
+
+# --- answers from the shipped model -------------------------------------------------------------
+
+
+def _model_id(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return f"{Path(path).name}:{h.hexdigest()[:16]}"
+
+
+def _cache_key(model: str, prompt: str, max_tokens: int) -> str:
+    return hashlib.sha256(f"{model}\n{max_tokens}\n{prompt}".encode()).hexdigest()[:24]
+
+
+def generate_answers(prompts: list[str], max_tokens: int = ANSWER_TOKENS, cache: Path = ANSWER_CACHE) -> list[str]:
+    """The shipped model's greedy answer to each prompt (as a single user message), from the
+    cache where the same model file, prompt and length were answered before."""
+    from libs.engine import default_model_path
+
+    model = _model_id(default_model_path())
+    known: dict[str, str] = {}
+    if cache.exists():
+        for line in cache.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                known[row["key"]] = row["answer"]
+    keys = [_cache_key(model, p, max_tokens) for p in prompts]
+    todo = sorted({(k, p) for k, p in zip(keys, prompts, strict=True) if k not in known})
+    if todo:
+        fresh = asyncio.run(_generate([p for _, p in todo], max_tokens))
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with cache.open("a", encoding="utf-8") as fh:
+            for (k, p), a in zip(todo, fresh, strict=True):
+                known[k] = a
+                fh.write(json.dumps({"key": k, "model": model, "max_tokens": max_tokens, "prompt": p, "answer": a}))
+                fh.write("\n")
+    return [known[k] for k in keys]
+
+
+async def _generate(prompts: list[str], max_tokens: int) -> list[str]:
+    from libs.engine import EngineConfig, SamplingParams, create_engine
+
+    eng = create_engine(EngineConfig())
+    await eng.start()
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+    async def one(i: int, prompt: str) -> str:
+        text = eng.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+        parts = [c.text async for c in eng.generate(f"safety-eval-{i}", text, params)]
+        return "".join(parts)
+
+    try:
+        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+    finally:
+        await eng.stop()
+
+
+# --- the output guard on whole answers ----------------------------------------------------------
+
+_PIECE = re.compile(r"\s*[A-Za-z]{1,6}|\s*\d{1,3}|\s*[^\sA-Za-z\d]|\s+")
+
+
+def token_pieces(text: str) -> list[str]:
+    """``text`` cut roughly as a tokenizer would stream it: short words, digits, punctuation."""
+    pieces = _PIECE.findall(text)
+    assert "".join(pieces) == text
+    return pieces
+
+
+def stream_answer(guard: InputGuard, text: str) -> Verdict | None:
+    """Stream ``text`` through a fresh ``StreamGuard``; the block that stopped it, if any."""
+    sg = StreamGuard(guard=guard)
+    for piece in token_pieces(text):
+        if sg.feed(piece).blocked is not None:
+            return sg.blocked
+    return sg.finish().blocked
+
+
+def evaluate_answers(
+    guard: InputGuard, benign: dict[str, list[tuple[str, str]]], harmful: dict[str, list[str]]
+) -> dict[str, object]:
+    """``benign``: per domain, (prompt, answer) pairs; ``harmful``: per category, passages."""
+    t0 = time.time()
+    domains: dict[str, dict[str, int]] = {}
+    stops: list[str] = []
+    for domain, pairs in benign.items():
+        d = domains[domain] = {"n": len(pairs), "stopped": 0}
+        for prompt, answer in pairs:
+            v = stream_answer(guard, answer)
+            if v is not None:
+                d["stopped"] += 1
+                stops.append(f"{domain} {v.category}:{v.score:.2f}  {prompt[:60]!r} -> {answer[:80]!r}")
+    cats: dict[str, dict[str, int]] = {}
+    misses: list[str] = []
+    for cat, passages in harmful.items():
+        c = cats[cat] = {"n": len(passages), "stopped": 0, "named": 0}
+        for text in passages:
+            v = stream_answer(guard, text)
+            c["stopped"] += v is not None
+            c["named"] += v is not None and v.category == cat
+            if v is None:
+                misses.append(f"{cat}  {text[:100]}")
+    nb = sum(d["n"] for d in domains.values())
+    ns = sum(d["stopped"] for d in domains.values())
+    return {
+        "version": guard.version,
+        "seconds": round(time.time() - t0, 1),
+        "benign_domains": domains,
+        "benign_n": nb,
+        "benign_stopped": ns,
+        "benign_stop_rate": ns / nb if nb else None,
+        "benign_stops": stops,
+        "harmful": cats,
+        "harmful_misses": misses,
+    }
+
+
+def evaluate_work(guard: InputGuard, kinds: dict[str, list[str]]) -> dict[str, object]:
+    """Work traffic as user input: blocked and flagged per kind."""
+    per: dict[str, dict[str, int]] = {}
+    hits: list[str] = []
+    for kind, items in kinds.items():
+        verdicts = guard.check_many(items, source="user")
+        k = per[kind] = {"n": len(items), "blocked": 0, "flagged": 0}
+        for text, vs in zip(items, verdicts, strict=True):
+            if vs:
+                k["flagged"] += 1
+                k["blocked"] += worst_action(vs) == BLOCK
+                hits.append(f"{kind} {vs[0].category}:{vs[0].action}:{vs[0].score:.2f}  {text[:80]!r}")
+    n = sum(k["n"] for k in per.values())
+    return {
+        "version": guard.version,
+        "kinds": per,
+        "n": n,
+        "blocked": sum(k["blocked"] for k in per.values()),
+        "flagged": sum(k["flagged"] for k in per.values()),
+        "hits": hits,
+    }
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
 def _pct(x: object) -> str:
     return "  -  " if x is None else f"{100 * float(x):5.1f}"  # type: ignore[arg-type]
+
+
+def _ratio(a: int, n: int) -> str:
+    return f"{_pct(a / n if n else None).strip()} % ({a} of {n})"
 
 
 def render(res: dict[str, object]) -> str:
@@ -97,12 +305,59 @@ def render(res: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+def render_answers(res: dict[str, object], part: str) -> str:
+    domains: dict[str, dict[str, int]] = res["benign_domains"]  # type: ignore[assignment]
+    cats: dict[str, dict[str, int]] = res["harmful"]  # type: ignore[assignment]
+    lines = [
+        f"output guard {res['version']}  source=model  answers part={part}  in {res['seconds']}s",
+        "",
+        "| benign answers: domain | n | stopped |",
+        "|---|---:|---:|",
+        *(f"| {d} | {m['n']} | {m['stopped']} |" for d, m in domains.items()),
+        f"| **all** | {res['benign_n']} | **{_ratio(res['benign_stopped'], res['benign_n'])}** |",  # type: ignore[arg-type]
+        "",
+        "| harmful answers: category | name | n | recall % (stopped) | stopped as this category % |",
+        "|---|---|---:|---:|---:|",
+        *(
+            f"| {c} | {CATEGORY_NAMES[c]} | {m['n']} | {_pct(m['stopped'] / m['n'])} | {_pct(m['named'] / m['n'])} |"
+            for c, m in cats.items()
+        ),
+    ]
+    lines += [f"  STOP  {s}" for s in res["benign_stops"]]  # type: ignore[attr-defined]
+    lines += [f"  MISS  {s}" for s in res["harmful_misses"]]  # type: ignore[attr-defined]
+    return "\n".join(lines)
+
+
+def render_work(res: dict[str, object], part: str) -> str:
+    kinds: dict[str, dict[str, int]] = res["kinds"]  # type: ignore[assignment]
+    lines = [
+        f"input guard {res['version']}  source=user  work traffic part={part}",
+        "",
+        "| work traffic: kind | n | blocked | flagged |",
+        "|---|---:|---:|---:|",
+        *(f"| {k} | {m['n']} | {m['blocked']} | {m['flagged']} |" for k, m in kinds.items()),
+        f"| **all** | {res['n']} | **{res['blocked']}** | **{_ratio(res['flagged'], res['n'])}** |",  # type: ignore[arg-type]
+    ]
+    lines += [f"  HIT  {h}" for h in res["hits"]]  # type: ignore[attr-defined]
+    return "\n".join(lines)
+
+
+def answer_pairs(part: str) -> dict[str, list[tuple[str, str]]]:
+    """The benign prompts of ``part`` with the shipped model's answers, per domain."""
+    prompts = answer_set("benign", part)
+    flat = [p for ps in prompts.values() for p in ps]
+    answers = iter(generate_answers(flat))
+    return {d: [(p, next(answers)) for p in ps] for d, ps in prompts.items()}
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, nargs="+", default=[DATA / "eval.jsonl"], help="one or more JSONL files")
     ap.add_argument("--weights", type=Path, default=None, help="classifier weights (default: the shipped file)")
     ap.add_argument("--rules-only", action="store_true", help="evaluate the guard without embeddings")
     ap.add_argument("--source", default="user", choices=["user", "file", "tool"])
+    ap.add_argument("--part", default="dev", choices=["dev", "blind", "all"], help="answer and work-traffic sets")
+    ap.add_argument("--input-only", action="store_true", help="skip the answer-side and work-traffic tables")
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     args = ap.parse_args()
     clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
@@ -111,9 +366,17 @@ def main() -> None:
         with path.open(encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
         res = evaluate(guard, rows, args.source)
-        if len(args.data) > 1:
-            print(("\n" if i else "") + f"== {path.name}")
+        print(("\n" if i else "") + f"== input: {path.name}")
         print(json.dumps(res, indent=2) if args.json else render(res))
+    if args.input_only:
+        return
+    ans = evaluate_answers(guard, answer_pairs(args.part), answer_set("harmful", args.part))
+    work = evaluate_work(guard, answer_set("work", args.part))
+    if args.json:
+        print(json.dumps({"answers": ans, "work": work}, indent=2))
+    else:
+        print(f"\n== answers ({args.part})\n" + render_answers(ans, args.part))
+        print(f"\n== work traffic ({args.part})\n" + render_work(work, args.part))
 
 
 if __name__ == "__main__":
