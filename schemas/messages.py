@@ -163,6 +163,9 @@ class RawChunk(BaseModel):
 class CancelNotice(BaseModel):
     rid: str
     reason: str = "client_disconnected"
+    # Characters of answer text (`delta` events) the gateway had relayed when the client stopped or
+    # left: the saved turn keeps exactly that much, not what was still in flight behind it.
+    delivered_chars: int | None = Field(default=None, ge=0)
 
 
 class Turn(BaseModel):

@@ -31,6 +31,8 @@ from services.gateway.settings import GatewaySettings
 log = structlog.get_logger()
 
 TERMINAL = ("done", "error")
+# The client ended the answer: what it had received by then is the answer that is kept.
+CLIENT_STOPS = ("client_disconnected", "stopped")
 FinishHook = Callable[["Run"], Awaitable[None]]
 
 
@@ -72,7 +74,7 @@ class Run:
     @property
     def client_status(self) -> str:
         t = self.terminal
-        if self.cancel_reason in ("client_disconnected", "stopped"):
+        if self.cancel_reason in CLIENT_STOPS:
             return "stopped"
         if t is None or t.type == "error":
             return "error"
@@ -190,6 +192,8 @@ class Streams:
     async def _receive(self, run: Run, event: ChatEvent) -> None:
         if run.final is not None:
             return
+        if run.cancel_reason in CLIENT_STOPS and event.type in ("delta", "thinking"):
+            return  # in flight behind the client's Stop: it is not shown, so it is not saved either
         if run.first_token_s is None and event.type in ("delta", "thinking") and event.text:
             # Relayed to the client as it arrives; a tool result, a refusal or an error is no first token.
             run.first_token_s = time.perf_counter() - run.t0
@@ -230,11 +234,14 @@ class Streams:
 
     async def _publish_cancel(self, run: Run, reason: str) -> None:
         self.metrics.cancels.labels(reason).inc()
+        delivered = None
+        if reason in CLIENT_STOPS:
+            delivered = sum(len(e.text) for e in run.events if e.type == "delta")
         try:
             with run.activate():
                 await self.bus.publish(
                     subjects.chat_cancel(run.rid),
-                    CancelNotice(rid=run.rid, reason=reason),
+                    CancelNotice(rid=run.rid, reason=reason, delivered_chars=delivered),
                     rid=run.rid,
                     tenant=run.tenant,
                 )

@@ -1,8 +1,11 @@
 """The streaming handshake and checker.
 
 Inference asks `pipeline.safety_out` for a checker; this replica subscribes to `stream.raw.<rid>` and
-only then answers, so no delta is lost. Text reaches the client through a hold-back window; the
-turn is saved before `done` is sent, so a reload right after `done` shows the whole thread.
+only then answers, so no delta is lost. Each delta goes out as soon as redaction allows (a word of
+look-behind, see `StreamGuard`); finished sentences are judged off the token path by a classifier
+pass shared with every other stream of this replica, and a block stops the stream where it is.
+Under the tenant's `judged` policy a sentence is shown only once judged. The turn is saved before
+`done` is sent, so a reload right after `done` shows the whole thread.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import structlog
 from libs.bus import Bus, BusError, current_context
 from libs.bus.headers import now_ms
 from libs.safety import InputGuard, StreamGuard
+from libs.safety.batcher import ScoreBatcher
+from libs.safety.stream import Release, Sentence
+from libs.safety.tenant import TenantGuards
 from schemas import (
     CancelNotice,
     ChatEvent,
@@ -52,24 +58,46 @@ class Stream:
     next_seq: int = 0
     closed: bool = False
     thinking_done: bool = False
+    # Set by a client's Stop: the saved answer is cut to what the gateway had relayed.
+    delivered_chars: int | None = None
     redactions: list[dict[str, Any]] = field(default_factory=list)
+    judging: set[asyncio.Task[None]] = field(default_factory=set)
+    # Releases and the end go out in the order the guard produced them, whichever task produced them.
+    emit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sub: Any = None
     watchdog: asyncio.Task[None] | None = None
 
+    @property
+    def answer(self) -> str:
+        """What the client was sent (cut to what it had received when it stopped)."""
+        text = self.guard.released_text
+        return text if self.delivered_chars is None else text[: self.delivered_chars]
+
 
 class SafetyOut:
-    def __init__(self, bus: Bus, settings: SafetyOutSettings, classifier: InputGuard | None):
+    def __init__(self, bus: Bus, settings: SafetyOutSettings, guards: TenantGuards, batcher: ScoreBatcher | None):
         self.bus = bus
         self.settings = settings
-        # Shared by every stream: with embeddings, each finished sentence is classified before release.
-        self.classifier = classifier
+        self.guards = guards
+        # One classifier pass for the sentences of every stream that are waiting (None: rules only).
+        self.batcher = batcher
+        self.streams: dict[str, Stream] = {}
+
+    def _guard(self, work: Work, guard: InputGuard) -> StreamGuard:
+        return StreamGuard(
+            holdback_chars=self.settings.holdback_chars,
+            guard=guard,
+            release=work.safety.answer_release,
+            judge_inline=False,
+        )
 
     async def open(self, req: StreamOpen) -> StreamOpenAck:
         work = req.work
+        guard = self.guards.for_tenant(work.safety)
         st = Stream(
             work=work,
-            guard=StreamGuard(holdback_chars=self.settings.holdback_chars, guard=self.classifier),
-            thinking=StreamGuard(holdback_chars=self.settings.holdback_chars, guard=self.classifier),
+            guard=self._guard(work, guard),
+            thinking=self._guard(work, guard),
             started_ms=now_ms(),
             t0=time.perf_counter(),
         )
@@ -77,6 +105,7 @@ class SafetyOut:
         async def on_chunk(chunk: RawChunk) -> None:
             await self.on_chunk(st, chunk)
 
+        self.streams[work.rid] = st
         st.sub = await self.bus.subscribe(subjects.stream_raw(work.rid), RawChunk, on_chunk, ordered=True, span=False)
         # The answer must not overtake the subscription: make the server register it first.
         await self.bus.flush()
@@ -85,6 +114,11 @@ class SafetyOut:
         st.watchdog = asyncio.create_task(self._expire(st, max(timeout, 0.1)))
         return StreamOpenAck(rid=work.rid, replica=self.bus.replica)
 
+    async def cancelled(self, notice: CancelNotice) -> None:
+        st = self.streams.get(notice.rid)
+        if st is not None and notice.delivered_chars is not None:
+            st.delivered_chars = notice.delivered_chars
+
     async def _expire(self, st: Stream, after_s: float) -> None:
         await asyncio.sleep(after_s)
         if not st.closed:
@@ -92,16 +126,34 @@ class SafetyOut:
             err = ErrorInfo.of(ErrorCode.deadline_exceeded, "the answer did not finish before the request deadline")
             await self._finish(st, "error", Usage(prompt_tokens=st.work.prompt_tokens), "error", err)
 
-    async def _release(self, st: Stream, text: str, kind: str = "delta") -> None:
-        if text:
-            await self.bus.emit(ChatEvent(rid=st.work.rid, type=kind, text=text))  # type: ignore[arg-type]
+    async def _send(self, st: Stream, rel: Release, kind: str, usage: Usage | None = None) -> None:
+        """Emit what the guard released; a block ends the stream; hand new sentences to the classifier."""
+        st.redactions += [r.__dict__ for r in rel.redactions]
+        if rel.text and not st.closed and st.delivered_chars is None:
+            await self.bus.emit(ChatEvent(rid=st.work.rid, type=kind, text=rel.text))  # type: ignore[arg-type]
+        if rel.blocked is not None:
+            await self._block(st, rel, usage)
+            return
+        for sentence in rel.to_judge:
+            guard = st.thinking if kind == "thinking" else st.guard
+            task = asyncio.create_task(self._judge(st, guard, sentence, kind))
+            st.judging.add(task)
+            task.add_done_callback(st.judging.discard)
 
-    async def _flush_thinking(self, st: Stream) -> None:
-        if st.thinking.full_text and not st.thinking_done:
-            st.thinking_done = True
-            rel = await asyncio.to_thread(st.thinking.finish)
-            st.redactions += [r.__dict__ for r in rel.redactions]
-            await self._release(st, rel.text, "thinking")
+    async def _judge(self, st: Stream, guard: StreamGuard, sentence: Sentence, kind: str) -> None:
+        assert self.batcher is not None
+        learned = (await guard.guard.check_many_batched([sentence.text], self.batcher, source="model"))[0]
+        async with st.emit_lock:
+            if not st.closed:
+                await self._send(st, guard.judged(sentence, learned), kind)
+
+    async def _block(self, st: Stream, rel: Release, usage: Usage | None) -> None:
+        assert rel.blocked is not None
+        # Stop the model too: nothing keeps decoding an answer nobody will see.
+        await self.bus.publish(subjects.chat_cancel(st.work.rid), CancelNotice(rid=st.work.rid, reason="blocked"))
+        err = ErrorInfo.of(ErrorCode.content_blocked, f"answer stopped by output safety ({rel.blocked.category})")
+        usage = usage or Usage(prompt_tokens=st.work.prompt_tokens)
+        await self._finish(st, "error", usage, "blocked", err, blocked=rel.blocked.category)
 
     async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
         if st.closed:
@@ -109,50 +161,34 @@ class SafetyOut:
         if chunk.seq != st.next_seq:
             log.warning("raw stream gap", expected=st.next_seq, got=chunk.seq)
         st.next_seq = chunk.seq + 1
-        if chunk.kind == "thinking":
-            # Thinking is shown to the user too, so it passes the same redaction, on its own window.
-            trel = await asyncio.to_thread(st.thinking.feed, chunk.text)
-            st.redactions += [r.__dict__ for r in trel.redactions]
-            await self._release(st, trel.text, "thinking")
-            if not chunk.finished:
+        async with st.emit_lock:
+            if chunk.kind == "thinking":
+                # Thinking is shown to the user too: the same redaction and judging, on its own guard.
+                await self._send(st, st.thinking.feed(chunk.text), "thinking", chunk.usage)
+                if not chunk.finished:
+                    return
+            elif st.thinking.full_text and not st.thinking_done:
+                st.thinking_done = True
+                await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
+            if chunk.text and chunk.kind == "delta" and not st.closed:
+                await self._send(st, st.guard.feed(chunk.text), "delta", chunk.usage)
+            if not chunk.finished or st.closed:
                 return
-        else:
-            await self._flush_thinking(st)
-        # Off the event loop: a finished sentence may go through the embedding classifier.
-        rel = await asyncio.to_thread(st.guard.feed, chunk.text) if chunk.text and chunk.kind == "delta" else None
-        if rel is not None:
-            st.redactions += [r.__dict__ for r in rel.redactions]
-            await self._release(st, rel.text)
-            if rel.blocked is not None:
-                # Stop the model too: nothing keeps decoding an answer nobody will see.
-                await self.bus.publish(
-                    subjects.chat_cancel(st.work.rid), CancelNotice(rid=st.work.rid, reason="blocked")
-                )
-                err = ErrorInfo.of(
-                    ErrorCode.content_blocked, f"answer stopped by output safety ({rel.blocked.category})"
-                )
-                await self._finish(
-                    st,
-                    "error",
-                    chunk.usage or Usage(prompt_tokens=st.work.prompt_tokens),
-                    "blocked",
-                    err,
-                    blocked=rel.blocked.category,
-                )
-                return
-        if not chunk.finished:
-            return
-        await self._flush_thinking(st)
-        rel = await asyncio.to_thread(st.guard.finish)
-        st.redactions += [r.__dict__ for r in rel.redactions]
-        await self._release(st, rel.text)
-        usage = chunk.usage or Usage(prompt_tokens=st.work.prompt_tokens)
-        if chunk.error is not None:
-            await self._finish(st, "error", usage, "error", chunk.error)
-        elif chunk.finish_reason == "cancelled":
-            await self._finish(st, "stopped", usage, "cancelled", None)
-        else:
-            await self._finish(st, "complete", usage, chunk.finish_reason or "stop", None)
+            if st.thinking.full_text and not st.thinking_done:
+                st.thinking_done = True
+                await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
+            await self._send(st, st.guard.finish(), "delta", chunk.usage)
+        # The last sentences' verdicts decide between `done` and `content_blocked`.
+        while st.judging and not st.closed:
+            await asyncio.gather(*list(st.judging), return_exceptions=True)
+        async with st.emit_lock:
+            usage = chunk.usage or Usage(prompt_tokens=st.work.prompt_tokens)
+            if chunk.error is not None:
+                await self._finish(st, "error", usage, "error", chunk.error)
+            elif chunk.finish_reason == "cancelled" or st.delivered_chars is not None:
+                await self._finish(st, "stopped", usage, "cancelled", None)
+            else:
+                await self._finish(st, "complete", usage, chunk.finish_reason or "stop", None)
 
     async def _finish(
         self, st: Stream, status: str, usage: Usage, finish: str, error: ErrorInfo | None, blocked: str | None = None
@@ -160,16 +196,18 @@ class SafetyOut:
         if st.closed:
             return
         st.closed = True
+        for task in st.judging:
+            if task is not asyncio.current_task():
+                task.cancel()
         if st.watchdog is not None and st.watchdog is not asyncio.current_task():
             st.watchdog.cancel()
         work = st.work
-        final = [v.__dict__ for v in await asyncio.to_thread(st.guard.final_check)]
         if work.persist and work.chat_id:
             turn = Turn(
                 id=uuid.uuid4().hex,
                 rid=work.rid,
                 user_text=work.text,
-                answer=st.guard.released_text,
+                answer=st.answer,
                 status=status,
                 usage=usage,
                 model=work.route.model if work.route else None,  # type: ignore[arg-type]
@@ -179,10 +217,12 @@ class SafetyOut:
                 thinking=st.thinking.released_text,
             )
             try:
+                # Saving outlives the request's deadline: an answer the client saw is never dropped.
                 await self.bus.request(
                     subjects.SAVE_TURN,
                     SaveTurn(tenant=work.tenant, user=work.user, chat_id=work.chat_id, turn=turn),
                     SaveTurnAck,
+                    deadline_ms=now_ms() + int(self.settings.save_timeout_s * 1000),
                 )
             except BusError as e:
                 log.error("turn not saved", error=e.message)
@@ -200,6 +240,17 @@ class SafetyOut:
                     model=work.route.model if work.route else None,
                 )
             )
+        self.streams.pop(work.rid, None)
+        # After the client has its ending: the whole-answer verdict is for the record only.
+        final: list[dict[str, Any]] = []
+        if st.guard.full_text.strip():
+            if self.batcher is not None:
+                verdicts = (
+                    await st.guard.guard.check_many_batched([st.guard.full_text], self.batcher, source="model")
+                )[0]
+            else:
+                verdicts = st.guard.guard.check(st.guard.full_text, source="model")
+            final = [v.__dict__ for v in verdicts]
         await self.bus.log_stage(
             StageRecord(
                 rid=work.rid,
@@ -216,23 +267,38 @@ class SafetyOut:
                         "status": status,
                         "finish_reason": finish,
                         "output": st.guard.full_text,
-                        "released": st.guard.released_text,
+                        "released": st.answer,
                         "thinking": st.thinking.full_text,
                         "usage": usage.model_dump(),
                         "model": work.route.model if work.route else None,
                         "mode": work.route.mode if work.route else None,
-                        "safety_out": {"redactions": st.redactions, "final_check": final, "blocked": blocked},
+                        "safety_out": {
+                            "redactions": st.redactions,
+                            "final_check": final,
+                            "blocked": blocked,
+                            "answer_release": work.safety.answer_release,
+                        },
                     },
                 },
             )
         )
+        # Last: this may run in the subscription's own callback, which unsubscribing cancels.
         await self.bus.unsubscribe(st.sub)
 
 
 async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable[None]] | None:
-    classifier = None
+    guard = InputGuard(use_embeddings=settings.use_embeddings)
+    batcher = None
     if settings.use_embeddings:
-        classifier = await asyncio.to_thread(InputGuard, use_embeddings=True)
-        await asyncio.to_thread(classifier.check, "warm up", source="model")
-    await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, SafetyOut(bus, settings, classifier).open, queue="safety_out")
-    return None
+        await asyncio.to_thread(guard.check, "warm up", source="model")
+        batcher = ScoreBatcher(guard.classifier, max_texts=settings.max_batch_texts)
+    service = SafetyOut(bus, settings, TenantGuards(guard), batcher)
+    # Every replica hears every cancel (no queue group): only the one holding the stream acts on it.
+    await bus.subscribe("chat.cancel.*", CancelNotice, service.cancelled, span=False)
+    await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, service.open, queue="safety_out")
+
+    async def cleanup() -> None:
+        if batcher is not None:
+            await batcher.close()
+
+    return cleanup

@@ -8,9 +8,13 @@ from libs.bus import ServiceSettings
 class SafetyOutSettings(ServiceSettings):
     model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_SAFETY_OUT_")
 
-    # Characters held back so a redaction never arrives half-sent (released earlier at a sentence end).
-    holdback_chars: int = 48
-    # Classify each finished sentence with the learned classifier too (rules alone otherwise).
+    # Characters held back beyond the safe cut (0: release every word as soon as redaction allows).
+    holdback_chars: int = 0
+    # Judge finished sentences with the learned classifier too (rules alone otherwise).
     use_embeddings: bool = True
+    # Most sentences one classifier pass takes; more wait for the next pass.
+    max_batch_texts: int = 64
     # A stream with no end by then is closed with deadline_exceeded, when the request carries no deadline.
     default_stream_timeout_s: float = 300.0
+    # How long saving a turn may take; it has its own deadline, not the request's (which may have passed).
+    save_timeout_s: float = 10.0

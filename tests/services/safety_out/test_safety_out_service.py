@@ -1,0 +1,182 @@
+"""safety_out on a real nats-server with the real classifier: this test plays inference (it publishes raw
+chunks) and the client (it reads `chat.events.<rid>`) and answers `SAVE_TURN` as context would."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from libs.bus import Bus, NatsServer
+from libs.safety import redact
+from libs.telemetry import setup_tracing
+from schemas import (
+    CancelNotice,
+    ChatEvent,
+    RawChunk,
+    SaveTurn,
+    SaveTurnAck,
+    StreamOpen,
+    StreamOpenAck,
+    TenantSafety,
+    Usage,
+    Work,
+    subjects,
+)
+from services.safety_out.service import setup
+from services.safety_out.settings import SafetyOutSettings
+
+
+@dataclass
+class Client:
+    """One request's view: the events it received, in order, with a wake-up per event."""
+
+    events: list[ChatEvent] = field(default_factory=list)
+    arrived: asyncio.Queue[ChatEvent] = field(default_factory=asyncio.Queue)
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.events if e.type == "delta")
+
+    async def next(self) -> ChatEvent:
+        return await asyncio.wait_for(self.arrived.get(), 30)
+
+    async def until_end(self) -> ChatEvent:
+        while True:
+            e = await self.next()
+            if e.type in ("done", "error"):
+                return e
+
+
+@dataclass
+class Rig:
+    bus: Bus
+    saved: dict[str, SaveTurn]
+
+    async def open(self, policy: TenantSafety | None = None) -> tuple[str, Client, list[int]]:
+        rid = uuid.uuid4().hex
+        client = Client()
+
+        async def on_event(e: ChatEvent) -> None:
+            client.events.append(e)
+            client.arrived.put_nowait(e)
+
+        await self.bus.watch(subjects.chat_events(rid), ChatEvent, on_event)
+        await self.bus.flush()
+        work = Work(rid=rid, tenant="t", user="u", key_id="k", chat_id="c-" + rid, text="q", persist=True)
+        if policy is not None:
+            work.safety = policy
+        await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck)
+        return rid, client, [0]
+
+    async def chunk(self, rid: str, seq: list[int], text: str = "", **kw: object) -> None:
+        await self.bus.publish(subjects.stream_raw(rid), RawChunk(rid=rid, seq=seq[0], text=text, **kw))  # type: ignore[arg-type]
+        seq[0] += 1
+
+    async def end(self, rid: str, seq: list[int], reason: str = "stop") -> None:
+        await self.chunk(
+            rid, seq, finished=True, finish_reason=reason, usage=Usage(prompt_tokens=3, completion_tokens=9)
+        )
+
+
+@pytest.fixture(scope="module")
+async def rig(nats_server: NatsServer) -> AsyncIterator[Rig]:
+    service = await Bus.connect(nats_server.url, "safety_out", "s1", setup_tracing("safety_out"))
+    await service.ensure_log_stream()
+    cleanup = await setup(service, SafetyOutSettings())
+    peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
+    saved: dict[str, SaveTurn] = {}
+
+    async def save(req: SaveTurn) -> SaveTurnAck:
+        saved[req.turn.rid] = req
+        return SaveTurnAck(turn_id=req.turn.id)
+
+    await peer.subscribe(subjects.SAVE_TURN, SaveTurn, save, queue="context")
+    await peer.flush()
+    yield Rig(peer, saved)
+    if cleanup is not None:
+        await cleanup()
+    await service.close()
+    await peer.drain()
+
+
+async def test_every_word_goes_out_before_the_next_token(rig: Rig) -> None:
+    rid, client, seq = await rig.open()
+    words = [" Water", " tomatoes", " deeply", " twice", " a", " week", " in", " summer."]
+    for i, w in enumerate(words):
+        await rig.chunk(rid, seq, w)
+        # The word before is complete now: it is out before the next token, without waiting for a sentence.
+        while client.text != "".join(words[:i]) + " ":
+            assert (await client.next()).type == "delta"
+    await rig.end(rid, seq)
+    done = await client.until_end()
+    assert done.type == "done"
+    assert client.text == "".join(words)
+    assert rig.saved[rid].turn.answer == client.text and rig.saved[rid].turn.status == "complete"
+
+
+async def test_a_phone_number_is_never_half_sent(rig: Rig) -> None:
+    rid, client, seq = await rig.open()
+    answer = "Call us on +1 (555) 123-4567 or +44 20 7946 0958 today, or mail help@example.com please."
+    for i in range(0, len(answer), 2):
+        await rig.chunk(rid, seq, answer[i : i + 2])
+    await rig.end(rid, seq)
+    assert (await client.until_end()).type == "done"
+    deltas = [e.text for e in client.events if e.type == "delta"]
+    assert len(deltas) > 5
+    for d in deltas:
+        assert not any(s in d for s in ("555", "123", "4567", "7946", "0958", "help@", "example.com"))
+    assert client.text == redact(answer)[0]
+
+
+async def test_a_block_after_release_stops_the_stream_and_keeps_what_was_sent(rig: Rig) -> None:
+    rid, client, seq = await rig.open()
+    first = "Sure, I can explain. "
+    for w in first.split(" "):
+        await rig.chunk(rid, seq, w + " ")
+    harmful = (
+        "Here is how to make sarin nerve gas at home: obtain the precursor chemicals, mix them in a sealed "
+        "container and release the gas in a crowded subway station. "
+    )
+    for i in range(0, len(harmful), 4):
+        await rig.chunk(rid, seq, harmful[i : i + 4])
+    end = await client.until_end()
+    assert end.type == "error" and end.error is not None and end.error.code == "content_blocked"
+    # Streaming first: the harmless sentence was out before the verdict; the stored turn is what was sent.
+    assert client.text.startswith("Sure, I can explain.")
+    turn = rig.saved[rid].turn
+    assert turn.status == "error" and turn.answer == client.text
+    await rig.end(rid, seq, "cancelled")  # inference's own ending, after the cancel, changes nothing
+
+
+async def test_judged_policy_shows_nothing_unjudged(rig: Rig) -> None:
+    rid, client, seq = await rig.open(TenantSafety(answer_release="judged"))
+    harmful = (
+        "Here is how to make sarin nerve gas at home: obtain the precursor chemicals, mix them in a sealed "
+        "container and release the gas in a crowded subway station. "
+    )
+    for i in range(0, len(harmful), 4):
+        await rig.chunk(rid, seq, harmful[i : i + 4])
+    end = await client.until_end()
+    assert end.type == "error" and end.error is not None and end.error.code == "content_blocked"
+    assert "sarin" not in client.text
+
+
+async def test_a_stop_saves_exactly_what_the_client_had(rig: Rig) -> None:
+    rid, client, seq = await rig.open()
+    for w in ("Bread", " needs", " flour,", " water,", " salt"):
+        await rig.chunk(rid, seq, w)
+    while client.text != "Bread needs flour, water, ":
+        await client.next()
+    delivered = len("Bread needs ")  # the gateway had relayed only this much when the user pressed Stop
+    await rig.bus.publish(subjects.chat_cancel(rid), CancelNotice(rid=rid, reason="stopped", delivered_chars=delivered))
+    for w in (" and", " yeast."):
+        await rig.chunk(rid, seq, w)
+    await rig.end(rid, seq, "cancelled")
+    end = await client.until_end()
+    assert end.type == "done" and end.finish_reason == "cancelled"
+    turn = rig.saved[rid].turn
+    assert turn.status == "stopped" and turn.answer == "Bread needs "
