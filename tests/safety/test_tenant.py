@@ -11,7 +11,7 @@ OPENAI_KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
 
 def test_no_overrides_is_the_shipped_policy() -> None:
     assert tenant_policy(TenantSafety()) == SafetyPolicy()
-    base = SafetyPolicy(model_block_at=0.95)
+    base = SafetyPolicy(untrusted_sources=frozenset({"file"}))
     assert tenant_policy(TenantSafety(), base) is base
 
 
@@ -32,7 +32,7 @@ def test_an_override_replaces_only_the_fields_it_names() -> None:
     assert {c: p.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)} == {
         c: shipped.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)
     }
-    assert p.model_block_at == shipped.model_block_at and p.action(S1, 1.0) == BLOCK
+    assert p.model_copy(update={"thresholds": shipped.thresholds}) == shipped and p.action(S1, 1.0) == BLOCK
 
 
 def test_overrides_survive_the_wire() -> None:
