@@ -7,15 +7,17 @@ process) and drives `/v1/chat/completions` with streamed requests (distinct prom
 output length with EOS ignored) from one httpx.AsyncClient, `level` streams open at every moment.
 Per request: the client's TTFT (request sent → first content delta), the engine's own TTFT and TPOT
 (the request's record), the gaps between deltas and deltas per token; the spans say where the time
-before the first byte went. Then, with the stack stopped, the engine alone in a fresh process (the
-inference service's settings, the same prompts, threads and concurrency) at the same levels, so the
-pipeline's cost is a ratio measured side by side. The result is a markdown section in --out.
+before the first byte went. Before the stack starts, the engine alone runs in a fresh process (the
+inference service's settings, threads and concurrency, the prompts the context stage renders for the
+same texts) at the same levels, so the pipeline's cost is a ratio measured side by side; the weight
+format it resolves `auto` to is pinned for the stack. The result is a markdown section in --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import subprocess
@@ -41,12 +43,25 @@ def requests_for(level: int, requested: int | None) -> int:
     return max(level, requested if requested else max(8, 2 * level))
 
 
+def plan(args: argparse.Namespace) -> list[tuple[int, list[str]]]:
+    """The user texts of every level: distinct across the whole run, so no request reuses another's answer."""
+    out, n = [], 0
+    for level in args.levels:
+        count = requests_for(level, args.requests)
+        out.append((level, [f"{QUESTIONS[(n + i) % len(QUESTIONS)]} (request {n + i})" for i in range(count)]))
+        n += count
+    return out
+
+
 # -- the stack over HTTP ----------------------------------------------------------------------
-def stack_env() -> dict[str, str]:
+def stack_env(dtype: str | None = None) -> dict[str, str]:
     """The stack as `make run` starts it, with the dev key's limits out of the way: the limiter still
-    runs (its cost is the pipeline's), but 64 streams must not be refused."""
+    runs (its cost is the pipeline's), but 64 streams must not be refused. `dtype` pins the weight
+    format the engine alone resolved `auto` to, so both run the same weights."""
     tier = {"requests_per_minute": 1e6, "tokens_per_minute": 1e9, "concurrent_streams": 4096}
+    pinned = {"SWITCHYARD_INFERENCE_DTYPE": dtype} if dtype and "SWITCHYARD_INFERENCE_DTYPE" not in os.environ else {}
     return {
+        **pinned,
         "SWITCHYARD_INFERENCE_CACHE_DIR": os.environ.get(
             "SWITCHYARD_INFERENCE_CACHE_DIR", str(ROOT / "var/cache/engine")
         ),
@@ -55,7 +70,9 @@ def stack_env() -> dict[str, str]:
     }
 
 
-async def drive(url: str, api_key: str, admin_key: str, args: argparse.Namespace) -> dict[int, list[Sample]]:
+async def drive(
+    url: str, api_key: str, admin_key: str, args: argparse.Namespace, texts: list[tuple[int, list[str]]]
+) -> dict[int, list[Sample]]:
     biggest = max(args.levels)
     limits = httpx.Limits(max_connections=biggest + 16, max_keepalive_connections=biggest + 16)
     timeout = httpx.Timeout(900.0, connect=10.0)
@@ -66,39 +83,38 @@ async def drive(url: str, api_key: str, admin_key: str, args: argparse.Namespace
         for i in range(2):  # first requests pay one-time costs (connections, caches, lazy loads)
             await stream_one(client, model, f"Say hello. (warm-up {i})", 8)
         out: dict[int, list[Sample]] = {}
-        n = 0
-        for level in args.levels:
-            count = requests_for(level, args.requests)
-            texts = [f"{QUESTIONS[(n + i) % len(QUESTIONS)]} (request {n + i})" for i in range(count)]
-            n += count
+        for level, level_texts in texts:
             t = time.perf_counter()
-            out[level] = await drive_level(client, model, texts, level, args.tokens)
-            print(f"  {level} streams: {count} requests in {time.perf_counter() - t:.1f}s", flush=True)
+            out[level] = await drive_level(client, model, level_texts, level, args.tokens)
+            print(f"  {level} streams: {len(level_texts)} requests in {time.perf_counter() - t:.1f}s", flush=True)
             await fetch_records(client, admin_key, out[level])
         return out
 
 
-def run_stack(args: argparse.Namespace) -> dict[int, list[Sample]]:
+def run_stack(
+    args: argparse.Namespace, texts: list[tuple[int, list[str]]], dtype: str | None
+) -> dict[int, list[Sample]]:
     if args.url:
-        return asyncio.run(drive(args.url, args.api_key, args.admin_key, args))
+        return asyncio.run(drive(args.url, args.api_key, args.admin_key, args, texts))
     from cli.stack import Stack
     from libs.bus.embedded import free_port
 
     data = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
-    stack = Stack(data_dir=data, port=free_port(), env=stack_env())
+    stack = Stack(data_dir=data, port=free_port(), env=stack_env(dtype))
     print(f"starting the stack (logs in {data}/logs) ...", flush=True)
     try:
         t = time.perf_counter()
         stack.start(timeout_s=600)
         print(f"  ready in {time.perf_counter() - t:.0f}s", flush=True)
-        return asyncio.run(drive(stack.url, stack.api_key, stack.admin_key, args))
+        return asyncio.run(drive(stack.url, stack.api_key, stack.admin_key, args, texts))
     finally:
         stack.stop()
 
 
 # -- the engine alone -------------------------------------------------------------------------
 async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
-    """The inference service's engine, built as its setup builds it, fed the prompts the pipeline rendered."""
+    """The inference service's engine, built as its setup builds it from the same settings, fed the
+    prompts the context stage renders for these texts (checked against the records afterwards)."""
     from libs.engine import EngineConfig, SamplingParams, create_engine
     from libs.engine.engine import engine_threads
     from services.inference.settings import InferenceSettings
@@ -155,28 +171,30 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
-def spawn_engine(samples: dict[int, list[Sample]], args: argparse.Namespace) -> dict[str, Any]:
-    """The engine alone in a fresh process (its own threads and caches), with the stack's environment."""
+@functools.cache
+def _tokenizer() -> Any:
     from libs.engine import default_model_path
     from libs.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(default_model_path())
+    return load_tokenizer(default_model_path())
 
-    def prompt(s: Sample) -> str:
-        rendered = s.record.get("prompt")
-        return (
-            rendered
-            if isinstance(rendered, str) and rendered
-            else str(tok.apply_chat_template([{"role": "user", "content": s.text}]))
-        )
 
+def render_prompt(text: str) -> str:
+    """The prompt the context stage renders for a new conversation's first message (no tenant
+    instructions, memory or tools in the benchmark's stack)."""
+    return str(_tokenizer().apply_chat_template([{"role": "user", "content": text}]))
+
+
+def spawn_engine(texts: list[tuple[int, list[str]]], args: argparse.Namespace) -> dict[str, Any]:
+    """The engine alone in a fresh process (its own threads and caches), with the stack's environment."""
     job = {
         "tokens": args.tokens,
-        "warm": str(tok.apply_chat_template([{"role": "user", "content": "Say hello. (warm-up)"}])),
-        "levels": [[level, [prompt(s) for s in ss]] for level, ss in samples.items()],
+        "warm": render_prompt("Say hello. (warm-up)"),
+        "levels": [[level, [render_prompt(t) for t in level_texts]] for level, level_texts in texts],
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(job, fh)
+    load = os.getloadavg()[0]
     print("engine alone ...", flush=True)
     t = time.perf_counter()
     env = {**os.environ, **stack_env(), "PYTHONWARNINGS": "ignore"}
@@ -192,7 +210,7 @@ def spawn_engine(samples: dict[int, list[Sample]], args: argparse.Namespace) -> 
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
             result: dict[str, Any] = json.loads(line[7:])
-            return result
+            return {**result, "load": f"{load:.2f}"}
     return {"note": f"engine worker failed (exit {proc.returncode})", "levels": {}}
 
 
@@ -215,10 +233,17 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(res), flush=True)
         return 0
     args.levels = [int(x) for x in args.levels.split(",")]
+    texts = plan(args)
+    # The engine alone first: it resolves the weight format `auto` picks here, and the stack then runs that one.
+    engine: dict[str, Any] = {"note": "skipped (--no-engine)", "levels": {}}
+    if not args.no_engine:
+        engine = spawn_engine(texts, args)
     r: dict[str, Any] = {"load": f"{os.getloadavg()[0]:.2f}"}
-    samples = run_stack(args)
-    engine = {"note": "skipped (--no-engine)", "levels": {}} if args.no_engine else spawn_engine(samples, args)
+    dtype = engine.get("dtype")
+    samples = run_stack(args, texts, dtype if isinstance(dtype, str) else None)
     r.update(summarize(samples, engine))
+    recorded = [s for ss in samples.values() for s in ss if s.record.get("prompt")]
+    r["prompts_differing"] = sum(s.record["prompt"] != render_prompt(s.text) for s in recorded)
     section = render(args.tokens, r)
     if args.out:
         write_section(args.out, MARK_BEGIN, MARK_END, section)

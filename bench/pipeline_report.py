@@ -153,11 +153,19 @@ def render(tokens: int, r: dict[str, Any]) -> str:
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {machine()}; engine threads {eng.get('threads', '-')} (as the inference service), "
-        f"weights {eng.get('dtype', '-')}; load average at start {r['load']}",
+        f"weights {eng.get('dtype', '-')} (the engine alone resolves `auto`, the stack is pinned to it); "
+        f"load average at start {eng.get('load', '-')} (engine alone), {r['load']} (stack)",
         f"- command: `python -m bench.pipeline_bench {' '.join(sys.argv[1:])}`",
         f"- {tokens} tokens per request (EOS ignored, greedy), distinct prompts, `level` streams open at every "
         "moment over one HTTP client; the stack as `make run` starts it (the dev key's rate limits raised); "
-        "the engine alone runs after it in its own process, same prompts and concurrency",
+        "the engine alone runs first, in its own process, on the prompts the context stage renders for the same "
+        "texts, at the same concurrency",
+        *(
+            [f"- {r['prompts_differing']} recorded prompts differ from the engine alone's"]
+            if r.get("prompts_differing")
+            else []
+        ),
+        *([f"- engine alone: {eng['note']}"] if eng.get("note") else []),
         "",
         "| streams | requests | client TTFT ms p50 / p95 | engine TTFT ms | pipeline-added TTFT ms | engine TPOT ms "
         "| delta gap ms | deltas per token p50 (min) | API tok/s | engine alone tok/s | API / engine | "
