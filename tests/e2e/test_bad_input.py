@@ -66,3 +66,30 @@ def test_another_tenants_chat_is_not_found(client: httpx.Client, stack: Stack) -
     shape(httpx.get(f"{stack.url}/v1/conversations/{chat_id}", headers=other), 404, "not_found")
     shape(httpx.post(f"{stack.url}/chat", json={"chatId": chat_id, "text": "let me in"}, headers=other), 404)
     assert client.get(f"/v1/conversations/{chat_id}").json() == before
+
+
+def test_inputs_that_used_to_crash_are_400_404_413(client: httpx.Client, stack: Stack) -> None:
+    """Each of these answered 500 against the real stack (issue 17); nothing of them may reach the pipeline."""
+    hdr = {"content-type": "application/json"}
+    deep = b'{"chatId": "deep", "text": "hi", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    shape(client.post("/chat", content=deep, headers=hdr), 400, "bad_request")
+    user = [{"role": "user", "content": "hi"}]
+    model = "SmolLM2-135M-Instruct"
+    shape(client.post("/v1/chat/completions", json={"model": model, "messages": user, "seed": 2**70}), 400)
+    shape(client.post("/v1/chat/completions", json={"model": "", "messages": user}), 400)
+    shape(client.post("/v1/chat/completions", json={"model": model, "messages": user, "max_tokens": 0}), 400)
+    shape(client.post("/v1/chat/completions", json={"model": model, "messages": user, "stream": "yes"}), 400)
+    shape(client.post("/v1/chat/completions", json={"model": model, "messages": user, "tool_choice": "maybe"}), 400)
+    r = client.post("/v1/messages", json={"model": "", "max_tokens": 8, "messages": user})
+    assert r.status_code == 400 and r.json()["type"] == "error" and r.json()["error"]["code"] == "bad_request"
+    big = {"file": ("big.txt", b"word " * (3 * 1024 * 1024 // 5), "text/plain")}
+    r = client.post("/v1/files", files=big)
+    shape(r, 413, "payload_too_large")
+    assert "524288" in r.json()["error"]["message"]
+    admin = {"Authorization": f"Bearer {stack.admin_key}"}
+    for key_id in ("key_0000000000000000", "ключ"):
+        shape(httpx.post(f"{stack.url}/v1/admin/keys/{key_id}/reinstate", headers=admin), 404, "not_found")
+    r = client.get("/chat")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    doc = httpx.get(f"{stack.url}/openapi.json").json()
+    assert "/v1/chat/completions" in doc["paths"]
