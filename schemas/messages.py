@@ -73,6 +73,15 @@ class ToolEvent(BaseModel):
     sources: list[str] = Field(default_factory=list)
 
 
+class InputDecision(BaseModel):
+    """safety_in's answer on `pipeline.safety_in` (request/reply); a block comes back as a
+    `policy_violation` error instead."""
+
+    rid: str
+    action: Literal["allow", "flag", "block"] = "allow"
+    verdicts: list[SafetyVerdict] = Field(default_factory=list)
+
+
 class Work(BaseModel):
     """The request envelope handed from stage to stage."""
 
@@ -106,8 +115,10 @@ class Work(BaseModel):
     prompt_tokens: int = 0
     history_turns: int = 0
     trimmed_turns: int = 0
-    # safety_in
+    # safety_in (asked by safety_out while the model prefills, or by tools before a tool runs), then tools
     verdicts: list[SafetyVerdict] = Field(default_factory=list)
+    # The input verdict is in: nothing after the stage that asked needs to ask again.
+    input_checked: bool = False
     # router
     route: RouteDecision | None = None
     # tools: what ran, and the tool-results block put into the prompt before the user's message

@@ -5,6 +5,7 @@ from __future__ import annotations
 STAGES = ("gateway", "context", "safety_in", "router", "tools", "inference", "safety_out", "logger")
 
 CONTEXT = "pipeline.context"
+# request/reply: judges the user's text while the model prefills (asked by safety_out, or by tools first)
 SAFETY_IN = "pipeline.safety_in"
 ROUTE = "pipeline.route"
 TOOLS = "pipeline.tools"

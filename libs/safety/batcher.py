@@ -10,6 +10,8 @@ caller is scored at once, and whatever arrives while a pass runs forms the next 
 from __future__ import annotations
 
 import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from libs.safety.classifier import EmbeddingClassifier
@@ -24,11 +26,17 @@ class _Job:
 
 
 class ScoreBatcher:
-    """Scores texts with ``classifier.score_many``; at most ``max_texts`` per pass (the rest waits)."""
+    """Scores texts with ``classifier.score_many``; at most ``max_texts`` per pass (the rest waits).
 
-    def __init__(self, classifier: EmbeddingClassifier, max_texts: int = 64) -> None:
+    Passes run on one thread of their own, ``nice`` steps below the caller's priority and with
+    ``threads`` torch threads: on a small machine the engine's decode step and the token path come
+    first, and a classifier pass takes what CPU is left (Linux nice values are per thread).
+    """
+
+    def __init__(self, classifier: EmbeddingClassifier, max_texts: int = 64, *, nice: int = 0, threads: int = 0):
         self.classifier = classifier
         self.max_texts = max_texts
+        self._pool = ThreadPoolExecutor(1, "classifier", initializer=_prepare_worker, initargs=(nice, threads))
         self.passes = 0  # forward passes run, for tests and the record
         self.scored = 0  # texts scored
         self._queue: asyncio.Queue[_Job] | None = None
@@ -55,7 +63,7 @@ class ScoreBatcher:
                 size += len(job.texts)
             flat = [t for j in jobs for t in j.texts]
             try:
-                rows = await asyncio.to_thread(self.classifier.score_many, flat)
+                rows = await asyncio.get_running_loop().run_in_executor(self._pool, self.classifier.score_many, flat)
             except Exception as e:  # a failed pass fails its callers, not the worker
                 for j in jobs:
                     if not j.done.done():
@@ -77,3 +85,13 @@ class ScoreBatcher:
             except (asyncio.CancelledError, Exception):
                 pass
             self._worker = None
+        self._pool.shutdown(wait=False)
+
+
+def _prepare_worker(nice: int, threads: int) -> None:
+    if nice:
+        os.nice(nice)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)

@@ -128,7 +128,7 @@ class Context:
         }
         if r.trimmed_turns:
             log.info("history trimmed", trimmed_turns=r.trimmed_turns, kept=r.history_turns)
-        return Forward(subject=subjects.SAFETY_IN, work=out, decision=decision)
+        return Forward(subject=subjects.ROUTE, work=out, decision=decision)
 
     async def open(self, q: ConversationQuery) -> ConversationReply:
         """The tenant's conversation (created when absent), without its turns."""

@@ -1,14 +1,23 @@
-"""Classify the new message; a block ends the request with `policy_violation` before the model sees it."""
+"""Classify the new message; a block ends the request with `policy_violation` before anything is shown.
+
+safety_in is asked (request/reply on `pipeline.safety_in`) while the model prefills: by safety_out when
+it opens the stream, or first by tools when a tool is about to run. Nothing the model writes is shown,
+and no tool runs, before the verdict is in. Concurrent requests share one classifier pass.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from libs.bus import Bus, BusError
+from libs.bus.headers import now_ms
 from libs.safety import InputGuard, Verdict, worst_action
+from libs.safety.batcher import ScoreBatcher
 from libs.safety.tenant import TenantGuards
-from schemas import ErrorCode, Forward, SafetyVerdict, Work, subjects
+from schemas import ErrorCode, InputDecision, SafetyVerdict, StageRecord, Work, subjects
 from services.safety_in.settings import SafetyInSettings
 
 
@@ -25,34 +34,65 @@ def to_wire(v: Verdict, source: str) -> SafetyVerdict:
 
 
 class SafetyIn:
-    def __init__(self, guard: InputGuard):
-        self.guard = guard
+    def __init__(self, bus: Bus, guard: InputGuard, batcher: ScoreBatcher | None):
+        self.bus = bus
         self.guards = TenantGuards(guard)
+        self.batcher = batcher
 
-    async def check(self, work: Work) -> Forward:
-        # The classifier is CPU work (embeddings); keep the event loop free for other requests.
+    async def check(self, work: Work) -> InputDecision:
+        t0, started = time.perf_counter(), now_ms()
         guard = self.guards.for_tenant(work.safety)
-        verdicts = await asyncio.to_thread(guard.check, work.text, source="user")
-        work.verdicts = [to_wire(v, "user") for v in verdicts]
+        if self.batcher is not None:
+            verdicts = (await guard.check_many_batched([work.text], self.batcher, source="user"))[0]
+        else:
+            verdicts = guard.check(work.text, source="user")
+        wire = [to_wire(v, "user") for v in verdicts]
         action = worst_action(verdicts)
-        decision = {
+        decision: dict[str, Any] = {
             "action": action,
             # The abuse monitor counts a flag against the key only where the tenant's policy says so.
             "flag_is_strike": work.safety.flag_is_strike,
-            "record": {"safety_in": [v.model_dump() for v in work.verdicts], "safety_action": action},
+            "record": {"safety_in": [v.model_dump() for v in wire], "safety_action": action},
         }
+        error = None
         if action == "block":
-            blocked = [v for v in work.verdicts if v.action == "block"]
-            names = ", ".join(sorted({v.category for v in blocked}))
-            raise BusError(
-                ErrorCode.policy_violation, f"message blocked by input safety policy ({names})", decision=decision
+            names = ", ".join(sorted({v.category for v in wire if v.action == "block"}))
+            error = BusError(ErrorCode.policy_violation, f"message blocked by input safety policy ({names})")
+        await self.bus.log_stage(
+            StageRecord(
+                rid=work.rid,
+                stage="safety_in",
+                tenant=work.tenant,
+                started_ms=started,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                status="error" if error else "ok",
+                error=error.info() if error else None,
+                decision=decision,
             )
-        return Forward(subject=subjects.ROUTE, work=work, decision=decision)
+        )
+        if error is not None:
+            raise error
+        return InputDecision(rid=work.rid, action=action, verdicts=wire)  # type: ignore[arg-type]
 
 
 async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[None]] | None:
     guard = await asyncio.to_thread(InputGuard, use_embeddings=settings.use_embeddings)
     # Warm the classifier now, so the first user does not pay for loading the embedding model.
     await asyncio.to_thread(guard.check, "hello", source="user")
-    await bus.stage(subjects.SAFETY_IN, SafetyIn(guard).check)
-    return None
+    batcher = (
+        ScoreBatcher(
+            guard.classifier,
+            max_texts=settings.max_batch_texts,
+            nice=settings.classifier_nice,
+            threads=settings.classifier_threads,
+        )
+        if settings.use_embeddings
+        else None
+    )
+    await bus.subscribe(subjects.SAFETY_IN, Work, SafetyIn(bus, guard, batcher).check, queue="safety_in")
+
+    async def cleanup() -> None:
+        if batcher is not None:
+            await batcher.close()
+
+    return cleanup

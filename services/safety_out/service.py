@@ -30,6 +30,7 @@ from schemas import (
     ChatEvent,
     ErrorCode,
     ErrorInfo,
+    InputDecision,
     RawChunk,
     SaveTurn,
     SaveTurnAck,
@@ -62,6 +63,10 @@ class Stream:
     delivered_chars: int | None = None
     redactions: list[dict[str, Any]] = field(default_factory=list)
     judging: set[asyncio.Task[None]] = field(default_factory=set)
+    # Nothing is shown before input safety admitted the request; what the model wrote meanwhile waits here.
+    admitted: bool = False
+    held: list[ChatEvent] = field(default_factory=list)
+    admission: asyncio.Task[None] | None = None
     # Releases and the end go out in the order the guard produced them, whichever task produced them.
     emit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sub: Any = None
@@ -112,7 +117,41 @@ class SafetyOut:
         deadline = current_context().deadline_ms
         timeout = (deadline - now_ms()) / 1000 if deadline else self.settings.default_stream_timeout_s
         st.watchdog = asyncio.create_task(self._expire(st, max(timeout, 0.1)))
+        if work.input_checked:
+            st.admitted = True
+        else:
+            # Judged while the model prefills, instead of before it starts.
+            st.admission = asyncio.create_task(self._admit(st))
         return StreamOpenAck(rid=work.rid, replica=self.bus.replica)
+
+    async def _admit(self, st: Stream) -> None:
+        work = st.work
+        try:
+            verdict = await self.bus.request(
+                subjects.SAFETY_IN, work, InputDecision, timeout=self.settings.input_check_timeout_s
+            )
+        except BusError as e:
+            async with st.emit_lock:
+                if st.closed:
+                    return
+                reason = "blocked_input" if e.code == ErrorCode.policy_violation else "input_check_failed"
+                await self.bus.publish(subjects.chat_cancel(work.rid), CancelNotice(rid=work.rid, reason=reason))
+                # Nothing was shown and the message is refused: no turn is kept, as if the model never ran.
+                await self._finish(st, "error", Usage(prompt_tokens=work.prompt_tokens), "error", e.info(), save=False)
+            return
+        async with st.emit_lock:
+            work.verdicts += verdict.verdicts
+            st.admitted = True
+            for event in st.held:
+                if not st.closed:
+                    await self.bus.emit(event)
+            st.held.clear()
+
+    async def _show(self, st: Stream, event: ChatEvent) -> None:
+        if st.admitted:
+            await self.bus.emit(event)
+        else:
+            st.held.append(event)
 
     async def cancelled(self, notice: CancelNotice) -> None:
         st = self.streams.get(notice.rid)
@@ -130,7 +169,7 @@ class SafetyOut:
         """Emit what the guard released; a block ends the stream; hand new sentences to the classifier."""
         st.redactions += [r.__dict__ for r in rel.redactions]
         if rel.text and not st.closed and st.delivered_chars is None:
-            await self.bus.emit(ChatEvent(rid=st.work.rid, type=kind, text=rel.text))  # type: ignore[arg-type]
+            await self._show(st, ChatEvent(rid=st.work.rid, type=kind, text=rel.text))  # type: ignore[arg-type]
         if rel.blocked is not None:
             await self._block(st, rel, usage)
             return
@@ -178,6 +217,8 @@ class SafetyOut:
                 st.thinking_done = True
                 await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
             await self._send(st, st.guard.finish(), "delta", chunk.usage)
+        if st.admission is not None:
+            await asyncio.wait({st.admission})
         # The last sentences' verdicts decide between `done` and `content_blocked`.
         while st.judging and not st.closed:
             await asyncio.gather(*list(st.judging), return_exceptions=True)
@@ -191,18 +232,25 @@ class SafetyOut:
                 await self._finish(st, "complete", usage, chunk.finish_reason or "stop", None)
 
     async def _finish(
-        self, st: Stream, status: str, usage: Usage, finish: str, error: ErrorInfo | None, blocked: str | None = None
+        self,
+        st: Stream,
+        status: str,
+        usage: Usage,
+        finish: str,
+        error: ErrorInfo | None,
+        blocked: str | None = None,
+        save: bool = True,
     ) -> None:
         if st.closed:
             return
         st.closed = True
-        for task in st.judging:
-            if task is not asyncio.current_task():
+        for task in [*st.judging, st.admission]:
+            if task is not None and task is not asyncio.current_task():
                 task.cancel()
         if st.watchdog is not None and st.watchdog is not asyncio.current_task():
             st.watchdog.cancel()
         work = st.work
-        if work.persist and work.chat_id:
+        if save and work.persist and work.chat_id:
             turn = Turn(
                 id=uuid.uuid4().hex,
                 rid=work.rid,
@@ -267,7 +315,7 @@ class SafetyOut:
                         "status": status,
                         "finish_reason": finish,
                         "output": st.guard.full_text,
-                        "released": st.answer,
+                        "released": st.answer if st.admitted else "",
                         "thinking": st.thinking.full_text,
                         "usage": usage.model_dump(),
                         "model": work.route.model if work.route else None,
@@ -291,7 +339,12 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
     batcher = None
     if settings.use_embeddings:
         await asyncio.to_thread(guard.check, "warm up", source="model")
-        batcher = ScoreBatcher(guard.classifier, max_texts=settings.max_batch_texts)
+        batcher = ScoreBatcher(
+            guard.classifier,
+            max_texts=settings.max_batch_texts,
+            nice=settings.classifier_nice,
+            threads=settings.classifier_threads,
+        )
     service = SafetyOut(bus, settings, TenantGuards(guard), batcher)
     # Every replica hears every cancel (no queue group): only the one holding the stream acts on it.
     await bus.subscribe("chat.cancel.*", CancelNotice, service.cancelled, span=False)

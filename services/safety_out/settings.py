@@ -18,3 +18,9 @@ class SafetyOutSettings(ServiceSettings):
     default_stream_timeout_s: float = 300.0
     # How long saving a turn may take; it has its own deadline, not the request's (which may have passed).
     save_timeout_s: float = 10.0
+    # How long input safety may take to judge the user's text (it runs while the model prefills).
+    input_check_timeout_s: float = 10.0
+    # Classifier passes run this many nice steps below the token path and the engine, on this many
+    # torch threads: on a shared 2-core machine the engine keeps its core (docs/benchmarks.md).
+    classifier_nice: int = 10
+    classifier_threads: int = 1

@@ -14,6 +14,7 @@ from schemas import (
     ChatMessage,
     ErrorCode,
     Forward,
+    InputDecision,
     SafetyVerdict,
     ToolEvent,
     ToolSpecs,
@@ -22,6 +23,9 @@ from schemas import (
     subjects,
 )
 from services.tools.settings import ToolsSettings
+
+# The classifier is batched; under load a verdict can queue behind a pass or two.
+INPUT_CHECK_TIMEOUT_S = 10.0
 
 
 def to_event(r: ToolResult) -> ToolEvent:
@@ -63,6 +67,11 @@ class ToolsStage:
         calls = await asyncio.to_thread(self.planner.plan, work.text, ctx)
         if not calls:
             return Forward(subject=nxt, work=work, decision={"planned": []})
+        if not work.input_checked:
+            # No tool runs (and no tool is shown) for a message input safety blocks: a block raises here.
+            verdict = await self.bus.request(subjects.SAFETY_IN, work, InputDecision, timeout=INPUT_CHECK_TIMEOUT_S)
+            work.verdicts += verdict.verdicts
+            work.input_checked = True
         for c in calls:
             await self.bus.emit(
                 ChatEvent(

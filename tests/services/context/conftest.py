@@ -35,7 +35,7 @@ async def harness(
         if fut is not None and not fut.done():
             fut.set_result(w)
 
-    await client.subscribe(subjects.SAFETY_IN, Work, collect)
+    await client.subscribe(subjects.ROUTE, Work, collect)
     await client.flush()
     await service.flush()
     yield h

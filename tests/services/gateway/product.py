@@ -1,6 +1,6 @@
 """A gateway in front of the real context service, with a stand-in for the stages after context.
 
-The stand-in takes the prompt context assembled (`pipeline.safety_in`), answers "ok", saves the turn
+The stand-in takes the prompt context assembled (`pipeline.route`), answers "ok", saves the turn
 through `context.save_turn` as safety_out does, then sends `done`: enough for conversation titles,
 "remember that ..." and attached files to behave as in the full pipeline.
 """
@@ -56,13 +56,13 @@ async def _pipeline(bus: Bus, works: dict[str, Work]) -> None:
             )
         await bus.emit(ChatEvent(rid=w.rid, type="done", finish_reason="stop", usage=Usage(completion_tokens=7)))
 
-    await bus.subscribe(subjects.SAFETY_IN, Work, on_work, queue="safety_in")
+    await bus.subscribe(subjects.ROUTE, Work, on_work, queue="router")
 
 
 @contextlib.asynccontextmanager
 async def product(nats_server: NatsServer, data_dir: Path) -> AsyncIterator[Product]:
     ctx_bus = await connect(nats_server, "context")
-    down = await connect(nats_server, "safety_in")
+    down = await connect(nats_server, "router")
     await ctx_bus.ensure_log_stream()
     settings = ContextSettings(data_dir=str(data_dir / "context"), context_budget=2048, max_file_chars=50_000)
     cleanup = await setup(ctx_bus, settings, template=tokenizer())
