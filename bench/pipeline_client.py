@@ -8,6 +8,7 @@ one host a client time and a span boundary can be subtracted.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Iterable
@@ -42,7 +43,7 @@ class Sample:
 
     @property
     def gaps_ms(self) -> list[float]:
-        return [(b - a) / 1e6 for a, b in zip(self.delta_ns, self.delta_ns[1:], strict=False)]
+        return [(b - a) / 1e6 for a, b in itertools.pairwise(self.delta_ns)]
 
     @property
     def tokens(self) -> int | None:

@@ -187,8 +187,10 @@ def render(tokens: int, r: dict[str, Any]) -> str:
         lines.append(f"| {name} | {fmt(val)} | {want} | {'-' if met is None else ('yes' if met else 'no')} |")
     lines += [
         "",
-        "Before the first byte, per stage (p50 ms: its own span / what it adds to the client's TTFT; the shares add "
-        "up to the TTFT, the rest of a share is the hop to the next stage):",
+        "Before the first byte, per stage (p50 ms: its own span / its share of the client's TTFT). Shares follow "
+        "the critical path: overlapping work is charged to the span that ends last, a hop to the stage before it, "
+        "so a stage running beside another's work adds nothing and the shares add up to the TTFT "
+        "(bench/pipeline_stages.py):",
         "",
         "| stage | " + " | ".join(streams(level) for level in lv) + " |",
         "|---|" + "---|" * len(lv),

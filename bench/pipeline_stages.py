@@ -1,17 +1,20 @@
 """Where the time before the first byte goes, read from one request's spans.
 
-The path is cut at points every request passes: the client sends; each stage's consumer span
-starts (context, safety_in, router, tools, inference); inference's model call starts once the
-safety_out handshake is answered; the engine's first token (the `gen_ai.first_token` span event);
-the gateway's first event (its record's `first_event_ms`); the client's first content byte. A
-stage's share is the wall time from its point to the next one, taken past the latest point seen so
-far, so the shares add up to the client's TTFT even when stages overlap, and a point that is missing
-hands its time to the stage before it. Its own span is the stage's work alone; the difference is
-the hop to the next stage.
+Each stage is an interval on the wall clock between the client's send and its first content byte:
+the consumer spans of context, safety_in, router and tools (the work itself), and the waits between
+points every request passes: the gateway (send → the first stage starts), the safety_out handshake
+(inference's consumer span starts → its model call starts), inference queue + prefill (the model
+call starts → the engine's first token, the `gen_ai.first_token` span event), safety_out release
+(first token → the gateway's first event, its record's `first_event_ms`) and the relay (→ the
+client's first byte). Every moment of the wait is charged to one stage: where stages overlap, to
+the work span that ends last (the one the path waits on), else to the wait; between stages, to the
+stage that ended last (the hop after it). So the shares add up to the client's TTFT whatever order
+the stages run in, and a stage that runs beside another's work adds nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from bench.pipeline_client import Sample
@@ -36,55 +39,54 @@ def _span(spans: list[dict[str, Any]], service: str, pred: Any) -> dict[str, Any
     return min(found, key=lambda s: s["start_ns"]) if found else None
 
 
-def _ms(a: int | None, b: int | None) -> float | None:
-    return (b - a) / 1e6 if a is not None and b is not None else None
-
-
 def first_byte_path(s: Sample) -> dict[str, tuple[float | None, float | None]]:
     """Per stage: (its own span in ms, the ms it adds before the client's first byte)."""
     spans = s.spans
-    consumer = {
-        name: _span(spans, name, lambda sp: str(sp.get("name", "")).startswith("process ")) for name in CONSUMERS
-    }
+    work = {name: _span(spans, name, lambda sp: str(sp.get("name", "")).startswith("process ")) for name in CONSUMERS}
     handshake = _span(spans, "safety_out", lambda sp: str(sp.get("name", "")).startswith("process "))
     chat = _span(spans, "inference", lambda sp: sp.get("kind") == "client")
     server = _span(spans, "gateway", lambda sp: sp.get("kind") == "server")
-    first_token = None
-    for e in (chat or {}).get("events") or []:
-        if e.get("name") == "gen_ai.first_token":
-            first_token = e.get("time_ns")
+    first_token = next(
+        (int(e["time_ns"]) for e in (chat or {}).get("events") or [] if e.get("name") == "gen_ai.first_token"),
+        None,
+    )
     gw_first = (s.record.get("gateway") or {}).get("first_event_ms")
     gw_first_ns = int(server["start_ns"] + gw_first * 1e6) if server and isinstance(gw_first, int | float) else None
-
-    def start(sp: dict[str, Any] | None) -> int | None:
-        return int(sp["start_ns"]) if sp else None
+    t0 = s.t_send_ns
+    t1 = s.delta_ns[0] if s.delta_ns else None
+    inference = work.pop("inference")
 
     def own(sp: dict[str, Any] | None) -> float | None:
         return (sp["end_ns"] - sp["start_ns"]) / 1e6 if sp else None
 
-    # (stage, the point where it starts, its own span)
-    path: list[tuple[str, int | None, float | None]] = [
-        ("gateway", s.t_send_ns, None),
-        ("context", start(consumer["context"]), own(consumer["context"])),
-        ("safety_in", start(consumer["safety_in"]), own(consumer["safety_in"])),
-        ("router", start(consumer["router"]), own(consumer["router"])),
-        ("tools", start(consumer["tools"]), own(consumer["tools"])),
-        ("safety_out handshake", start(consumer["inference"]), own(handshake)),
-        ("inference queue + prefill", start(chat), s.engine_ttft_ms),
-        ("safety_out release", first_token, None),
-        ("relay", gw_first_ns, None),
+    spans_own = {name: own(sp) for name, sp in work.items()}
+    spans_own["safety_out handshake"] = own(handshake)
+    spans_own["inference queue + prefill"] = s.engine_ttft_ms
+    if t1 is None:
+        return {name: (spans_own.get(name), None) for name in STAGES}
+    # (stage, start, end, is work): the work spans win a moment over the waits they overlap.
+    starts = [int(sp["start_ns"]) for sp in work.values() if sp] + ([int(inference["start_ns"])] if inference else [])
+    chat_start = int(chat["start_ns"]) if chat else None
+    intervals: list[tuple[str, int | None, int | None, bool]] = [
+        ("gateway", t0, min(starts, default=None), False),
+        *((name, int(sp["start_ns"]), int(sp["end_ns"]), True) for name, sp in work.items() if sp),
+        ("safety_out handshake", int(inference["start_ns"]) if inference else None, chat_start, False),
+        ("inference queue + prefill", chat_start, first_token, True),
+        ("safety_out release", first_token, gw_first_ns or t1, False),
+        ("relay", gw_first_ns, t1, False),
     ]
-    end = s.delta_ns[0] if s.delta_ns else None
-    out: dict[str, tuple[float | None, float | None]] = {}
-    reached = s.t_send_ns
-    for i, (name, point, own_ms) in enumerate(path):
-        if point is None:
-            out[name] = (own_ms, None)
-            continue
-        nxt = next((p for _, p, _ in path[i + 1 :] if p is not None), end)
-        reached = max(reached, point)
-        adds = max(0.0, _ms(reached, nxt) or 0.0) if nxt is not None else None
-        if nxt is not None:
-            reached = max(reached, nxt)
-        out[name] = (own_ms, adds)
-    return out
+    live = [(n, max(a, t0), min(b, t1), w) for n, a, b, w in intervals if a is not None and b is not None and a < b]
+    cuts = sorted({t0, t1, *(a for _, a, _, _ in live if t0 < a < t1), *(b for _, _, b, _ in live if t0 < b < t1)})
+    adds = dict.fromkeys(STAGES, 0.0)
+    last = "gateway"
+    for a, b in itertools.pairwise(cuts):
+        active = [iv for iv in live if iv[1] <= a and iv[2] >= b]
+        if active:
+            name = max(active, key=lambda iv: (iv[3], iv[2]))[0]
+        else:  # a hop between stages: the stage that ended last sent it
+            ended = [iv for iv in live if iv[2] <= a]
+            name = max(ended, key=lambda iv: iv[2])[0] if ended else last
+        adds[name] += (b - a) / 1e6
+        last = name
+    seen = {n for n, *_ in live}
+    return {name: (spans_own.get(name), adds[name] if name in seen else None) for name in STAGES}

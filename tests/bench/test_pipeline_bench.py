@@ -106,6 +106,24 @@ def test_overlapping_stages_add_nothing_and_a_missing_point_goes_to_the_stage_be
     assert sum(v[1] or 0.0 for v in path.values()) == pytest.approx(s.client_ttft_ms)
 
 
+def test_work_beside_the_prefill_adds_nothing_unless_it_outlasts_it() -> None:
+    """safety_in asked while the model prefills: hidden behind it, or the path itself when it outlasts it."""
+    s = request()
+    s.spans[2] = span("safety_in", "process pipeline.safety_in", 1085, 1150)  # inside the prefill (1080-1180)
+    path = first_byte_path(s)
+    assert path["safety_in"] == (pytest.approx(65.0), 0.0)
+    assert path["inference queue + prefill"][1] == pytest.approx(100.0)
+    assert path["router"][1] == pytest.approx(5.0) and path["tools"][1] == pytest.approx(15.0)
+    assert path["context"][1] == pytest.approx(40.0)  # 1010 → router at 1050: nothing else ran between
+    # Ending 50 ms after the first token, it is the path: the prefill beside it is hidden behind it.
+    s.spans[2] = span("safety_in", "process pipeline.safety_in", 1085, 1230)
+    path = first_byte_path(s)
+    assert path["safety_in"][1] == pytest.approx(145.0)
+    assert path["inference queue + prefill"][1] == pytest.approx(5.0)
+    assert path["safety_out release"][1] == pytest.approx(70.0)
+    assert sum(v[1] or 0.0 for v in path.values()) == pytest.approx(s.client_ttft_ms)
+
+
 def test_summary_targets_and_section() -> None:
     samples = {1: [request(ttft_ms=120.0) for _ in range(3)], 32: [request(ttft_ms=140.0, deltas=2)]}
     failed = Sample(rid="x", text="hi", t_send_ns=1000 * MS, t_end_ns=1001 * MS, error="HTTP 503: overloaded")
