@@ -62,6 +62,19 @@ def summarize(samples: dict[int, list[Sample]], engine: dict[str, Any]) -> dict[
             "completion_tokens": sorted({s.tokens for s in ok if s.tokens is not None}),
             "api_tok_s": tokens / ((end - start) / 1e9) if end > start else None,
             "stages": stages,
+            # Each request, for profiles: the rid finds its record and spans in the console.
+            "per_request": [
+                {
+                    "rid": s.rid,
+                    "client_ttft_ms": s.client_ttft_ms,
+                    "engine_ttft_ms": s.engine_ttft_ms,
+                    "deltas": len(s.delta_ns),
+                    "tokens": s.tokens,
+                    "error": s.error,
+                    "adds_ms": {k: v[1] for k, v in first_byte_path(s).items()} if s.ok else None,
+                }
+                for s in ss
+            ],
             "engine_alone": {
                 "tok_s": alone.get("tok_s"),
                 "ttft_ms": both(alone.get("ttft_ms", [])),
