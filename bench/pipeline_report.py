@@ -84,6 +84,19 @@ def summarize(samples: dict[int, list[Sample]], engine: dict[str, Any]) -> dict[
     return {"levels": levels, "engine": {k: v for k, v in engine.items() if k != "levels"}}
 
 
+def command(argv: list[str]) -> str:
+    """The arguments that shape the figures: where they were written (--json) says nothing about them."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--json":
+            skip = True
+        elif not a.startswith("--json="):
+            out.append(a)
+    return " ".join(out)
+
+
 def streams(level: int | str) -> str:
     return f"{level} stream{'' if int(level) == 1 else 's'}"
 
@@ -168,7 +181,7 @@ def render(tokens: int, r: dict[str, Any]) -> str:
         f"- machine: {machine()}; engine threads {eng.get('threads', '-')} (as the inference service), "
         f"weights {eng.get('dtype', '-')} (the engine alone resolves `auto`, the stack is pinned to it); "
         f"load average at start {eng.get('load', '-')} (engine alone), {r['load']} (stack)",
-        f"- command: `python -m bench.pipeline_bench {' '.join(sys.argv[1:])}`",
+        f"- command: `python -m bench.pipeline_bench {command(sys.argv[1:])}`",
         f"- {tokens} tokens per request (EOS ignored, greedy), distinct prompts, `level` streams open at every "
         "moment over one HTTP client; the stack as `make run` starts it (the dev key's rate limits raised); "
         "the engine alone runs first, in its own process, on the prompts the context stage renders for the same "
