@@ -59,6 +59,7 @@ from schemas.messages import (
     Turn,
     Usage,
     Work,
+    WorkAccepted,
 )
 from schemas.records import (
     DiffSegment,
@@ -167,5 +168,6 @@ __all__ = [
     "Turn",
     "Usage",
     "Work",
+    "WorkAccepted",
     "http_status",
 ]

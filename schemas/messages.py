@@ -132,25 +132,42 @@ class Forward(BaseModel):
     subject: str
     work: Work
     decision: dict[str, Any] = Field(default_factory=dict)
+    # Hand over by request/reply: the next stage acks at once, so a dead one is known at once. When
+    # nobody answers on `subject`, the work goes to `fallback` (any live replica of the pool) instead.
+    ack: bool = False
+    fallback: str | None = None
+
+
+class WorkAccepted(BaseModel):
+    """An inference replica took the work (it streams on its own; this is only the hand-over)."""
+
+    rid: str
+    replica: str
 
 
 class ChatEvent(BaseModel):
     """What the gateway relays to the client on `chat.events.<rid>`."""
 
     rid: str
-    type: Literal["tool", "thinking", "delta", "done", "error"]
+    # `holder` is for the gateway only, never relayed: the stage and replica that now hold the
+    # request, so a gateway that hears nothing for a while can ask whether that process still lives.
+    type: Literal["tool", "thinking", "delta", "done", "error", "holder"]
     text: str = ""
     tool: ToolEvent | None = None
     usage: Usage | None = None
     finish_reason: FinishReason | None = None
     error: ErrorInfo | None = None
     model: str | None = None
+    stage: str | None = None
+    replica: str | None = None
 
 
 class StreamOpen(BaseModel):
     """Inference asks `pipeline.safety_out` for a checker before it publishes a single delta."""
 
     work: Work
+    # The inference replica that streams (after a failover, not the one the router chose).
+    producer: str = ""
 
 
 class StreamOpenAck(BaseModel):

@@ -35,6 +35,11 @@ def infer(pool: str, replica: str) -> str:
     return f"infer.{pool}.{replica}"
 
 
+def infer_any(pool: str) -> str:
+    """Queue group of every replica of a pool: where work goes when its chosen replica is gone."""
+    return f"infer.{pool}"
+
+
 def stream_raw(rid: str) -> str:
     return f"stream.raw.{rid}"
 
@@ -53,3 +58,8 @@ def log_stage(stage: str) -> str:
 
 def health(stage: str) -> str:
     return f"health.{stage}"
+
+
+def health_of(stage: str, replica: str) -> str:
+    """One replica's own health subject: no answer means that process is gone."""
+    return f"health.{stage}.{replica}"

@@ -1,15 +1,19 @@
 """The only code that touches nats-py: typed publish, request/reply, queue-group subscribe."""
 
-from libs.bus.bus import Bus, BusError, MsgContext, current_context
+from libs.bus.bus import Bus, BusError, MsgContext, NobodyListens, current_context
 from libs.bus.embedded import NatsServer, start_nats_server
+from libs.bus.liveness import Holder, Liveness
 from libs.bus.runner import run_service, serve
 from libs.bus.settings import ServiceSettings
 
 __all__ = [
     "Bus",
     "BusError",
+    "Holder",
+    "Liveness",
     "MsgContext",
     "NatsServer",
+    "NobodyListens",
     "ServiceSettings",
     "current_context",
     "run_service",

@@ -30,11 +30,13 @@ from pydantic import BaseModel, ValidationError
 from libs.bus import headers as H
 from libs.bus.kv import TypedKV, open_bucket
 from libs.telemetry import Telemetry
-from schemas import ChatEvent, ErrorCode, ErrorInfo, Forward, StageRecord, Work, subjects
+from schemas import ChatEvent, ErrorCode, ErrorInfo, Forward, StageRecord, Work, WorkAccepted, subjects
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
 log = structlog.get_logger()
+# An accepting stage acks before it starts the work, so this only has to cover a busy event loop.
+FORWARD_ACK_S = 5.0
 
 
 class BusError(Exception):
@@ -49,6 +51,10 @@ class BusError(Exception):
 
     def info(self) -> ErrorInfo:
         return ErrorInfo.of(self.code, self.message)
+
+
+class NobodyListens(BusError):
+    """No process is subscribed to the subject: the replica asked for is gone."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ class Bus:
                 headers=self._headers(rid, tenant, deadline_ms),
             )
         except nats.errors.NoRespondersError as e:
-            raise BusError(ErrorCode.unavailable, f"no service answers on {subject}") from e
+            raise NobodyListens(ErrorCode.unavailable, f"no service answers on {subject}") from e
         except nats.errors.TimeoutError as e:
             raise BusError(ErrorCode.unavailable, f"{subject} did not answer within {timeout}s") from e
         if (reply.headers or {}).get(H.STATUS) == "error":
@@ -261,7 +267,9 @@ class Bus:
             t0, started = time.perf_counter(), H.now_ms()
             structlog.contextvars.bind_contextvars(chat_id=work.chat_id)
             try:
+                await self.hold(work.rid)
                 fwd = await handler(work)
+                await self._forward(fwd)
             except Exception as e:
                 err = e if isinstance(e, BusError) else BusError(ErrorCode.internal, f"{self.service} failed: {e}")
                 if not isinstance(e, BusError):
@@ -280,7 +288,6 @@ class Bus:
                     )
                 )
                 return
-            await self.publish(fwd.subject, fwd.work)
             await self.log_stage(
                 StageRecord(
                     rid=work.rid,
@@ -293,6 +300,23 @@ class Bus:
             )
 
         await self.subscribe(subject, Work, run_none(run), queue=self.service)
+
+    async def hold(self, rid: str) -> None:
+        """Tell the gateway this process now holds `rid`: if it dies, the gateway finds out by asking."""
+        await self.emit(ChatEvent(rid=rid, type="holder", stage=self.service, replica=self.replica))
+
+    async def _forward(self, fwd: Forward) -> None:
+        if not fwd.ack:
+            await self.publish(fwd.subject, fwd.work)
+            return
+        try:
+            await self.request(fwd.subject, fwd.work, WorkAccepted, timeout=FORWARD_ACK_S)
+        except NobodyListens:
+            # Certain and immediate (unlike a timeout, after which the replica may still take the work).
+            if fwd.fallback is None:
+                raise
+            log.warning("next stage gone, failing over", subject=fwd.subject, fallback=fwd.fallback)
+            await self.request(fwd.fallback, fwd.work, WorkAccepted, timeout=FORWARD_ACK_S)
 
     async def _dispatch(
         self, msg: Msg, model: type[M], handler: Callable[[M], Awaitable[BaseModel | None]], with_span: bool

@@ -57,6 +57,7 @@ async def serve(
 
     # Subscribed last: a stage answers health checks only once it can take work.
     await bus.subscribe(subjects.health(service), HealthRequest, health, queue=service, span=False)
+    await bus.subscribe(subjects.health_of(service, replica), HealthRequest, health, span=False)
     log.info("ready", replica=replica)
 
     stop = asyncio.Event()

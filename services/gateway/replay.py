@@ -63,6 +63,8 @@ async def replay(
                     return
                 yield None
                 continue
+            if event.type == "holder":
+                continue  # for the gateway that launched the run, never relayed or numbered
             seq += 1
             if seq > after:
                 yield seq, event

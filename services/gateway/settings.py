@@ -40,6 +40,11 @@ class GatewaySettings(ServiceSettings):
     readyz_timeout_s: float = 1.5
     # After a Stop or a disconnect, how long to wait for the pipeline's final event before closing the record.
     cancel_wait_s: float = 5.0
+    # A run quiet this long has its holder (the stage process that has it now) asked whether it lives;
+    # no listener ends the run with `unavailable` at once, instead of at the deadline.
+    liveness_idle_s: float = 1.0
+    liveness_period_s: float = 0.25
+    liveness_probe_s: float = 0.5
     # How long a disconnected stream keeps running for a client that reconnects with Last-Event-ID before
     # it is cancelled. 0 cancels at once: nothing keeps decoding for a client that left.
     resume_grace_s: float = 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,9 +22,21 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from libs.bus import Bus
+from libs.bus import Bus, Holder, Liveness
 from libs.bus import headers as H
-from schemas import CancelNotice, ChatEvent, ErrorCode, ErrorInfo, StageRecord, Usage, Work, subjects
+from schemas import (
+    CancelNotice,
+    ChatEvent,
+    ErrorCode,
+    ErrorInfo,
+    SaveTurn,
+    SaveTurnAck,
+    StageRecord,
+    Turn,
+    Usage,
+    Work,
+    subjects,
+)
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
 from services.gateway.settings import GatewaySettings
@@ -58,6 +71,7 @@ class Run:
     first_token_s: float | None = None  # the first delta or thinking text: what a user sees as the answer starting
     readers: int = 0
     on_finish: list[FinishHook] = field(default_factory=list)
+    holder: Holder = field(default_factory=Holder)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _sub: Any = None
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
@@ -117,6 +131,13 @@ class Streams:
         self.metrics = metrics
         self.runs: dict[str, Run] = {}
         self.active = 0
+        self.liveness = Liveness(
+            bus,
+            self._holder_lost,
+            idle_s=settings.liveness_idle_s,
+            period_s=settings.liveness_period_s,
+            probe_s=settings.liveness_probe_s,
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -180,6 +201,7 @@ class Streams:
         run._sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
         run.launched = True
         self.runs[run.rid] = run
+        run.holder = self.liveness.watch(run.rid)
         loop = asyncio.get_running_loop()
         run._timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
         # The server must know the subscription before the work goes out, or the first events could be lost.
@@ -192,6 +214,10 @@ class Streams:
     async def _receive(self, run: Run, event: ChatEvent) -> None:
         if run.final is not None:
             return
+        if event.type == "holder":
+            run.holder.took(event.stage or "", event.replica or "")
+            return
+        run.holder.heard()
         if run.cancel_reason in CLIENT_STOPS and event.type in ("delta", "thinking"):
             return  # in flight behind the client's Stop: it is not shown, so it is not saved either
         if run.first_token_s is None and event.type in ("delta", "thinking") and event.text:
@@ -224,6 +250,43 @@ class Streams:
                 log.exception("finish hook failed", rid=run.rid)
         run._push(event)
         self._spawn(self._finish(run))
+
+    async def _holder_lost(self, rid: str, stage: str, replica: str) -> None:
+        """The process holding the run died: end it now, keeping what the client already has."""
+        run = self.runs.get(rid)
+        if run is None or run.final is not None or run.finished:
+            return
+        self.metrics.cancels.labels("holder_lost").inc()
+        info = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} stage stopped while answering; please retry")
+        run.span.add_event("holder_lost", {"stage": stage, "replica": replica})
+        self._spawn(self._publish_cancel(run, "holder_lost"))
+        if stage == "safety_out":
+            await self._save_relayed(run)  # the stage that would have saved the turn is gone
+        await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
+
+    async def _save_relayed(self, run: Run) -> None:
+        work = run.work
+        if work is None or not work.persist or not work.chat_id:
+            return
+        text = "".join(e.text for e in run.events if e.type == "delta")
+        turn = Turn(
+            id=uuid.uuid4().hex,
+            rid=run.rid,
+            user_text=work.text,
+            answer=text,
+            status="error",
+            usage=Usage(),
+            created_ms=H.now_ms(),
+        )
+        try:
+            await self.bus.request(
+                subjects.SAVE_TURN,
+                SaveTurn(tenant=work.tenant, user=work.user, chat_id=work.chat_id, turn=turn),
+                SaveTurnAck,
+                deadline_ms=H.now_ms() + 10_000,
+            )
+        except Exception as e:
+            log.warning("partial answer not saved", rid=run.rid, error=str(e))
 
     def _expire(self, run: Run) -> None:
         if run.final is not None or run.finished:
@@ -289,6 +352,7 @@ class Streams:
         if run.finished:
             return
         run.finished = True
+        self.liveness.forget(run.rid)
         run._wake.set()
         for timer in run._timers:
             timer.cancel()
@@ -359,6 +423,7 @@ class Streams:
 
     async def close(self) -> None:
         """Shutdown: cancel what still runs so inference frees it, and record it."""
+        await self.liveness.close()
         for run in list(self.runs.values()):
             if not run.finished:
                 await self.cancel(run, "gateway_shutdown")

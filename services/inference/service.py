@@ -27,6 +27,7 @@ from schemas import (
     StreamOpenAck,
     Usage,
     Work,
+    WorkAccepted,
     subjects,
 )
 from services.inference.metrics import InferenceMetrics
@@ -85,6 +86,7 @@ class Inference:
         self.key = f"{settings.pool}.{bus.replica}"
         # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
         self._cancelled: OrderedDict[str, None] = OrderedDict()
+        self._running: set[asyncio.Task[None]] = set()
 
     async def cancel(self, notice: CancelNotice) -> None:
         self._cancelled[notice.rid] = None
@@ -133,7 +135,9 @@ class Inference:
         gen = Generation(rid=work.rid, t0=time.perf_counter(), prompt_tokens=work.prompt_tokens)
         started = now_ms()
         # safety_out subscribes to stream.raw.<rid> before it answers, so no delta is published unheard.
-        ack = await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck, timeout=5.0)
+        ack = await self.bus.request(
+            subjects.SAFETY_OUT, StreamOpen(work=work, producer=self.bus.replica), StreamOpenAck, timeout=5.0
+        )
         s = work.sampling
         model = self.model
         reasoning = work.route is not None and work.route.mode == "reasoning"
@@ -239,6 +243,19 @@ class Inference:
             )
         )
 
+    async def accept(self, work: Work) -> WorkAccepted:
+        """Take the work and ack at once (a dead replica is then known to the sender at once)."""
+        await self.bus.hold(work.rid)
+        task = asyncio.create_task(self.handle(work))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return WorkAccepted(rid=work.rid, replica=self.bus.replica)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Shutdown: let the answers being streamed finish (SIGTERM loses no stream)."""
+        if self._running:
+            await asyncio.wait(list(self._running), timeout=timeout_s)
+
     async def heartbeat_forever(self, registry: TypedKV[Heartbeat]) -> None:
         while True:
             m = self.engine.metrics()
@@ -283,7 +300,10 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
         metrics.serve(settings.metrics_port)
     # One subscription for every cancel: it also catches cancels that overtake their work.
     await bus.subscribe("chat.cancel.*", CancelNotice, service.cancel, span=False)
-    await bus.subscribe(subjects.infer(settings.pool, bus.replica), Work, service.handle)
+    # Request/reply: the sender learns at once if this replica is gone, and then hands the work to
+    # the pool's queue group instead (any live replica), so failover does not wait for the registry.
+    await bus.subscribe(subjects.infer(settings.pool, bus.replica), Work, service.accept)
+    await bus.subscribe(subjects.infer_any(settings.pool), Work, service.accept, queue=f"inference.{settings.pool}")
     registry = await bus.kv(subjects.REPLICAS_BUCKET, Heartbeat, ttl_s=subjects.REPLICAS_TTL_S)
     hb = asyncio.create_task(service.heartbeat_forever(registry))
 
@@ -292,6 +312,7 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
         # Leave the registry at once, so routers move this replica's conversations now, not at TTL.
         await registry.delete(service.key)
         metrics.close()
+        await service.drain(settings.drain_timeout_s)
         await engine.stop()
 
     return cleanup

@@ -28,3 +28,5 @@ class InferenceSettings(ServiceSettings):
     cache_dir: str | None = None
     heartbeat_s: float = 2.0
     metrics_port: int | None = None  # Prometheus /metrics; None => off
+    # On SIGTERM, how long the answers being streamed may take to finish before the engine stops.
+    drain_timeout_s: float = 30.0

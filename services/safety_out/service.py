@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from libs.bus import Bus, BusError, current_context
+from libs.bus import Bus, BusError, Liveness, current_context
 from libs.bus.headers import now_ms
 from libs.safety import InputGuard, StreamGuard
 from libs.safety.batcher import ScoreBatcher
@@ -87,6 +87,14 @@ class SafetyOut:
         # One classifier pass for the sentences of every stream that are waiting (None: rules only).
         self.batcher = batcher
         self.streams: dict[str, Stream] = {}
+        # The inference replica feeding a stream that went quiet is asked whether it still lives.
+        self.liveness = Liveness(
+            bus,
+            self._producer_lost,
+            idle_s=settings.producer_idle_s,
+            period_s=settings.producer_check_period_s,
+            probe_s=settings.producer_probe_s,
+        )
 
     def _guard(self, work: Work, guard: InputGuard) -> StreamGuard:
         return StreamGuard(
@@ -111,12 +119,15 @@ class SafetyOut:
             await self.on_chunk(st, chunk)
 
         self.streams[work.rid] = st
+        if req.producer:
+            self.liveness.watch(work.rid).took("inference", req.producer)
         st.sub = await self.bus.subscribe(subjects.stream_raw(work.rid), RawChunk, on_chunk, ordered=True, span=False)
         # The answer must not overtake the subscription: make the server register it first.
         await self.bus.flush()
         deadline = current_context().deadline_ms
         timeout = (deadline - now_ms()) / 1000 if deadline else self.settings.default_stream_timeout_s
         st.watchdog = asyncio.create_task(self._expire(st, max(timeout, 0.1)))
+        await self.bus.hold(work.rid)
         if work.input_checked:
             st.admitted = True
         else:
@@ -152,6 +163,15 @@ class SafetyOut:
             await self.bus.emit(event)
         else:
             st.held.append(event)
+
+    async def _producer_lost(self, rid: str, stage: str, replica: str) -> None:
+        st = self.streams.get(rid)
+        if st is None:
+            return
+        err = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} replica stopped mid-answer; the partial answer is kept")
+        async with st.emit_lock:
+            usage = Usage(prompt_tokens=st.work.prompt_tokens)
+            await self._finish(st, "error", usage, "error", err)
 
     async def cancelled(self, notice: CancelNotice) -> None:
         st = self.streams.get(notice.rid)
@@ -197,6 +217,9 @@ class SafetyOut:
     async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
         if st.closed:
             return
+        holder = self.liveness.runs.get(st.work.rid)
+        if holder is not None:
+            holder.heard()
         if chunk.seq != st.next_seq:
             log.warning("raw stream gap", expected=st.next_seq, got=chunk.seq)
         st.next_seq = chunk.seq + 1
@@ -289,6 +312,7 @@ class SafetyOut:
                 )
             )
         self.streams.pop(work.rid, None)
+        self.liveness.forget(work.rid)
         # After the client has its ending: the whole-answer verdict is for the record only.
         final: list[dict[str, Any]] = []
         if st.guard.full_text.strip():
@@ -351,6 +375,7 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
     await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, service.open, queue="safety_out")
 
     async def cleanup() -> None:
+        await service.liveness.close()
         if batcher is not None:
             await batcher.close()
 

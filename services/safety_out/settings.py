@@ -24,3 +24,8 @@ class SafetyOutSettings(ServiceSettings):
     # torch threads: on a shared 2-core machine the engine keeps its core (docs/benchmarks.md).
     classifier_nice: int = 10
     classifier_threads: int = 1
+    # A stream quiet this long has its inference replica asked whether it lives; a dead one ends the
+    # stream with `unavailable` at once (partial answer kept), not at the deadline.
+    producer_idle_s: float = 1.0
+    producer_check_period_s: float = 0.25
+    producer_probe_s: float = 0.5

@@ -58,15 +58,22 @@ class ToolsStage:
         if work.route is None:
             raise BusError(ErrorCode.internal, "tools stage got work without a route")
         nxt = subjects.infer(work.route.pool, work.route.replica)
+        anyone = subjects.infer_any(work.route.pool)  # if the chosen replica died since the router chose it
         if work.replay_mode == "inference":
             # The logged prompt already holds the original tool results: replay it as it was.
-            return Forward(subject=nxt, work=work, decision={"planned": [], "replay": "prompt as logged"})
+            return Forward(
+                subject=nxt,
+                work=work,
+                ack=True,
+                fallback=anyone,
+                decision={"planned": [], "replay": "prompt as logged"},
+            )
         ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.
         calls = await asyncio.to_thread(self.planner.plan, work.text, ctx)
         if not calls:
-            return Forward(subject=nxt, work=work, decision={"planned": []})
+            return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
         if not work.input_checked:
             # No tool runs (and no tool is shown) for a message input safety blocks: a block raises here.
             verdict = await self.bus.request(subjects.SAFETY_IN, work, InputDecision, timeout=INPUT_CHECK_TIMEOUT_S)
@@ -114,7 +121,7 @@ class ToolsStage:
                 "tool_verdicts": [v.model_dump() for v in work.verdicts if v.source == "tool"],
             },
         }
-        return Forward(subject=nxt, work=work, decision=decision)
+        return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=decision)
 
 
 async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:

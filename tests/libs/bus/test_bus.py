@@ -99,6 +99,9 @@ async def test_stage_forwards_or_emits_error(nats_server: NatsServer) -> None:
     w = await asyncio.wait_for(got.get(), 5)
     assert w.prompt == "p" and w.rid == "r-ok"
     await a.publish(stage_subject, Work(rid="r-bad", tenant="t", user="u", key_id="k", text="bad"), rid="r-bad")
+    # The stage says it holds the request first (the gateway's liveness watch asks that replica later).
+    held = await asyncio.wait_for(events.get(), 5)
+    assert held.type == "holder" and held.stage == b.service and held.replica == b.replica
     ev = await asyncio.wait_for(events.get(), 5)
     assert ev.type == "error" and ev.error is not None and ev.error.code == ErrorCode.policy_violation
     await a.drain()

@@ -16,7 +16,7 @@ from libs.telemetry import setup_tracing
 from schemas import RawChunk, Sampling, StreamOpen, StreamOpenAck, Work, subjects
 from services.inference.service import setup
 from services.inference.settings import InferenceSettings
-from tests.services.inference.test_metrics import Scrape, scrape
+from tests.services.inference.test_inference_metrics import Scrape, scrape
 
 # The engine tests' converted-weights cache, so the model loads without converting again.
 CACHE_DIR = os.path.abspath(os.path.join("var", "cache", "engine"))

@@ -63,6 +63,8 @@ class Rig:
         client = Client()
 
         async def on_event(e: ChatEvent) -> None:
+            if e.type == "holder":
+                return  # for the gateway's liveness watch, never relayed
             client.events.append(e)
             client.arrived.put_nowait(e)
 
