@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -29,12 +30,19 @@ def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[C
             lambda bus: setup(bus, settings),
             replica=settings.replica,
             log_level=settings.log_level,
+            torch_threads=settings.torch_threads,
         )
     )
 
 
 async def serve(
-    service: str, nats_url: str, setup: Setup, *, replica: str | None = None, log_level: str = "INFO"
+    service: str,
+    nats_url: str,
+    setup: Setup,
+    *,
+    replica: str | None = None,
+    log_level: str = "INFO",
+    torch_threads: int = 0,
 ) -> None:
     configure_logging(service, log_level)
     log = structlog.get_logger()
@@ -51,6 +59,9 @@ async def serve(
 
     telemetry.attach_nats(asyncio.get_running_loop(), publish_spans)
     cleanup = await setup(bus)
+    torch = sys.modules.get("torch")
+    if torch_threads and torch is not None:  # only a service that loaded a model has torch to tune
+        torch.set_num_threads(torch_threads)
 
     async def health(_: HealthRequest) -> HealthReply:
         return HealthReply(stage=service, replica=replica)

@@ -9,6 +9,8 @@ class InferenceSettings(ServiceSettings):
     model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_INFERENCE_")
 
     engine: str = "native"  # 'native' | 'tensorrt_llm'
+    # The engine sets its own step-loop threads (SWITCHYARD_ENGINE_THREADS): leave torch alone here.
+    torch_threads: int = 0
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
     # 'auto' measures the kernels at load and picks 'hybrid' (int8 for small decode steps, bf16
     # otherwise) where bf16 is fast, else 'int8'. Both keep a prompt's KV independent of batch
