@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
 from libs.safety.policy import SOURCES, SafetyPolicy
 from libs.safety.rules import RULES_VERSION, normalize, rule_hits
-from libs.safety.taxonomy import ALLOW, BENIGN, EMBEDDING, RULES, Verdict, action_rank
+from libs.safety.taxonomy import ALLOW, BENIGN, EMBEDDING, RULES, SECRETS, Verdict, action_rank
 
 if TYPE_CHECKING:
     from libs.safety.batcher import ScoreBatcher
@@ -102,7 +102,7 @@ class InputGuard:
 
     def _rule_verdicts(self, text: str, source: str) -> list[Verdict]:
         out = []
-        for hit in rule_hits(text):
+        for hit in rule_hits(text, secrets=self.policy.applies(SECRETS, source)):
             action = self.policy.action(hit.category, hit.score, source)
             if action != ALLOW:
                 out.append(Verdict(hit.category, hit.score, action, RULES, RULES_VERSION, hit.detail))

@@ -185,9 +185,12 @@ def phrase_hits(text: str) -> list[RuleHit]:
     return list(best.values())
 
 
-def rule_hits(text: str) -> list[RuleHit]:
-    """All rule findings for ``text``; phrase rules read the normalized form and any tag-smuggled text."""
-    hits = invisible_hits(text) + secret_hits(text)
+def rule_hits(text: str, *, secrets: bool = True) -> list[RuleHit]:
+    """All rule findings for ``text``; phrase rules read the normalized form and any tag-smuggled text.
+
+    ``secrets=False`` skips credential scanning (the costliest rule) where nobody acts on it: model
+    output, whose secrets are redacted instead."""
+    hits = invisible_hits(text) + (secret_hits(text) if secrets else [])
     clean = normalize(text)
     hidden = decode_tags(text)
     hits += phrase_hits(clean + ("\n" + hidden if hidden else ""))
