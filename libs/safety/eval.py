@@ -202,11 +202,17 @@ def token_pieces(text: str) -> list[str]:
 
 def stream_answer(guard: InputGuard, text: str) -> Verdict | None:
     """Stream ``text`` through a fresh ``StreamGuard``; the block that stopped it, if any."""
+    return streamed(guard, text).blocked
+
+
+def streamed(guard: InputGuard, text: str) -> StreamGuard:
+    """The ``StreamGuard`` after ``text`` was streamed through it (its flags, its block)."""
     sg = StreamGuard(guard=guard)
     for piece in token_pieces(text):
         if sg.feed(piece).blocked is not None:
-            return sg.blocked
-    return sg.finish().blocked
+            return sg
+    sg.finish()
+    return sg
 
 
 def evaluate_answers(
@@ -226,11 +232,13 @@ def evaluate_answers(
     cats: dict[str, dict[str, int]] = {}
     misses: list[str] = []
     for cat, passages in harmful.items():
-        c = cats[cat] = {"n": len(passages), "stopped": 0, "named": 0}
+        c = cats[cat] = {"n": len(passages), "stopped": 0, "named": 0, "flagged": 0}
         for text in passages:
-            v = stream_answer(guard, text)
+            sg = streamed(guard, text)
+            v = sg.blocked
             c["stopped"] += v is not None
             c["named"] += v is not None and v.category == cat
+            c["flagged"] += v is not None or bool(sg.flags)
             if v is None:
                 misses.append(f"{cat}  {text[:100]}")
     nb = sum(d["n"] for d in domains.values())
@@ -279,7 +287,8 @@ def _pct(x: object) -> str:
 
 
 def _ratio(a: int, n: int) -> str:
-    return f"{_pct(a / n if n else None).strip()} % ({a} of {n})"
+    # Two decimals: the answer-side target (under 0.5 %) sits between one-decimal steps.
+    return f"{100 * a / n:.2f} % ({a} of {n})" if n else "-"
 
 
 def render(res: dict[str, object]) -> str:
@@ -316,10 +325,12 @@ def render_answers(res: dict[str, object], part: str) -> str:
         *(f"| {d} | {m['n']} | {m['stopped']} |" for d, m in domains.items()),
         f"| **all** | {res['benign_n']} | **{_ratio(res['benign_stopped'], res['benign_n'])}** |",  # type: ignore[arg-type]
         "",
-        "| harmful answers: category | name | n | recall % (stopped) | stopped as this category % |",
-        "|---|---|---:|---:|---:|",
+        "| harmful answers: category | name | n | recall % (stopped) | stopped as this category % "
+        "| stopped or flagged % |",
+        "|---|---|---:|---:|---:|---:|",
         *(
-            f"| {c} | {CATEGORY_NAMES[c]} | {m['n']} | {_pct(m['stopped'] / m['n'])} | {_pct(m['named'] / m['n'])} |"
+            f"| {c} | {CATEGORY_NAMES[c]} | {m['n']} | {_pct(m['stopped'] / m['n'])} | {_pct(m['named'] / m['n'])} "
+            f"| {_pct(m['flagged'] / m['n'])} |"
             for c, m in cats.items()
         ),
     ]

@@ -1,4 +1,5 @@
-"""Per-tenant safety policy: score thresholds per category and how trust depends on the source."""
+"""Per-tenant safety policy: score thresholds per category and direction, and how trust depends
+on the source."""
 
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ from libs.safety.taxonomy import (
     INVISIBLE_TEXT,
     JAILBREAK,
     PROMPT_INJECTION,
+    S1,
+    S2,
+    S3,
+    S4,
+    S5,
+    S6,
+    S7,
+    S8,
+    S9,
+    S10,
+    S11,
+    S12,
+    S13,
+    S14,
     SECRETS,
 )
 
@@ -31,6 +46,7 @@ class Threshold(BaseModel):
 
 
 def default_thresholds() -> dict[str, Threshold]:
+    """Requests (user, file and tool text)."""
     # Learned scores are P(harmful) from the classifier (see classifier.category_scores): block
     # once harm is the likelier reading, flag just below for review. Chosen on the training
     # set's cross-validation and the dev set (docs/safety.md); tenants can raise them.
@@ -43,16 +59,63 @@ def default_thresholds() -> dict[str, Threshold]:
     return t
 
 
-class SafetyPolicy(BaseModel):
-    """What to do with each category's score.
+# The classifier learned from requests; on the model's own sentences (explanations, safety
+# advice, code, the fragments a small model writes) its scores run high, so stopping a stream
+# needs a near-certain score. Per category, chosen on the answer-side dev sets (greedy answers of
+# the shipped model to 208 everyday prompts, 196 harmful answer passages; docs/safety.md,
+# "Answers and work traffic"): the lowest block score at which at most one dev answer of an
+# everyday prompt is stopped (one is a degenerate repetition that scores 0.9999 as S4 and S12). Where a benign answer scored high (shell steps as S14, first-aid and exercise steps as
+# S11, dosing as S6) the bar sits just above it; the categories no benign answer came near
+# (S10, S12) sit lower, because their harmful passages scored from 0.83 up.
+ANSWER_BLOCK_AT: dict[str, float | None] = {
+    S1: 0.9,
+    S2: 0.9,
+    S3: 0.99,
+    S4: 0.9,
+    S5: 0.9,
+    # An answer's dosing or legal steps score like a request for them ("give the dose on the packet
+    # for her weight" at 0.996), and harmful advice as often low (71 % stopped at 0.96 on the dev
+    # passages): on answers S6 flags for review and never stops a stream. Tenants can set a bar.
+    S6: None,
+    S7: 0.95,
+    S8: 0.9,
+    S9: 0.975,
+    S10: 0.85,
+    S11: 0.995,
+    S12: 0.8,
+    S13: 0.9,
+    S14: 0.99,
+}
 
-    Tenants store only their overrides (e.g. ``{"thresholds": {"S6": {"block_at": null}}}``);
+
+def default_answer_thresholds() -> dict[str, Threshold]:
+    """The model's answers (source ``model``): only harm categories are judged there."""
+    return {c: Threshold(flag_at=0.5, block_at=b) for c, b in ANSWER_BLOCK_AT.items()}
+
+
+def _merge(defaults: dict[str, Threshold], v: Any) -> dict[str, Any]:
+    merged: dict[str, Any] = dict(defaults)
+    for k, t in dict(v).items():
+        if isinstance(t, dict) and k in merged:
+            t = {**merged[k].model_dump(), **t}
+        merged[k] = t
+    return merged
+
+
+class SafetyPolicy(BaseModel):
+    """What to do with each category's score, per direction.
+
+    ``thresholds`` judge requests (user messages, files, tool results); ``answer_thresholds``
+    judge the model's answer, where the same score means something else (an answer that explains
+    a danger, or refuses, names it). Tenants store only their overrides (e.g.
+    ``{"thresholds": {"S6": {"block_at": null}}, "answer_thresholds": {"S11": {"block_at": 0.99}}}``);
     categories they leave out keep the defaults.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     thresholds: dict[str, Threshold] = Field(default_factory=default_thresholds)
+    answer_thresholds: dict[str, Threshold] = Field(default_factory=default_answer_thresholds)
     # Files and tool results are data, not the user's intent: a hit there is worth surfacing
     # (the model is told to treat it as data) but refusing the whole request would let any
     # web page or uploaded PDF deny service.
@@ -61,24 +124,20 @@ class SafetyPolicy(BaseModel):
     # and "ignore previous instructions" in an answer is not an attack on anyone.
     output_categories: frozenset[str] = frozenset(HARM_CATEGORIES)
     disabled: frozenset[str] = frozenset()
-    # The classifier learned from requests; on answers (explanations, refusals that name the
-    # topic) its middling scores are noise. Stopping a stream needs a near-certain score.
-    model_block_at: float = Field(default=0.9, ge=0.0, le=1.0)
 
     @field_validator("thresholds", mode="before")
     @classmethod
     def _merge_defaults(cls, v: Any) -> Any:
-        if v is None:
-            return default_thresholds()
-        merged: dict[str, Any] = dict(default_thresholds())
-        for k, t in dict(v).items():
-            if isinstance(t, dict) and k in merged:
-                t = {**merged[k].model_dump(), **t}
-            merged[k] = t
-        return merged
+        return default_thresholds() if v is None else _merge(default_thresholds(), v)
 
-    def threshold(self, category: str) -> Threshold:
-        return self.thresholds.get(category) or Threshold()
+    @field_validator("answer_thresholds", mode="before")
+    @classmethod
+    def _merge_answer_defaults(cls, v: Any) -> Any:
+        return default_answer_thresholds() if v is None else _merge(default_answer_thresholds(), v)
+
+    def threshold(self, category: str, source: str = "user") -> Threshold:
+        table = self.answer_thresholds if source == "model" else self.thresholds
+        return table.get(category) or Threshold()
 
     def applies(self, category: str, source: str) -> bool:
         if category in self.disabled:
@@ -88,11 +147,8 @@ class SafetyPolicy(BaseModel):
     def action(self, category: str, score: float, source: str = "user") -> str:
         if not self.applies(category, source):
             return ALLOW
-        t = self.threshold(category)
-        block_at = t.block_at
-        if block_at is not None and source == "model":
-            block_at = max(block_at, self.model_block_at)
-        if block_at is not None and score >= block_at:
+        t = self.threshold(category, source)
+        if t.block_at is not None and score >= t.block_at:
             return FLAG if source in self.untrusted_sources else BLOCK
         if score >= t.flag_at:
             return FLAG
@@ -100,4 +156,5 @@ class SafetyPolicy(BaseModel):
 
     def flag_floor(self) -> float:
         """Lowest score at which any category could act: below it a score is noise."""
-        return min((t.flag_at for t in self.thresholds.values()), default=0.5)
+        tables = (*self.thresholds.values(), *self.answer_thresholds.values())
+        return min((t.flag_at for t in tables), default=0.5)

@@ -2,8 +2,11 @@ from libs.safety import (
     ALLOW,
     BLOCK,
     FLAG,
+    HARM_CATEGORIES,
     INVISIBLE_TEXT,
+    S1,
     S6,
+    S11,
     SECRETS,
     SafetyPolicy,
     Verdict,
@@ -30,7 +33,7 @@ def test_untrusted_sources_never_block() -> None:
 def test_model_output_only_judged_on_harm() -> None:
     p = SafetyPolicy()
     assert p.action(SECRETS, 1.0, "model") == ALLOW
-    assert p.action(S6, 1.0, "model") == BLOCK  # see model_block_at
+    assert p.action(S1, 1.0, "model") == BLOCK  # see answer_thresholds
 
 
 def test_tenant_overrides_merge_with_defaults() -> None:
@@ -50,5 +53,36 @@ def test_worst_action() -> None:
 
 def test_model_output_needs_near_certain_score_to_block() -> None:
     p = SafetyPolicy()
-    assert p.action(S6, 0.7, "model") == FLAG
-    assert p.action(S6, 0.95, "model") == BLOCK
+    for c in HARM_CATEGORIES:
+        assert p.action(c, 0.7, "model") == FLAG
+        assert p.action(c, 0.7, "user") == BLOCK
+        assert p.action(c, 1.0, "model") == (FLAG if c == S6 else BLOCK)
+
+
+def test_specialized_advice_never_stops_an_answer_by_default() -> None:
+    # Dosing and legal steps in an answer score like requests for them (docs/safety.md).
+    assert SafetyPolicy().threshold(S6, "model").block_at is None
+    assert SafetyPolicy().action(S6, 1.0, "user") == BLOCK
+
+
+def test_answers_have_their_own_thresholds() -> None:
+    p = SafetyPolicy()
+    assert set(p.answer_thresholds) == set(HARM_CATEGORIES)
+    for c in HARM_CATEGORIES:
+        assert p.threshold(c, "model") == p.answer_thresholds[c]
+        assert p.threshold(c, "user") == p.thresholds[c]
+        answer_block = p.threshold(c, "model").block_at
+        assert answer_block is None or answer_block > (p.threshold(c, "user").block_at or 0)
+
+
+def test_answer_overrides_merge_and_leave_requests_alone() -> None:
+    p = SafetyPolicy.model_validate({"answer_thresholds": {"S11": {"block_at": None}}})
+    assert p.action(S11, 1.0, "model") == FLAG
+    assert p.action(S11, 1.0, "user") == BLOCK
+    assert p.threshold(S11, "model").flag_at == SafetyPolicy().threshold(S11, "model").flag_at
+    assert p.threshold(S6, "model") == SafetyPolicy().threshold(S6, "model")
+
+
+def test_flag_floor_sees_both_directions() -> None:
+    p = SafetyPolicy.model_validate({"answer_thresholds": {"S6": {"flag_at": 0.1}}})
+    assert p.flag_floor() == 0.1
