@@ -103,7 +103,7 @@ class InputGuard:
     def _rule_verdicts(self, text: str, source: str) -> list[Verdict]:
         out = []
         for hit in rule_hits(text, secrets=self.policy.applies(SECRETS, source)):
-            action = self.policy.action(hit.category, hit.score, source)
+            action = self.policy.action(hit.category, hit.score, source, learned=False)
             if action != ALLOW:
                 out.append(Verdict(hit.category, hit.score, action, RULES, RULES_VERSION, hit.detail))
         return out

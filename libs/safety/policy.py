@@ -144,10 +144,12 @@ class SafetyPolicy(BaseModel):
             return False
         return source != "model" or category in self.output_categories
 
-    def action(self, category: str, score: float, source: str = "user") -> str:
+    def action(self, category: str, score: float, source: str = "user", *, learned: bool = True) -> str:
+        """``learned=False`` for rule hits: their scores are fixed confidences of exact patterns, so
+        they keep the request bars in both directions (the answer bars are fitted to the classifier)."""
         if not self.applies(category, source):
             return ALLOW
-        t = self.threshold(category, source)
+        t = self.threshold(category, source if learned else "user")
         if t.block_at is not None and score >= t.block_at:
             return FLAG if source in self.untrusted_sources else BLOCK
         if score >= t.flag_at:
