@@ -115,6 +115,8 @@ class Work(BaseModel):
     prompt_tokens: int = 0
     history_turns: int = 0
     trimmed_turns: int = 0
+    # tools: the tools planned for this message, set before safety_in is asked (it judges with them in mind)
+    planned_tools: list[str] = Field(default_factory=list)
     # safety_in (asked by safety_out while the model prefills, or by tools before a tool runs), then tools
     verdicts: list[SafetyVerdict] = Field(default_factory=list)
     # The input verdict is in: nothing after the stage that asked needs to ask again.

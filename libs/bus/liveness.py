@@ -3,14 +3,16 @@
 Every stage that takes a request says so (a `holder` event: stage and replica). A watcher (the
 gateway for its runs; safety_out for the inference replica feeding each stream) asks the latest
 holder's own health subject once a request has been quiet for `idle_s`; nobody listening means that
-process is gone, and `lost` ends the request at once (a hung process that misses `misses` probes
-in a row counts as gone too). Stages before the latest one are not asked: they handed the request
+process is gone, and `lost` ends the request at once. A probe that goes unanswered is not proof: a
+process busy with a long prefill on a loaded machine answers late, so only `hung_s` without any
+answer or event counts as gone. Stages before the latest one are not asked: they handed the request
 on, and may die afterwards without harm.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from libs.bus.bus import Bus, BusError, NobodyListens
+from libs.bus.headers import now_ms
 from schemas import HealthReply, HealthRequest, subjects
 
 log = structlog.get_logger()
@@ -33,11 +36,10 @@ class Holder:
     stage: str | None = None
     replica: str | None = None
     last_event: float = field(default_factory=time.monotonic)
-    misses: int = 0
+    last_alive: float = field(default_factory=time.monotonic)
 
     def heard(self) -> None:
-        self.last_event = time.monotonic()
-        self.misses = 0
+        self.last_event = self.last_alive = time.monotonic()
 
     def took(self, stage: str, replica: str) -> None:
         self.heard()
@@ -51,19 +53,20 @@ Lost = Callable[[str, str, str], Awaitable[None]]  # rid, stage, replica
 class Liveness:
     """One watcher per process for all the requests it waits on; `lost` ends one whose holder is gone."""
 
-    def __init__(self, bus: Bus, lost: Lost, *, idle_s: float, period_s: float, probe_s: float, misses: int = 2):
+    def __init__(self, bus: Bus, lost: Lost, *, idle_s: float, period_s: float, probe_s: float, hung_s: float = 10.0):
         self.bus = bus
         self.lost = lost
         self.idle_s = idle_s
         self.period_s = period_s
         self.probe_s = probe_s
-        self.misses = misses
+        self.hung_s = hung_s
         self.runs: dict[str, Holder] = {}
         self._task: asyncio.Task[None] | None = None
 
     def watch(self, rid: str) -> Holder:
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop())
+            # A context of its own: probes must not carry the deadline of the request that started it.
+            self._task = asyncio.create_task(self._loop(), context=contextvars.Context())
         return self.runs.setdefault(rid, Holder())
 
     def forget(self, rid: str) -> None:
@@ -84,14 +87,20 @@ class Liveness:
             return  # nobody has taken it yet (context says so as it starts): nothing to ask
         subject = subjects.health_of(stage, replica)
         try:
-            await self.bus.request(subject, HealthRequest(probe="liveness"), HealthReply, timeout=self.probe_s)
-            h.misses = 0
+            await self.bus.request(
+                subject,
+                HealthRequest(probe="liveness"),
+                HealthReply,
+                timeout=self.probe_s,
+                rid=rid,
+                deadline_ms=now_ms() + int(self.probe_s * 1000),
+            )
+            h.last_alive = time.monotonic()
             return
         except NobodyListens:
             gone = True
-        except BusError:  # no answer in time: hung, or busy; only repeated silence counts
-            h.misses += 1
-            gone = h.misses >= self.misses
+        except BusError:  # no answer in time: hung, or only busy; long silence alone counts
+            gone = time.monotonic() - h.last_alive >= self.hung_s
         if gone and rid in self.runs:
             self.forget(rid)
             log.warning("request holder gone", rid=rid, stage=stage, replica=replica)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
 from libs.safety.policy import SOURCES, SafetyPolicy
 from libs.safety.rules import RULES_VERSION, normalize, rule_hits
-from libs.safety.taxonomy import ALLOW, BENIGN, EMBEDDING, RULES, SECRETS, Verdict, action_rank
+from libs.safety.taxonomy import ALLOW, BENIGN, BLOCK, EMBEDDING, FLAG, RULES, SECRETS, Verdict, action_rank
+from libs.safety.technical import technical
 
 if TYPE_CHECKING:
     from libs.safety.batcher import ScoreBatcher
@@ -69,8 +71,10 @@ class InputGuard:
         """``check`` for several texts at once: one batched pass through the embedding model."""
         out, todo = self._start(texts, source)
         if todo:
-            return self._with_scores(out, todo, self.classifier.score_many([normalize(texts[i]) for i in todo]), source)
-        return self._with_scores(out, todo, [], source)
+            return self._with_scores(
+                texts, out, todo, self.classifier.score_many([normalize(texts[i]) for i in todo]), source
+            )
+        return self._with_scores(texts, out, todo, [], source)
 
     async def check_many_batched(
         self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"
@@ -78,7 +82,20 @@ class InputGuard:
         """``check_many`` whose classifier pass is shared with every other caller of ``batcher``."""
         out, todo = self._start(texts, source)
         scores = await batcher.score_many([normalize(texts[i]) for i in todo]) if todo else []
-        return self._with_scores(out, todo, scores, source)
+        return self._with_scores(texts, out, todo, scores, source)
+
+    def for_technical(self, verdicts: list[Verdict]) -> list[Verdict]:
+        """The verdicts on a message that carries code, shell, logs or configuration, or runs code with
+        the code tool: the classifier's blocks in ``policy.technical_flag_only`` become flags."""
+        soft = self.policy.technical_flag_only
+        out = [
+            replace(v, action=FLAG, detail="technical")
+            if v.classifier == EMBEDDING and v.category in soft and v.action == BLOCK
+            else v
+            for v in verdicts
+        ]
+        out.sort(key=lambda v: (-action_rank(v.action), -v.score))
+        return out
 
     def with_policy(self, policy: SafetyPolicy) -> InputGuard:
         """The same classifier judged by another policy (a tenant's thresholds)."""
@@ -92,10 +109,12 @@ class InputGuard:
         return out, todo
 
     def _with_scores(
-        self, out: list[list[Verdict]], todo: list[int], scores: list[dict[str, float]], source: str
+        self, texts: list[str], out: list[list[Verdict]], todo: list[int], scores: list[dict[str, float]], source: str
     ) -> list[list[Verdict]]:
         for i, sc in zip(todo, scores, strict=True):
             out[i] += self._model_verdicts(sc, source, {v.category for v in out[i]})
+            if source == "user" and technical(texts[i]):
+                out[i] = self.for_technical(out[i])
         for vs in out:
             vs.sort(key=lambda v: (-action_rank(v.action), -v.score))
         return out

@@ -120,6 +120,11 @@ class SafetyPolicy(BaseModel):
     # (the model is told to treat it as data) but refusing the whole request would let any
     # web page or uploaded PDF deny service.
     untrusted_sources: frozenset[str] = frozenset({"file", "tool"})
+    # Code, shell, logs and configuration read like attacks to a classifier that learned them from
+    # requests (`ls -la` in the sandbox scored S14 1.00). In a message that carries such material
+    # (libs/safety/technical.py), or asks the code tool to run code, the classifier's verdicts in
+    # these categories flag, never block; rules and the other categories stand.
+    technical_flag_only: frozenset[str] = frozenset({S14, PROMPT_INJECTION})
     # Model output is only judged on harm categories; secrets in output are redacted instead,
     # and "ignore previous instructions" in an answer is not an attack on anyone.
     output_categories: frozenset[str] = frozenset(HARM_CATEGORIES)

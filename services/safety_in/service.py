@@ -46,6 +46,8 @@ class SafetyIn:
             verdicts = (await guard.check_many_batched([work.text], self.batcher, source="user"))[0]
         else:
             verdicts = guard.check(work.text, source="user")
+        if "code" in work.planned_tools:  # technical text itself is already judged as such by the guard
+            verdicts = guard.for_technical(verdicts)
         wire = [to_wire(v, "user") for v in verdicts]
         action = worst_action(verdicts)
         decision: dict[str, Any] = {

@@ -74,6 +74,7 @@ class ToolsStage:
         calls = await asyncio.to_thread(self.planner.plan, work.text, ctx)
         if not calls:
             return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
+        work.planned_tools = [c.name for c in calls]
         if not work.input_checked:
             # No tool runs (and no tool is shown) for a message input safety blocks: a block raises here.
             verdict = await self.bus.request(subjects.SAFETY_IN, work, InputDecision, timeout=INPUT_CHECK_TIMEOUT_S)
