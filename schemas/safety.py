@@ -88,6 +88,8 @@ class TenantSafety(BaseModel):
     # flag is "worth a look", and a key that was never blocked is never suspended for being looked at.
     flag_is_strike: bool = False
     thresholds: dict[SafetyCategory, ThresholdOverride] = Field(default_factory=dict)
+    # The same for the model's answers (judged by their own, per-category bars; docs/safety.md).
+    answer_thresholds: dict[SafetyCategory, ThresholdOverride] = Field(default_factory=dict)
 
 
 class SafetyPolicyQuery(BaseModel):

@@ -18,13 +18,17 @@ def tenant_policy(safety: TenantSafety, base: SafetyPolicy | None = None) -> Saf
     threshold and never blocks on S6.
     """
     base = base or SafetyPolicy()
-    if not safety.thresholds:
+    if not safety.thresholds and not safety.answer_thresholds:
         return base
     thresholds = dict(base.thresholds)
     for category, override in safety.thresholds.items():
         given = override.model_dump()  # only the fields the tenant gave (see ThresholdOverride)
         thresholds[category] = Threshold.model_validate({**base.threshold(category).model_dump(), **given})
-    return base.model_copy(update={"thresholds": thresholds})
+    answers = dict(base.answer_thresholds)
+    for category, override in safety.answer_thresholds.items():
+        was = base.threshold(category, "model").model_dump()
+        answers[category] = Threshold.model_validate({**was, **override.model_dump()})
+    return base.model_copy(update={"thresholds": thresholds, "answer_thresholds": answers})
 
 
 class TenantGuards:
@@ -40,9 +44,10 @@ class TenantGuards:
         self._guards: OrderedDict[str, InputGuard] = OrderedDict()
 
     def for_tenant(self, safety: TenantSafety) -> InputGuard:
-        if not safety.thresholds:
+        if not safety.thresholds and not safety.answer_thresholds:
             return self.base
-        key = json.dumps(safety.model_dump(mode="json")["thresholds"], sort_keys=True)
+        dumped = safety.model_dump(mode="json")
+        key = json.dumps([dumped["thresholds"], dumped["answer_thresholds"]], sort_keys=True)
         guard = self._guards.get(key)
         if guard is None:
             base = self.base

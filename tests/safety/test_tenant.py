@@ -55,3 +55,11 @@ def test_guards_per_policy_share_the_base() -> None:
     guards.for_tenant(TenantSafety.model_validate({"thresholds": {"S1": {"flag_at": 0.1}}}))
     guards.for_tenant(TenantSafety.model_validate({"thresholds": {"S2": {"flag_at": 0.1}}}))
     assert guards.for_tenant(lenient) is not g
+
+
+def test_answer_thresholds_follow_the_tenant() -> None:
+    strict = TenantSafety.model_validate({"answer_thresholds": {"S6": {"block_at": 0.96}}})
+    policy = tenant_policy(strict)
+    assert policy.action("S6", 0.97, "model") == "block"
+    assert SafetyPolicy().action("S6", 0.97, "model") == "flag"  # the shipped default never stops S6 answers
+    assert policy.action("S6", 0.97, "user") == SafetyPolicy().action("S6", 0.97, "user")
