@@ -123,7 +123,8 @@ class SafetyPolicy(BaseModel):
     # Code, shell, logs and configuration read like attacks to a classifier that learned them from
     # requests (`ls -la` in the sandbox scored S14 1.00). In a message that carries such material
     # (libs/safety/technical.py), or asks the code tool to run code, the classifier's verdicts in
-    # these categories flag, never block; rules and the other categories stand.
+    # these categories flag, never block; rules and the other categories stand. A tenant that sets
+    # its own request bar for one of them takes it out of this set (libs/safety/tenant.py).
     technical_flag_only: frozenset[str] = frozenset({S14, PROMPT_INJECTION})
     # Model output is only judged on harm categories; secrets in output are redacted instead,
     # and "ignore previous instructions" in an answer is not an attack on anyone.

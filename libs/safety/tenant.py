@@ -28,7 +28,11 @@ def tenant_policy(safety: TenantSafety, base: SafetyPolicy | None = None) -> Saf
     for category, override in safety.answer_thresholds.items():
         was = base.threshold(category, "model").model_dump()
         answers[category] = Threshold.model_validate({**was, **override.model_dump()})
-    return base.model_copy(update={"thresholds": thresholds, "answer_thresholds": answers})
+    # A tenant's own request bar for a category is final: work is no longer judged softer there.
+    technical = base.technical_flag_only - set(safety.thresholds)
+    return base.model_copy(
+        update={"thresholds": thresholds, "answer_thresholds": answers, "technical_flag_only": technical}
+    )
 
 
 class TenantGuards:

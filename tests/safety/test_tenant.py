@@ -32,7 +32,10 @@ def test_an_override_replaces_only_the_fields_it_names() -> None:
     assert {c: p.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)} == {
         c: shipped.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)
     }
-    assert p.model_copy(update={"thresholds": shipped.thresholds}) == shipped and p.action(S1, 1.0) == BLOCK
+    same_rest = p.model_copy(
+        update={"thresholds": shipped.thresholds, "technical_flag_only": shipped.technical_flag_only}
+    )
+    assert same_rest == shipped and p.action(S1, 1.0) == BLOCK
 
 
 def test_overrides_survive_the_wire() -> None:
@@ -63,3 +66,9 @@ def test_answer_thresholds_follow_the_tenant() -> None:
     assert policy.action("S6", 0.97, "model") == "block"
     assert SafetyPolicy().action("S6", 0.97, "model") == "flag"  # the shipped default never stops S6 answers
     assert policy.action("S6", 0.97, "user") == SafetyPolicy().action("S6", 0.97, "user")
+
+
+def test_a_tenant_bar_for_a_category_ends_its_softer_judging_of_work() -> None:
+    assert S14 in SafetyPolicy().technical_flag_only
+    strict = tenant_policy(TenantSafety.model_validate({"thresholds": {"S14": {"block_at": 0.0}}}))
+    assert S14 not in strict.technical_flag_only and "prompt_injection" in strict.technical_flag_only
