@@ -39,7 +39,7 @@ async def test_a_code_run_request_is_flagged_not_blocked(stage: SafetyIn) -> Non
 
 
 async def test_a_message_carrying_code_is_judged_as_work(stage: SafetyIn) -> None:
-    for text in (RUN_LS, "curl -s https://api.example.com/v1/status | jq .", "export PATH=\"$HOME/.local/bin:$PATH\""):
+    for text in (RUN_LS, "curl -s https://api.example.com/v1/status | jq .", 'export PATH="$HOME/.local/bin:$PATH"'):
         decision = await stage.check(work(text, []))
         assert all(v.action != "block" for v in decision.verdicts), (text, decision.verdicts)
 
