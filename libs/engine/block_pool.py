@@ -6,6 +6,8 @@ membership. Callers hold plain lists of block ids.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,9 +28,16 @@ class Block:
 
 
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
-    """Chain hash: a block's identity includes everything before it, so equal hashes mean an
-    equal prefix, not merely equal block contents."""
-    return hash((parent_hash, tuple(token_ids)))
+    """Chain digest: a block's identity includes everything before it, so equal keys mean an
+    equal prefix, not merely equal block contents.
+
+    A cryptographic digest (128-bit blake2b), never Python's ``hash()``: ints hash to themselves,
+    so a crafted prompt could make its block's key equal another tenant's and be served that
+    tenant's KV on a cache hit (vLLM's CVE-2025-25183)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"\x00" if parent_hash is None else b"\x01" + parent_hash.to_bytes(16, "little"))
+    h.update(array("q", token_ids).tobytes())
+    return int.from_bytes(h.digest(), "little")
 
 
 def block_hashes_for(token_ids: Sequence[int], block_size: int, start: list[int] | None = None) -> list[int]:

@@ -108,3 +108,15 @@ def test_an_evicted_or_reset_tail_is_no_longer_offered():
     pool.free([c])
     pool.reset_prefix_cache()
     assert pool.match_tail(None, [3]) is None
+
+
+def test_block_keys_are_digests_that_a_crafted_prompt_cannot_collide() -> None:
+    # Python's hash() collides on these (hash(-1) == hash(-2)); a key built from it would hand one
+    # prompt's cached KV to the other.
+    assert hash((None, (-1,))) == hash((None, (-2,)))
+    assert hash_block(None, [-1]) != hash_block(None, [-2])
+    # Chained: the same block after different prefixes gets different keys; equal input, equal key.
+    a, b = hash_block(None, [1, 2]), hash_block(None, [1, 3])
+    assert hash_block(a, [5, 6]) != hash_block(b, [5, 6])
+    assert hash_block(a, [5, 6]) == hash_block(hash_block(None, [1, 2]), [5, 6])
+    assert 0 <= hash_block(a, [5, 6]) < 2**128
