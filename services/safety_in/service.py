@@ -16,6 +16,7 @@ from libs.bus import Bus, BusError
 from libs.bus.headers import now_ms
 from libs.safety import InputGuard, Verdict, worst_action
 from libs.safety.batcher import ScoreBatcher
+from libs.safety.taxonomy import action_rank
 from libs.safety.tenant import TenantGuards
 from schemas import ErrorCode, InputDecision, SafetyVerdict, StageRecord, Work, subjects
 from services.safety_in.settings import SafetyInSettings
@@ -33,6 +34,33 @@ def to_wire(v: Verdict, source: str) -> SafetyVerdict:
     )
 
 
+def client_texts(work: Work) -> list[str]:
+    """Everything the client wrote that the model will see: the new message and, on the OpenAI and
+    Anthropic APIs, the user and system messages of the conversation it sends, any of which could
+    carry the attack. A stored conversation's earlier turns were judged when they were new."""
+    texts = [work.text]
+    if work.system:
+        texts.append(work.system)
+    # Assistant turns are judged as answers were; a refusal in them ("I can't help make explosives")
+    # names the harm it refused and must not block the next question.
+    texts += [
+        m.content
+        for m in work.messages
+        if m.role in ("user", "system") and m.content.strip() and m.content != work.text
+    ]
+    return texts
+
+
+def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
+    best: dict[str, Verdict] = {}
+    for verdicts in judged:
+        for v in verdicts:
+            had = best.get(v.category)
+            if had is None or (action_rank(v.action), v.score) > (action_rank(had.action), had.score):
+                best[v.category] = v
+    return sorted(best.values(), key=lambda v: (-action_rank(v.action), -v.score))
+
+
 class SafetyIn:
     def __init__(self, bus: Bus, guard: InputGuard, batcher: ScoreBatcher | None):
         self.bus = bus
@@ -42,10 +70,12 @@ class SafetyIn:
     async def check(self, work: Work) -> InputDecision:
         t0, started = time.perf_counter(), now_ms()
         guard = self.guards.for_tenant(work.safety)
+        texts = client_texts(work)
         if self.batcher is not None:
-            verdicts = (await guard.check_many_batched([work.text], self.batcher, source="user"))[0]
+            judged = await guard.check_many_batched(texts, self.batcher, source="user")
         else:
-            verdicts = guard.check(work.text, source="user")
+            judged = guard.check_many(texts, source="user")
+        verdicts = worst_per_category(judged)
         if "code" in work.planned_tools:  # technical text itself is already judged as such by the guard
             verdicts = guard.for_technical(verdicts)
         wire = [to_wire(v, "user") for v in verdicts]
