@@ -1,7 +1,9 @@
 """Conversations and their turns.
 
-A conversation's id is the client's chat id, so ids are global: a tenant that asks for an id another
-tenant owns gets `None` back (the service answers not_found), never the other tenant's data.
+A client's chat id names a conversation within its tenant only: two tenants can each have a chat
+"demo", and nothing here answers differently for an id because another tenant uses it. A row's key
+(`conversations.id`, what turns point at) is therefore not the chat id: newer rows get a random key;
+rows written before chat ids were scoped keep their chat id as key, and `init` copies it into `chat_id`.
 """
 
 from __future__ import annotations
@@ -42,11 +44,14 @@ conversations = Table(
     metadata,
     Column("id", String(), primary_key=True),
     Column("tenant", String(), nullable=False),
+    # NULL only in rows an older version wrote, until `init` fills it in.
+    Column("chat_id", String()),
     Column("user", String(), nullable=False, default=""),
     Column("title", String()),
     Column("created_ms", BigInteger, nullable=False),
     Column("updated_ms", BigInteger, nullable=False),
     Index("ix_conversations_tenant_updated", "tenant", "updated_ms"),
+    Index("ux_conversations_tenant_chat", "tenant", "chat_id", unique=True),
 )
 
 turns = Table(
@@ -88,17 +93,18 @@ def title_from(answer: str, user_text: str) -> str | None:
 
 @dataclass
 class Conversation:
-    id: str
+    id: str  # the client's chat id
     tenant: str
     user: str
     title: str | None
     created_ms: int
     updated_ms: int
+    key: str  # the row's key, what its turns point at
 
 
 def _conv(row: Any) -> Conversation:
     m = row._mapping
-    return Conversation(m["id"], m["tenant"], m["user"], m["title"], m["created_ms"], m["updated_ms"])
+    return Conversation(m["chat_id"], m["tenant"], m["user"], m["title"], m["created_ms"], m["updated_ms"], m["id"])
 
 
 def _turn(row: Any) -> Turn:
@@ -118,6 +124,16 @@ def _turn(row: Any) -> Turn:
     )
 
 
+def scope_chat_ids(sync_conn: Any) -> None:
+    """Rows from before chat ids were scoped by tenant: their key was the chat id, and stays their key
+    (their turns point at it). Copy it into `chat_id`, then make (tenant, chat_id) unique, which a
+    database created by an older version lacks (create_all adds no index to an existing table)."""
+    sync_conn.execute(update(conversations).where(conversations.c.chat_id.is_(None)).values(chat_id=conversations.c.id))
+    for index in conversations.indexes:
+        if index.name == "ux_conversations_tenant_chat":
+            index.create(sync_conn, checkfirst=True)
+
+
 class ConversationStore:
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
@@ -125,28 +141,36 @@ class ConversationStore:
     async def init(self) -> None:
         await create_all(self.engine, metadata)
         async with self.engine.begin() as conn:
+            await conn.run_sync(add_missing_columns, conversations)
             await conn.run_sync(add_missing_columns, turns)
+            await conn.run_sync(scope_chat_ids)
 
     # ---- conversations ---------------------------------------------------------------------
 
     async def _find(self, conn: AsyncConnection, tenant: str, chat_id: str) -> Conversation | None:
-        row = (await conn.execute(select(conversations).where(conversations.c.id == chat_id))).first()
-        if row is None:
-            return None
-        conv = _conv(row)
-        return conv if conv.tenant == tenant else None
+        c = conversations.c
+        row = (await conn.execute(select(conversations).where(c.tenant == tenant, c.chat_id == chat_id))).first()
+        return None if row is None else _conv(row)
 
-    async def _open(self, conn: AsyncConnection, tenant: str, chat_id: str, user: str) -> Conversation | None:
+    async def _open(self, conn: AsyncConnection, tenant: str, chat_id: str, user: str) -> Conversation:
         now = now_ms()
         await conn.execute(
-            insert_ignore(conn, conversations, ["id"]).values(
-                id=chat_id, tenant=tenant, user=user, title=None, created_ms=now, updated_ms=now
+            insert_ignore(conn, conversations, ["tenant", "chat_id"]).values(
+                id=uuid.uuid4().hex,
+                tenant=tenant,
+                chat_id=chat_id,
+                user=user,
+                title=None,
+                created_ms=now,
+                updated_ms=now,
             )
         )
-        return await self._find(conn, tenant, chat_id)
+        conv = await self._find(conn, tenant, chat_id)
+        assert conv is not None  # inserted, or there already
+        return conv
 
-    async def open(self, tenant: str, chat_id: str, user: str = "") -> Conversation | None:
-        """The tenant's conversation, created when absent; None when another tenant owns the id."""
+    async def open(self, tenant: str, chat_id: str, user: str = "") -> Conversation:
+        """The tenant's conversation, created when absent."""
         async with self.engine.begin() as conn:
             return await self._open(conn, tenant, chat_id, user)
 
@@ -157,42 +181,36 @@ class ConversationStore:
     async def turns(
         self, tenant: str, chat_id: str, statuses: tuple[str, ...] | None = None
     ) -> tuple[Conversation, list[Turn]] | None:
-        """The conversation and its turns, oldest first (only `statuses` when given)."""
+        """The conversation and its turns, oldest first (only `statuses` when given); None when the
+        tenant has no such conversation."""
         async with self.engine.connect() as conn:
             conv = await self._find(conn, tenant, chat_id)
             if conv is None:
                 return None
-            q = select(turns).where(turns.c.conversation_id == chat_id).order_by(turns.c.seq)
+            q = select(turns).where(turns.c.conversation_id == conv.key).order_by(turns.c.seq)
             if statuses is not None:
                 q = q.where(turns.c.status.in_(statuses))
             return conv, [_turn(r) for r in (await conn.execute(q)).all()]
 
-    async def history(self, tenant: str, chat_id: str, statuses: tuple[str, ...]) -> list[Turn] | None:
-        """Turns for a prompt, oldest first: [] for a conversation not created yet, None when another
-        tenant owns the id."""
+    async def history(self, tenant: str, chat_id: str, statuses: tuple[str, ...]) -> list[Turn]:
+        """Turns for a prompt, oldest first: [] for a conversation not created yet."""
+        c = conversations.c
+        q = (
+            select(turns)
+            .join(conversations, turns.c.conversation_id == c.id)
+            .where(c.tenant == tenant, c.chat_id == chat_id, turns.c.status.in_(statuses))
+            .order_by(turns.c.seq)
+        )
         async with self.engine.connect() as conn:
-            owner = (await conn.execute(select(conversations.c.tenant).where(conversations.c.id == chat_id))).first()
-            if owner is None:
-                return []
-            if owner[0] != tenant:
-                return None
-            q = (
-                select(turns)
-                .where(turns.c.conversation_id == chat_id, turns.c.status.in_(statuses))
-                .order_by(turns.c.seq)
-            )
             return [_turn(r) for r in (await conn.execute(q)).all()]
 
-    async def save_turn(self, tenant: str, user: str, chat_id: str, turn: Turn) -> tuple[str, bool] | None:
+    async def save_turn(self, tenant: str, user: str, chat_id: str, turn: Turn) -> tuple[str, bool]:
         """Store a finished turn; (turn id, whether it is new). Idempotent on the turn's rid.
 
-        Creates the conversation when absent and titles it from its first answer. None when another
-        tenant owns the chat id.
+        Creates the conversation when absent and titles it from its first answer.
         """
         async with self.engine.begin() as conn:
             conv = await self._open(conn, tenant, chat_id, user)
-            if conv is None:
-                return None
             existing = (await conn.execute(select(turns.c.id).where(turns.c.rid == turn.rid))).first()
             if existing is not None:
                 return str(existing[0]), False
@@ -201,7 +219,7 @@ class ConversationStore:
             await conn.execute(
                 insert_ignore(conn, turns, ["rid"]).values(
                     id=turn_id,
-                    conversation_id=chat_id,
+                    conversation_id=conv.key,
                     rid=turn.rid,
                     user_text=turn.user_text,
                     answer=turn.answer,
@@ -217,13 +235,13 @@ class ConversationStore:
             changes: dict[str, object] = {"updated_ms": max(created, conv.updated_ms)}
             if conv.title is None and turn.status != "error":
                 changes["title"] = title_from(turn.answer, turn.user_text)
-            await conn.execute(update(conversations).where(conversations.c.id == chat_id).values(**changes))
+            await conn.execute(update(conversations).where(conversations.c.id == conv.key).values(**changes))
             return turn_id, True
 
     async def list_conversations(
         self, tenant: str, user: str = "", limit: int = 20, cursor: str | None = None
     ) -> tuple[list[ConversationSummary], str | None]:
-        """Newest activity first; keyset pagination on (updated_ms, id) so inserts never shift a page."""
+        """Newest activity first; keyset pagination on (updated_ms, chat_id) so inserts never shift a page."""
         c = conversations.c
         n_turns = select(func.count()).select_from(turns).where(turns.c.conversation_id == c.id).scalar_subquery()
         q = select(conversations, n_turns.label("n")).where(c.tenant == tenant)
@@ -231,13 +249,13 @@ class ConversationStore:
             q = q.where(c.user == user)
         after = decode_cursor(cursor, 2)
         if after is not None:
-            q = q.where(or_(c.updated_ms < after[0], and_(c.updated_ms == after[0], c.id < after[1])))
-        q = q.order_by(c.updated_ms.desc(), c.id.desc()).limit(limit + 1)
+            q = q.where(or_(c.updated_ms < after[0], and_(c.updated_ms == after[0], c.chat_id < after[1])))
+        q = q.order_by(c.updated_ms.desc(), c.chat_id.desc()).limit(limit + 1)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(q)).all()
         items = [
             ConversationSummary(
-                chat_id=r.id, title=r.title, created_ms=r.created_ms, updated_ms=r.updated_ms, turns=r.n
+                chat_id=r.chat_id, title=r.title, created_ms=r.created_ms, updated_ms=r.updated_ms, turns=r.n
             )
             for r in rows[:limit]
         ]
@@ -248,7 +266,7 @@ class ConversationStore:
         async with self.engine.begin() as conn:
             res = await conn.execute(
                 update(conversations)
-                .where(conversations.c.id == chat_id, conversations.c.tenant == tenant)
+                .where(conversations.c.tenant == tenant, conversations.c.chat_id == chat_id)
                 .values(title=title)
             )
             if res.rowcount == 0:
@@ -257,11 +275,12 @@ class ConversationStore:
 
     async def delete(self, tenant: str, chat_id: str) -> bool:
         async with self.engine.begin() as conn:
-            if await self._find(conn, tenant, chat_id) is None:
+            conv = await self._find(conn, tenant, chat_id)
+            if conv is None:
                 return False
             # Explicit, not only ON DELETE CASCADE: SQLite enforces it only with foreign_keys=ON.
-            await conn.execute(delete(turns).where(turns.c.conversation_id == chat_id))
-            await conn.execute(delete(conversations).where(conversations.c.id == chat_id))
+            await conn.execute(delete(turns).where(turns.c.conversation_id == conv.key))
+            await conn.execute(delete(conversations).where(conversations.c.id == conv.key))
             return True
 
     async def search(self, tenant: str, q: str, user: str = "", limit: int = 20) -> list[SearchHit]:
@@ -270,7 +289,7 @@ class ConversationStore:
         c, t = conversations.c, turns.c
         scope = [c.tenant == tenant] + ([c.user == user] if user else [])
         by_turn = (
-            select(c.id, c.title, t.id.label("turn_id"), t.user_text, t.answer, t.created_ms)
+            select(c.chat_id, c.title, t.id.label("turn_id"), t.user_text, t.answer, t.created_ms)
             .select_from(turns.join(conversations, t.conversation_id == c.id))
             .where(
                 *scope,
@@ -280,7 +299,7 @@ class ConversationStore:
             .limit(limit)
         )
         by_title = (
-            select(c.id, c.title, c.updated_ms)
+            select(c.chat_id, c.title, c.updated_ms)
             .where(*scope, func.lower(c.title).like(pat, escape="\\"))
             .order_by(c.updated_ms.desc())
             .limit(limit)
@@ -289,13 +308,18 @@ class ConversationStore:
             turn_rows = (await conn.execute(by_turn)).all()
             title_rows = (await conn.execute(by_title)).all()
         hits = [
-            SearchHit(chat_id=r.id, title=r.title, snippet=r.title or "", created_ms=r.updated_ms) for r in title_rows
+            SearchHit(chat_id=r.chat_id, title=r.title, snippet=r.title or "", created_ms=r.updated_ms)
+            for r in title_rows
         ]
         for r in turn_rows:
             text = r.user_text if q.lower() in r.user_text.lower() else r.answer
             hits.append(
                 SearchHit(
-                    chat_id=r.id, title=r.title, turn_id=r.turn_id, snippet=snippet(text, q), created_ms=r.created_ms
+                    chat_id=r.chat_id,
+                    title=r.title,
+                    turn_id=r.turn_id,
+                    snippet=snippet(text, q),
+                    created_ms=r.created_ms,
                 )
             )
         hits.sort(key=lambda h: h.created_ms, reverse=True)

@@ -14,20 +14,59 @@ async def test_open_is_tenant_scoped(engine: AsyncEngine) -> None:
     store = ConversationStore(engine)
     await store.init()
     conv = await store.open("acme", "c1", "alice")
-    assert conv is not None and conv.tenant == "acme" and conv.title is None
+    assert conv.id == "c1" and conv.tenant == "acme" and conv.title is None
     again = await store.open("acme", "c1", "bob")
-    assert again is not None and again.created_ms == conv.created_ms and again.user == "alice"
-    # Another tenant never sees (nor takes over) the id.
-    assert await store.open("other", "c1") is None
-    assert await store.get("other", "c1") is None
-    assert await store.turns("other", "c1") is None
+    assert again.created_ms == conv.created_ms and again.user == "alice" and again.key == conv.key
+    # Another tenant's "c1" is a conversation of its own: it neither sees nor takes over acme's.
+    assert await store.get("other", "c1") is None and await store.turns("other", "c1") is None
+    theirs = await store.open("other", "c1", "mallory")
+    assert theirs.id == "c1" and theirs.tenant == "other" and theirs.user == "mallory" and theirs.key != conv.key
+
+
+async def test_two_tenants_same_chat_id_are_independent(engine: AsyncEngine) -> None:
+    store = ConversationStore(engine)
+    await store.init()
+    await store.save_turn("acme", "alice", "demo", _turn("ra", "acme's question", "acme's answer", ms=10))
+
+    async def seen_by_zeta(chat_id: str) -> list[object]:
+        """Everything zeta's calls return for `chat_id`, minus times and generated ids."""
+        out: list[object] = [await store.get("zeta", chat_id), await store.turns("zeta", chat_id)]
+        out.append(await store.history("zeta", chat_id, ("complete",)))
+        out.append(await store.rename("zeta", chat_id, "t"))
+        out.append(await store.delete("zeta", chat_id))
+        conv = await store.open("zeta", chat_id, "zed")
+        out.append((conv.id == chat_id, conv.title, conv.user))
+        saved = await store.save_turn("zeta", "zed", chat_id, _turn(f"rz-{chat_id}", "zeta's question", "zeta's"))
+        out.append(saved[1])
+        got = await store.turns("zeta", chat_id)
+        assert got is not None
+        out.append([(t.user_text, t.answer) for t in got[1]])
+        out.append([t.user_text for t in await store.history("zeta", chat_id, ("complete",))])
+        listed, _ = await store.list_conversations("zeta", limit=50)
+        out.append(sorted((c.title, c.turns) for c in listed if c.chat_id == chat_id))
+        out.append([(h.chat_id == chat_id, h.title, h.snippet) for h in await store.search("zeta", "question")])
+        return out
+
+    # What zeta gets for an id acme uses is exactly what it gets for an id nobody uses.
+    taken = await seen_by_zeta("demo")
+    await store.delete("zeta", "demo")
+    assert await seen_by_zeta("fresh") == taken
+    assert taken[:5] == [None, None, [], None, False]
+    assert taken[5] == (True, None, "zed") and taken[7] == [("zeta's question", "zeta's")]
+    # acme's conversation is untouched by all of that, and sees none of zeta's turns.
+    got = await store.turns("acme", "demo")
+    assert got is not None and got[0].title == "acme's answer" and got[0].user == "alice"
+    assert [(t.rid, t.answer) for t in got[1]] == [("ra", "acme's answer")]
+    assert [t.rid for t in await store.history("acme", "demo", ("complete",))] == ["ra"]
+    assert [h.chat_id for h in await store.search("acme", "question")] == ["demo"]
+    assert await store.delete("acme", "demo") is True and await store.get("zeta", "fresh") is not None
 
 
 async def test_save_turn_is_idempotent_and_titles_once(engine: AsyncEngine) -> None:
     store = ConversationStore(engine)
     await store.init()
     first = await store.save_turn("acme", "alice", "c1", _turn("r1", "hi", "# Hello there!\nHow can I help?"))
-    assert first is not None and first[1] is True
+    assert first[1] is True
     dup = await store.save_turn("acme", "alice", "c1", _turn("r1", "hi", "other text"))
     assert dup == (first[0], False)
     await store.save_turn("acme", "alice", "c1", _turn("r2", "stop", "partial", status="stopped"))
@@ -41,7 +80,10 @@ async def test_save_turn_is_idempotent_and_titles_once(engine: AsyncEngine) -> N
     assert turns[0].usage.prompt_tokens == 3 and turns[0].answer.startswith("# Hello")
     got = await store.turns("acme", "c1", statuses=("complete", "stopped"))
     assert got is not None and [t.rid for t in got[1]] == ["r1", "r2", "r4"]
-    assert await store.save_turn("other", "mallory", "c1", _turn("r9", "x", "y")) is None
+    # The same chat id in another tenant is another conversation.
+    assert (await store.save_turn("other", "mallory", "c1", _turn("r9", "x", "y")))[1] is True
+    got = await store.turns("acme", "c1")
+    assert got is not None and [t.rid for t in got[1]] == ["r1", "r2", "r3", "r4"]
 
 
 async def test_list_rename_delete_search(engine: AsyncEngine) -> None:
@@ -79,7 +121,7 @@ async def test_list_rename_delete_search(engine: AsyncEngine) -> None:
     assert await store.delete("acme", "c2") is False
     # The rid of a deleted turn is free again: the chat id can be reused.
     again = await store.save_turn("acme", "alice", "c2", _turn("r2", "question 2", "answer 2"))
-    assert again is not None and again[1] is True
+    assert again[1] is True
 
 
 def test_title_from_answer() -> None:
@@ -91,21 +133,32 @@ def test_title_from_answer() -> None:
 
 
 async def test_turns_keep_tool_steps_and_thinking_and_older_tables_gain_the_columns(engine: AsyncEngine) -> None:
-    from sqlalchemy import MetaData, Table, insert
+    from sqlalchemy import Index, MetaData, Table, insert
 
     from libs.store.conversations import conversations, turns
     from schemas import ToolEvent
 
-    # The tables as an older version created them, holding one turn.
+    # The tables as an older version created them (chat ids were the conversations' keys, one
+    # namespace for all tenants), holding one turn.
     old = MetaData()
-    Table("conversations", old, *[c._copy() for c in conversations.columns])
+    Table(
+        "conversations",
+        old,
+        *[c._copy() for c in conversations.columns if c.name != "chat_id"],
+        Index("ix_conversations_tenant_updated", "tenant", "updated_ms"),
+    )
     old_turns = Table(
         "turns", old, *[c._copy() for c in turns.columns if c.name not in ("tools", "tool_prompt", "thinking")]
     )
     async with engine.begin() as conn:
         await conn.run_sync(old.create_all)
         await conn.execute(
-            insert(old.tables["conversations"]).values(id="c1", tenant="acme", user="alice", created_ms=1, updated_ms=1)
+            insert(old.tables["conversations"]).values(
+                [
+                    {"id": "c1", "tenant": "acme", "user": "alice", "title": None, "created_ms": 1, "updated_ms": 1},
+                    {"id": "c2", "tenant": "zeta", "user": "zed", "title": "Zeta's", "created_ms": 2, "updated_ms": 2},
+                ]
+            )
         )
         await conn.execute(
             insert(old_turns).values(
@@ -115,15 +168,27 @@ async def test_turns_keep_tool_steps_and_thinking_and_older_tables_gain_the_colu
         )  # fmt: skip
     store = ConversationStore(engine)
     await store.init()
+    await store.init()  # a restart: nothing left to migrate
     ev = ToolEvent(
         id="c1", name="orders_lookup", arguments={"order": 42}, status="ok", output="shipped", sources=["db"]
     )
     turn = _turn("r1", "where is 42?", "It shipped.", ms=5).model_copy(
         update={"tools": [ev], "tool_prompt": "<tool_results>shipped</tool_results>", "thinking": "look it up"}
     )
-    assert await store.save_turn("acme", "alice", "c1", turn) is not None
+    await store.save_turn("acme", "alice", "c1", turn)
     got = await store.turns("acme", "c1")
     assert got is not None
     before, after = got[1]
     assert (before.rid, before.answer, before.tools, before.tool_prompt, before.thinking) == ("r0", "hello", [], "", "")
     assert after.tools == [ev] and after.tool_prompt == turn.tool_prompt and after.thinking == "look it up"
+    # The older rows answer under their chat ids, each in its own tenant only, and those ids are
+    # free in every other tenant.
+    zeta = await store.get("zeta", "c2")
+    assert zeta is not None and zeta.title == "Zeta's" and await store.get("acme", "c2") is None
+    assert [c.chat_id for c in (await store.list_conversations("acme"))[0]] == ["c1"]
+    assert (await store.save_turn("zeta", "zed", "c1", _turn("r2", "mine", "zeta's own")))[1] is True
+    theirs = await store.turns("zeta", "c1")
+    assert theirs is not None and [t.rid for t in theirs[1]] == ["r2"]
+    ours = await store.turns("acme", "c1")
+    assert ours is not None and [t.rid for t in ours[1]] == ["r0", "r1"]
+    assert await store.delete("acme", "c1") is True and await store.get("zeta", "c1") is not None
