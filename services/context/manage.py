@@ -1,7 +1,8 @@
 """Management subjects: conversation list/rename/delete/search, memory, files, tenant instructions and
 safety policy.
 
-Every handler scopes by the tenant in the request; whatever belongs to another tenant is `not_found`.
+Every handler scopes by the tenant in the request: a chat id names a conversation within its tenant only,
+and a file id of another tenant's is `not_found`.
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ class Manager:
             )
         if "\x00" in q.text:
             raise BusError(ErrorCode.unsupported_media_type, "only text files can be uploaded")
-        if q.chat_id is not None and await self.conversations.open(q.tenant, q.chat_id, q.user) is None:
-            raise _missing("conversation", q.chat_id)
+        if q.chat_id is not None:
+            await self.conversations.open(q.tenant, q.chat_id, q.user)
         return await self.knowledge.add_file(q.tenant, q.user, q.name, q.text, q.media_type, q.chat_id)
 
     async def file_list(self, q: FileListQuery) -> FileList:

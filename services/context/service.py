@@ -26,6 +26,7 @@ from schemas import (
     subjects,
 )
 from services.context.facts import fact_to_remember
+from services.context.file_check import FileChecks
 from services.context.manage import Manager
 from services.context.prompt import (
     ChatTemplate,
@@ -62,6 +63,7 @@ class Context:
         self.memory_items = memory_items
         # Tool definitions rendered first in every system block; none are defined yet.
         self.tools = tools or []
+        self.file_checks = FileChecks(renderer.file_chars)
 
     async def _parts(self, work: Work) -> tuple[PromptParts, TenantSafety]:
         memory_q = self.knowledge.memories(work.tenant, work.user)
@@ -73,9 +75,6 @@ class Context:
                 memory_q,
                 settings_q,
             )
-            if turns is None:
-                # The chat id belongs to another tenant; answering as if it did not exist reveals nothing.
-                raise not_found(work.chat_id)
             history = turns_to_history(turns)
             client_system = ""
         else:
@@ -98,7 +97,10 @@ class Context:
         parts, safety = await self._parts(work)
         try:
             # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
-            r = await asyncio.to_thread(self.renderer.render, parts, work.sampling.max_tokens)
+            r, file_verdicts = await asyncio.gather(
+                asyncio.to_thread(self.renderer.render, parts, work.sampling.max_tokens),
+                self.file_checks.check(parts.files, safety),
+            )
         except PromptTooLong as e:
             raise BusError(ErrorCode.payload_too_large, str(e)) from e
         out = work.model_copy(
@@ -109,6 +111,7 @@ class Context:
                 "history_turns": r.history_turns,
                 "trimmed_turns": r.trimmed_turns,
                 "safety": safety,
+                "verdicts": [*work.verdicts, *(v for vs in file_verdicts.values() for v in vs)],
             }
         )
         span = trace.get_current_span()
@@ -122,9 +125,15 @@ class Context:
             "budget": self.renderer.budget,
             "memory_items": len(parts.memory),
             "files": [info.id for info, _ in parts.files],
+            "flagged_files": list(file_verdicts),
             "instructions": bool(parts.instructions),
             "safety_policy": safety.model_dump(mode="json"),
-            "record": {"prompt": r.prompt, "chat_id": work.chat_id},
+            "record": {
+                "prompt": r.prompt,
+                "chat_id": work.chat_id,
+                # Like the tools stage's `tool_verdicts`, each naming its file.
+                "file_verdicts": [{"file_id": f, **v.model_dump()} for f, vs in file_verdicts.items() for v in vs],
+            },
         }
         if r.trimmed_turns:
             log.info("history trimmed", trimmed_turns=r.trimmed_turns, kept=r.history_turns)
@@ -133,8 +142,6 @@ class Context:
     async def open(self, q: ConversationQuery) -> ConversationReply:
         """The tenant's conversation (created when absent), without its turns."""
         conv = await self.conversations.open(q.tenant, q.chat_id, q.user)
-        if conv is None:
-            raise not_found(q.chat_id)
         return ConversationReply(chat_id=conv.id, title=conv.title, created_ms=conv.created_ms)
 
     async def get(self, q: ConversationQuery) -> ConversationReply:
@@ -145,10 +152,7 @@ class Context:
         return ConversationReply(chat_id=conv.id, title=conv.title, created_ms=conv.created_ms, turns=turns)
 
     async def save_turn(self, req: SaveTurn) -> SaveTurnAck:
-        saved = await self.conversations.save_turn(req.tenant, req.user, req.chat_id, req.turn)
-        if saved is None:
-            raise not_found(req.chat_id)
-        turn_id, new = saved
+        turn_id, new = await self.conversations.save_turn(req.tenant, req.user, req.chat_id, req.turn)
         # Only a turn that passed the safety checks and completed may teach the assistant a fact.
         fact = fact_to_remember(req.turn.user_text) if new and req.turn.status == "complete" else None
         if fact:

@@ -112,10 +112,13 @@ async def test_files_and_instructions_reach_the_prompt(harness: Harness) -> None
     assert [f.id for f in listed.items] == [attached.id, library.id]
     in_chat = await req(S.FILES_LIST, FileListQuery(tenant=tenant, chat_id=chat), FileList)
     assert [f.id for f in in_chat.items] == [attached.id]
-    # Attaching to another tenant's conversation is refused like any other access to it.
-    await _not_found(
-        harness, S.FILES_PUT, FileUpload(tenant="evil", user="m", name="x.txt", text="x", chat_id=chat), FileInfo
+    # Another tenant attaching to the same chat id attaches to a conversation of its own.
+    theirs = await req(
+        S.FILES_PUT, FileUpload(tenant="evil", user="m", name="x.txt", text="EVIL FILE", chat_id=chat), FileInfo
     )
+    assert theirs.chat_id == chat
+    in_chat = await req(S.FILES_LIST, FileListQuery(tenant=tenant, chat_id=chat), FileList)
+    assert [f.id for f in in_chat.items] == [attached.id]
     with pytest.raises(BusError) as e:
         await req(S.FILES_PUT, FileUpload(tenant=tenant, user=user, name="big.txt", text="x" * 200_001), FileInfo)
     assert e.value.code == ErrorCode.payload_too_large
@@ -133,6 +136,7 @@ async def test_files_and_instructions_reach_the_prompt(harness: Harness) -> None
     system = w.prompt_messages[0].content
     assert system.index("Always answer in French.") < system.index("Refunds within 30 days.")
     assert "# notes" not in system  # library files are for search, not every prompt
+    assert "EVIL FILE" not in system
     other = await harness.assemble(Work(rid=uuid.uuid4().hex, tenant="evil2", user=user, key_id="k", text="refund?"))
     assert isinstance(other, Work) and "French" not in other.prompt
 
