@@ -2,8 +2,9 @@
 
 `GET /v1/conversations/{id}` (the thread) lives in chat_api.py. This router is included before it so
 that `/v1/conversations/search` is not taken for a conversation id. Lists and search show the key's
-own conversations (every one of the tenant's for a key without a user); reads by id are tenant-wide,
-and whatever belongs to another tenant is a 404, never a 403.
+own conversations (every one of the tenant's for a key without a user); reads by id are tenant-wide.
+A chat id names a conversation within the key's tenant only: another tenant's use of the same id
+changes nothing here.
 """
 
 from __future__ import annotations

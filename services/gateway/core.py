@@ -149,7 +149,7 @@ async def open_conversation(gw: Gateway, key: ApiKey, chat_id: str) -> Conversat
         )
     except BusError as e:
         if e.code == ErrorCode.not_found:
-            # Another tenant's chat id is indistinguishable from one that does not exist: 404, never 403.
+            # Opening creates the tenant's conversation, so this is not expected; keep it a clean 404.
             raise ApiError(ErrorCode.not_found, f"conversation {chat_id!r} not found") from e
         raise ApiError.from_bus(e) from e
 

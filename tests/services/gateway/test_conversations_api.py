@@ -101,20 +101,63 @@ async def test_rename_delete_search(c: httpx.AsyncClient) -> None:
     assert (await c.get("/v1/conversations/search", params={"q": "zeppelin"})).json()["hits"] == []
 
 
-async def test_another_tenant_gets_404_never_403(p: Product, c: httpx.AsyncClient) -> None:
-    chat_id = uuid.uuid4().hex
-    await chat(c, chat_id, "secret plans for the launch")
+def _as_seen(r: httpx.Response, chat_id: str) -> tuple[int, object]:
+    """A response with what differs between any two requests (ids, times) left out."""
+
+    def scrub(v: object) -> object:
+        if isinstance(v, dict):
+            return {k: scrub(x) for k, x in v.items() if k not in ("id", "rid", "turn_id", "created_ms", "updated_ms")}
+        if isinstance(v, list):
+            return [scrub(x) for x in v]
+        return v.replace(chat_id, "<id>") if isinstance(v, str) else v
+
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        return r.status_code, [
+            line.split(":", 1)[1].strip() for line in r.text.splitlines() if line.startswith("event:")
+        ]
+    return r.status_code, scrub(r.json())
+
+
+async def test_two_tenants_same_chat_id_are_independent(p: Product, c: httpx.AsyncClient) -> None:
+    """Chat ids are per tenant: eve can use the id ann uses, sees none of ann's turns, and nothing eve
+    gets back depends on whether ann uses the id (no 404 on a taken id, no way to take it over)."""
+    taken, fresh = "demo-" + uuid.uuid4().hex[:8], "demo-" + uuid.uuid4().hex[:8]
+    await chat(c, taken, "secret plans for the launch")
+
+    async def as_eve(eve: httpx.AsyncClient, chat_id: str) -> list[object]:
+        path = f"/v1/conversations/{chat_id}"
+        out: list[object] = [
+            _as_seen(await eve.get(path), chat_id),
+            _as_seen(await eve.patch(path, json={"title": "mine"}), chat_id),
+            _as_seen(await eve.delete(path), chat_id),
+            _as_seen(await eve.post("/v1/conversations", json={"chatId": chat_id}), chat_id),
+        ]
+        r = await chat(eve, chat_id, "eve's question")
+        out += [_as_seen(r, chat_id), p.works[r.headers["x-request-id"]].prompt]
+        r = await chat(eve, chat_id, "eve again")
+        out += [_as_seen(r, chat_id), p.works[r.headers["x-request-id"]].prompt]
+        out.append(_as_seen(await eve.get(path), chat_id))
+        out.append(_as_seen(await eve.patch(path, json={"title": "Eve's"}), chat_id))
+        out.append(_as_seen(await eve.get("/v1/conversations/search", params={"q": "secret"}), chat_id))
+        listed = (await eve.get("/v1/conversations", params={"limit": 200})).json()["items"]
+        out.append([(x["title"], x["turns"]) for x in listed if x["chat_id"] == chat_id])
+        return out
+
     async with httpx.AsyncClient(base_url=p.url, headers=p.auth(p.eve)) as eve:
-        assert_error(await eve.get(f"/v1/conversations/{chat_id}"), 404, "not_found")
-        assert_error(await eve.patch(f"/v1/conversations/{chat_id}", json={"title": "mine"}), 404, "not_found")
-        assert_error(await eve.delete(f"/v1/conversations/{chat_id}"), 404, "not_found")
-        assert_error(await eve.post("/v1/conversations", json={"chatId": chat_id}), 404, "not_found")
-        assert_error(await eve.post("/chat", json={"chatId": chat_id, "text": "hi"}), 404, "not_found")
-        assert (await eve.get("/v1/conversations")).json()["items"] == []
-        assert (await eve.get("/v1/conversations/search", params={"q": "secret"})).json()["hits"] == []
-    # Untouched by all of that.
-    conv = (await c.get(f"/v1/conversations/{chat_id}")).json()
-    assert len(conv["turns"]) == 1 and conv["title"] == ANSWER
+        seen = await as_eve(eve, taken)
+        assert seen == await as_eve(eve, fresh)
+        assert seen[0][0] == 404 and seen[3][0] == 201 and seen[4][0] == 200 and seen[4][1][-1] == "done"
+        assert "secret" not in str(seen)
+        conv = (await eve.get(f"/v1/conversations/{taken}")).json()
+        assert conv["title"] == "Eve's" and [t["user_text"] for t in conv["turns"]] == ["eve's question", "eve again"]
+        # Deleting eve's "demo" leaves ann's alone.
+        assert (await eve.delete(f"/v1/conversations/{taken}")).status_code == 200
+    # Ann's conversation of that id is untouched by all of that.
+    conv = (await c.get(f"/v1/conversations/{taken}")).json()
+    assert conv["title"] == ANSWER and [t["user_text"] for t in conv["turns"]] == ["secret plans for the launch"]
+    r = await chat(c, taken, "and the date?")
+    prompt = p.works[r.headers["x-request-id"]].prompt
+    assert "secret plans for the launch" in prompt and "eve" not in prompt
 
 
 async def test_lists_are_per_user_within_a_tenant(p: Product, c: httpx.AsyncClient) -> None:

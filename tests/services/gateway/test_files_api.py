@@ -112,7 +112,12 @@ async def test_another_tenants_files_are_404(p: Product, c: httpx.AsyncClient) -
     chat_id = uuid.uuid4().hex
     await chat(c, chat_id, "hello")
     async with httpx.AsyncClient(base_url=p.url, headers=p.auth(p.eve)) as eve:
-        assert_error(await upload(eve, "x.txt", b"into ann's chat", chatId=chat_id), 404, "not_found")
+        # The same chat id is eve's own conversation: the file goes there, never into ann's.
+        r = await upload(eve, "x.txt", b"eve's file", chatId=chat_id)
+        assert r.status_code == 201 and r.json()["chat_id"] == chat_id
+        assert [f["name"] for f in (await eve.get("/v1/files", params={"chatId": chat_id})).json()["items"]] == [
+            "x.txt"
+        ]
         assert_error(await eve.get(f"/v1/files/{fid}"), 404, "not_found")
         assert_error(await eve.delete(f"/v1/files/{fid}"), 404, "not_found")
         assert fid not in {f["id"] for f in (await eve.get("/v1/files")).json()["items"]}
@@ -121,4 +126,7 @@ async def test_another_tenants_files_are_404(p: Product, c: httpx.AsyncClient) -
         assert_error(r, 404, "not_found")
         assert len(p.works) == before
     assert (await c.get(f"/v1/files/{fid}")).status_code == 200
+    assert (await c.get("/v1/files", params={"chatId": chat_id})).json()["items"] == []
+    r = await chat(c, chat_id, "anything new?")
+    assert "eve's file" not in p.works[r.headers["x-request-id"]].prompt
     assert_error(await c.post("/chat", json={"chatId": "x1", "text": "hi", "fileIds": ["f"] * 11}), 400, "bad_request")
