@@ -146,7 +146,14 @@ async def test_two_tenants_same_chat_id_are_independent(p: Product, c: httpx.Asy
     async with httpx.AsyncClient(base_url=p.url, headers=p.auth(p.eve)) as eve:
         seen = await as_eve(eve, taken)
         assert seen == await as_eve(eve, fresh)
-        assert seen[0][0] == 404 and seen[3][0] == 201 and seen[4][0] == 200 and seen[4][1][-1] == "done"
+        assert [seen[i] for i in (0, 3)] == [
+            (
+                404,
+                {"error": {"type": "not_found_error", "code": "not_found", "message": "conversation '<id>' not found"}},
+            ),
+            (201, {"chat_id": "<id>", "title": None, "turns": 0}),
+        ]
+        assert seen[4] == (200, ["delta", "done"]), seen[4]
         assert "secret" not in str(seen)
         conv = (await eve.get(f"/v1/conversations/{taken}")).json()
         assert conv["title"] == "Eve's" and [t["user_text"] for t in conv["turns"]] == ["eve's question", "eve again"]
