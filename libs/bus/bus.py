@@ -37,6 +37,11 @@ R = TypeVar("R", bound=BaseModel)
 log = structlog.get_logger()
 # An accepting stage acks before it starts the work, so this only has to cover a busy event loop.
 FORWARD_ACK_S = 5.0
+# A durable publish is tried again for this long: in a 3-node cluster on loopback, a stream whose
+# leader's node died had a new leader after about 6 s.
+DURABLE_ACK_S = 5.0
+DURABLE_RETRY_S = 20.0
+_UNACKED = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
 
 
 class BusError(Exception):
@@ -81,8 +86,11 @@ class _Handled:
 
 
 class Bus:
-    def __init__(self, nc: NATS, service: str, replica: str, telemetry: Telemetry):
+    def __init__(self, nc: NATS, service: str, replica: str, telemetry: Telemetry, js_replicas: int = 1):
         self.nc = nc
+        # How many servers keep each JetStream stream and bucket this bus creates: 3 in a cluster, so
+        # the log and the registries outlive a node.
+        self.js_replicas = js_replicas
         self.js: JetStreamContext = nc.jetstream()
         self.service = service
         self.replica = replica
@@ -93,12 +101,14 @@ class Bus:
         self._inflight = _Handled()
 
     @classmethod
-    async def connect(cls, url: str, service: str, replica: str, telemetry: Telemetry) -> Bus:
+    async def connect(cls, url: str, service: str, replica: str, telemetry: Telemetry, js_replicas: int = 1) -> Bus:
+        # `url` may list a cluster's servers, comma-separated; nats-py wants them as a list.
+        servers = [u.strip() for u in url.split(",") if u.strip()]
         # A bounded drain: shutdown waits for in-flight work (quiesce), not for idle subscriptions.
         nc = await nats.connect(
-            url, name=f"{service}-{replica}", max_reconnect_attempts=-1, reconnect_time_wait=0.5, drain_timeout=5
+            servers, name=f"{service}-{replica}", max_reconnect_attempts=-1, reconnect_time_wait=0.5, drain_timeout=5
         )
-        return cls(nc, service, replica, telemetry)
+        return cls(nc, service, replica, telemetry, js_replicas)
 
     # ---- headers -------------------------------------------------------------------------
 
@@ -187,10 +197,23 @@ class Bus:
         await self.nc.flush()
 
     async def publish_durable(self, subject: str, msg: BaseModel, msg_id: str) -> None:
-        """Acknowledged JetStream publish, de-duplicated by `Nats-Msg-Id`: a logger that is down loses nothing."""
+        """Acknowledged JetStream publish, de-duplicated by `Nats-Msg-Id`: a logger that is down loses nothing.
+
+        Unacknowledged (the server it went to died with it, or the stream is electing a new leader in
+        a cluster), it is sent again under the same id, which JetStream keeps once."""
         hdrs = self._headers(None, None, None)
         hdrs[H.MSG_ID] = msg_id
-        await self.js.publish(subject, msg.model_dump_json().encode(), headers=hdrs, timeout=5.0)
+        data = msg.model_dump_json().encode()
+        give_up, pause = time.monotonic() + DURABLE_RETRY_S, 0.25
+        while True:
+            try:
+                await self.js.publish(subject, data, headers=hdrs, timeout=DURABLE_ACK_S)
+                return
+            except _UNACKED:
+                if time.monotonic() + pause >= give_up:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     async def ensure_log_stream(self) -> None:
         cfg = StreamConfig(
@@ -198,6 +221,7 @@ class Bus:
             subjects=[subjects.LOG_SUBJECTS],
             max_age=7 * 24 * 3600.0,
             duplicate_window=120.0,
+            num_replicas=self.js_replicas,
         )
         try:
             await self.js.add_stream(cfg)
@@ -248,7 +272,7 @@ class Bus:
         return sub
 
     async def kv(self, bucket: str, model: type[M], ttl_s: float | None = None) -> TypedKV[M]:
-        kv = TypedKV(await open_bucket(self.js, bucket, ttl_s), model)
+        kv = TypedKV(await open_bucket(self.js, bucket, ttl_s, self.js_replicas), model)
         self._kvs.append(kv)
         return kv
 

@@ -16,12 +16,12 @@ from pydantic import BaseModel
 M = TypeVar("M", bound=BaseModel)
 
 
-async def open_bucket(js: JetStreamContext, bucket: str, ttl_s: float | None = None) -> KeyValue:
+async def open_bucket(js: JetStreamContext, bucket: str, ttl_s: float | None = None, replicas: int = 1) -> KeyValue:
     try:
         return await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
         try:
-            return await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl_s, history=1))
+            return await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl_s, history=1, replicas=replicas))
         except nats.js.errors.BadRequestError:  # another service created it first
             return await js.key_value(bucket)
 

@@ -31,6 +31,7 @@ def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[C
             replica=settings.replica,
             log_level=settings.log_level,
             torch_threads=settings.torch_threads,
+            js_replicas=settings.nats_replicas,
         )
     )
 
@@ -43,12 +44,13 @@ async def serve(
     replica: str | None = None,
     log_level: str = "INFO",
     torch_threads: int = 0,
+    js_replicas: int = 1,
 ) -> None:
     configure_logging(service, log_level)
     log = structlog.get_logger()
     telemetry = setup_tracing(service)
     replica = replica or uuid.uuid4().hex[:8]
-    bus = await Bus.connect(nats_url, service, replica, telemetry)
+    bus = await Bus.connect(nats_url, service, replica, telemetry, js_replicas)
     await bus.ensure_log_stream()
 
     async def publish_spans(batch: SpanBatch) -> None:

@@ -11,6 +11,9 @@ class ServiceSettings(BaseSettings):
 
     # NATS_URL is shared by every service, so it is read without the service's prefix.
     nats_url: str = Field("nats://127.0.0.1:4222", validation_alias=AliasChoices("NATS_URL", "nats_url"))
+    # Copies JetStream keeps of the log stream and the KV buckets: 3 against a NATS cluster, so losing
+    # a node loses no record. Shared like NATS_URL.
+    nats_replicas: int = Field(1, ge=1, le=5, validation_alias=AliasChoices("NATS_REPLICAS", "nats_replicas"))
     log_level: str = Field("INFO", validation_alias=AliasChoices("SWITCHYARD_LOG_LEVEL", "log_level"))
     data_dir: str = Field("var", validation_alias=AliasChoices("SWITCHYARD_DATA_DIR", "data_dir"))
     replica: str | None = None

@@ -50,7 +50,7 @@ async def main() -> None:
     replica = settings.replica or uuid.uuid4().hex[:8]
     keys = await KeyStore.open(settings.db_url())
     await install_configured_keys(settings, keys)
-    bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry)
+    bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry, settings.nats_replicas)
     await bus.ensure_log_stream()
     if settings.resume_stream:
         try:
