@@ -80,12 +80,13 @@ class Limiter:
         self.attempts = attempts
 
     @classmethod
-    async def open(cls, js: JetStreamContext, bucket: str) -> Limiter:
+    async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> Limiter:
         try:
             kv = await js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            # Idle tenants' entries age out; a full bucket is the same as an absent entry.
-            kv = await js.create_key_value(bucket=bucket, history=1, ttl=3600)
+            # Idle tenants' entries age out; a full bucket is the same as an absent entry. In a cluster,
+            # kept on `replicas` nodes: on one that died, every admission would wait 5 s for it.
+            kv = await js.create_key_value(bucket=bucket, history=1, ttl=3600, replicas=replicas)
         return cls(kv)
 
     async def _read(self, tenant: str, limits: Limits, now: int) -> tuple[_State, int]:
