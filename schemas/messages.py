@@ -136,7 +136,7 @@ class Forward(BaseModel):
     decision: dict[str, Any] = Field(default_factory=dict)
     # Hand over by request/reply: the next stage acks at once, so a dead one is known at once. When
     # nobody answers on `subject`, the work goes to `fallback` (any live replica of the pool) instead.
-    ack: bool = False
+    ack: bool = True
     fallback: str | None = None
 
 

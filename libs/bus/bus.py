@@ -13,7 +13,7 @@ import contextvars
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import nats
@@ -68,6 +68,7 @@ class MsgContext:
     tenant: str = ""
     deadline_ms: int | None = None
     subject: str = ""
+    reply: str = ""  # where a request's answer goes ('' for a plain publish)
 
     def expired(self) -> bool:
         return self.deadline_ms is not None and H.now_ms() > self.deadline_ms
@@ -290,6 +291,8 @@ class Bus:
         async def run(work: Work) -> None:
             t0, started = time.perf_counter(), H.now_ms()
             structlog.contextvars.bind_contextvars(chat_id=work.chat_id)
+            # Ack the hand-over before the work: the sender learns at once whether anyone took it.
+            await self.ack(WorkAccepted(rid=work.rid, replica=self.replica))
             try:
                 await self.hold(work.rid)
                 fwd = await handler(work)
@@ -325,6 +328,15 @@ class Bus:
 
         await self.subscribe(subject, Work, run_none(run), queue=self.service)
 
+    async def ack(self, accepted: BaseModel) -> None:
+        """Answer the current request now, before its handler is done (its later result is not sent)."""
+        ctx = _current.get()
+        if ctx.reply:
+            await self.nc.publish(
+                ctx.reply, accepted.model_dump_json().encode(), headers=self._headers(None, None, None)
+            )
+            _current.set(replace(ctx, reply=""))
+
     async def hold(self, rid: str) -> None:
         """Tell the gateway this process now holds `rid`: if it dies, the gateway finds out by asking."""
         await self.emit(ChatEvent(rid=rid, type="holder", stage=self.service, replica=self.replica))
@@ -352,6 +364,7 @@ class Bus:
             tenant=hdrs.get(H.TENANT, ""),
             deadline_ms=int(dl) if dl else None,
             subject=msg.subject,
+            reply=msg.reply or "",
         )
         token = _current.set(ctx)
         otel_token = otel_context.attach(H.extract_trace(hdrs))
@@ -393,7 +406,7 @@ class Bus:
             except ValidationError as e:
                 raise BusError(ErrorCode.bad_request, f"invalid {model.__name__}: {e.errors()[:3]}") from e
             result = await handler(data)
-            if msg.reply and result is not None:
+            if _current.get().reply and result is not None:
                 await self.nc.publish(
                     msg.reply, result.model_dump_json().encode(), headers=self._headers(None, None, None)
                 )
@@ -405,9 +418,10 @@ class Bus:
                 log.exception("handler failed")
             else:
                 log.info("handler error", code=err.code, error=err.message)
-            if msg.reply:
+            reply = _current.get().reply  # '' once the handler acked the hand-over
+            if reply:
                 await self.nc.publish(
-                    msg.reply, err.info().model_dump_json().encode(), headers={H.STATUS: "error", H.RID: ctx.rid}
+                    reply, err.info().model_dump_json().encode(), headers={H.STATUS: "error", H.RID: ctx.rid}
                 )
             elif err.code == ErrorCode.deadline_exceeded and ctx.rid and msg.subject.startswith("pipeline."):
                 await self.emit(ChatEvent(rid=ctx.rid, type="error", error=err.info()))

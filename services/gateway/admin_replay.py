@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from libs.bus import BusError
 from libs.bus import headers as H
+from libs.bus.bus import FORWARD_ACK_S
 from libs.store.keys import ApiKey
 from schemas import (
     ChatEvent,
@@ -39,6 +40,7 @@ from schemas import (
     Sampling,
     StageRecord,
     Work,
+    WorkAccepted,
     subjects,
 )
 from services.gateway.core import Gateway
@@ -159,6 +161,8 @@ async def _run(gw: Gateway, work: Work, subject: str, timeout_s: float) -> list[
     finished = asyncio.Event()
 
     async def on_event(ev: ChatEvent) -> None:
+        if ev.type == "holder":
+            return  # for liveness, never part of the replayed answer
         if not finished.is_set():
             got.append(ev)
             if ev.type in ("done", "error"):
@@ -169,7 +173,9 @@ async def _run(gw: Gateway, work: Work, subject: str, timeout_s: float) -> list[
     try:
         await gw.bus.flush()
         deadline = H.now_ms() + int(timeout_s * 1000)
-        await gw.bus.publish(subject, work, rid=work.rid, tenant=work.tenant, deadline_ms=deadline)
+        await gw.bus.request(
+            subject, work, WorkAccepted, timeout=FORWARD_ACK_S, rid=work.rid, tenant=work.tenant, deadline_ms=deadline
+        )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(finished.wait(), timeout_s)
     finally:

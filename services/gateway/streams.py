@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from libs.bus import Bus, Holder, Liveness
 from libs.bus import headers as H
+from libs.bus.bus import FORWARD_ACK_S
 from schemas import (
     CancelNotice,
     ChatEvent,
@@ -35,6 +36,7 @@ from schemas import (
     Turn,
     Usage,
     Work,
+    WorkAccepted,
     subjects,
 )
 from services.gateway.errors import ApiError
@@ -207,7 +209,16 @@ class Streams:
         # The server must know the subscription before the work goes out, or the first events could be lost.
         await self.bus.flush()
         with run.activate():
-            await self.bus.publish(subjects.CONTEXT, work, rid=run.rid, tenant=run.tenant, deadline_ms=run.deadline_ms)
+            # Acked at once by a context replica; nobody listening fails the request now, not at its deadline.
+            await self.bus.request(
+                subjects.CONTEXT,
+                work,
+                WorkAccepted,
+                timeout=FORWARD_ACK_S,
+                rid=run.rid,
+                tenant=run.tenant,
+                deadline_ms=run.deadline_ms,
+            )
 
     # ---- events ----------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from libs.bus import Bus, BusError, NatsServer, current_context
 from libs.bus.headers import now_ms
 from libs.telemetry import setup_tracing
-from schemas import ChatEvent, ErrorCode, Forward, Work, subjects
+from schemas import ChatEvent, ErrorCode, Forward, Work, WorkAccepted, subjects
 
 
 class Ping(BaseModel):
@@ -86,6 +86,7 @@ async def test_stage_forwards_or_emits_error(nats_server: NatsServer) -> None:
     events: asyncio.Queue[ChatEvent] = asyncio.Queue()
 
     async def collect(w: Work) -> None:
+        await a.ack(WorkAccepted(rid=w.rid, replica=a.replica))  # as the next stage acks the hand-over
         await got.put(w)
 
     async def collect_ev(e: ChatEvent) -> None:

@@ -7,7 +7,7 @@ import pytest
 from libs.bus import Bus, NatsServer
 from libs.telemetry import setup_tracing
 from libs.tokenizer import Tokenizer, load_tokenizer
-from schemas import Work, subjects
+from schemas import Work, WorkAccepted, subjects
 from services.context.service import setup
 from services.context.settings import ContextSettings
 from tests.services.context.harness import Harness
@@ -31,6 +31,7 @@ async def harness(
     h = Harness(client, {}, {})
 
     async def collect(w: Work) -> None:
+        await client.ack(WorkAccepted(rid=w.rid, replica="router"))  # as the router acks the hand-over
         fut = h.forwarded.get(w.rid)
         if fut is not None and not fut.done():
             fut.set_result(w)

@@ -38,6 +38,7 @@ from schemas import (
     Turn,
     Usage,
     Work,
+    WorkAccepted,
     subjects,
 )
 from services.gateway.app import create_app
@@ -60,6 +61,10 @@ class Responder:
 
     async def emit(self, rid: str, **kw: object) -> None:
         await self.bus.emit(ChatEvent.model_validate({"rid": rid, **kw}))
+
+    async def take(self, work: Work) -> None:
+        await self.bus.ack(WorkAccepted(rid=work.rid, replica="harness"))  # as a stage acks the hand-over
+        await self.on_work(work)
 
     async def on_work(self, work: Work) -> None:
         self.works.append(work)
@@ -141,7 +146,7 @@ class Responder:
         return RequestRecordReply(rid=q.rid, record={"gateway": {"status": "ok"}}, spans=spans)
 
     async def start(self) -> None:
-        await self.bus.subscribe(subjects.CONTEXT, Work, self.on_work, queue="context")
+        await self.bus.subscribe(subjects.CONTEXT, Work, self.take, queue="context")
         await self.bus.subscribe("chat.cancel.*", CancelNotice, self.on_cancel)
         await self.bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, self.on_open)
         await self.bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, self.on_get)

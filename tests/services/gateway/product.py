@@ -15,7 +15,7 @@ from pathlib import Path
 
 from libs.bus import Bus, NatsServer
 from libs.tokenizer import Tokenizer, load_tokenizer
-from schemas import ChatEvent, SaveTurn, SaveTurnAck, Turn, Usage, Work, subjects
+from schemas import ChatEvent, SaveTurn, SaveTurnAck, Turn, Usage, Work, WorkAccepted, subjects
 from services.context.service import setup
 from services.context.settings import ContextSettings
 from tests.services.gateway.harness import Gateway, connect, gateway
@@ -47,6 +47,7 @@ class Product:
 
 async def _pipeline(bus: Bus, works: dict[str, Work]) -> None:
     async def on_work(w: Work) -> None:
+        await bus.ack(WorkAccepted(rid=w.rid, replica="router"))  # as a stage acks the hand-over
         works[w.rid] = w
         await bus.emit(ChatEvent(rid=w.rid, type="delta", text=ANSWER))
         if w.chat_id and w.persist:

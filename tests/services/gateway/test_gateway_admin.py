@@ -23,6 +23,7 @@ from schemas import (
     Turn,
     Usage,
     Work,
+    WorkAccepted,
     subjects,
 )
 from services.logger.service import setup as logger_setup
@@ -38,6 +39,7 @@ class Pipeline:
     works: list[Work] = field(default_factory=list)
 
     async def on_work(self, work: Work) -> None:
+        await self.bus.ack(WorkAccepted(rid=work.rid, replica="pipeline"))  # as a stage acks the hand-over
         self.works.append(work)
         # Seed 7 reproduces the logged answer; any other seed changes its last word.
         text = "Hello big world" if work.sampling.seed == 7 else "Hello big moon"
