@@ -120,3 +120,24 @@ def test_work_for_a_dead_replica_fails_over_to_a_live_one(client: httpx.Client, 
         if proc.poll() is None:
             proc.kill()
         stack.procs.pop(f"inference-{doomed}", None)
+
+
+@pytest.mark.parametrize("tag", ["context", "router", "tools", "safety_in"])
+def test_a_dead_stage_fails_new_requests_at_once(client: httpx.Client, stack: Stack, tag: str) -> None:
+    """With no live replica of a stage, the hand-over (or, for safety_in, the question) has nobody to
+    answer it: the client gets `unavailable` now, in the one error shape, never a wait for the deadline."""
+    os.kill(stack.procs[tag].pid, signal.SIGKILL)
+    stack.procs[tag].wait()
+    try:
+        t0 = time.monotonic()
+        r = client.post("/chat", json={"chatId": f"d-{uuid.uuid4().hex[:8]}", "text": "Say hello."})
+        took_s = time.monotonic() - t0
+        print(f"{tag} down -> answered in {took_s * 1000:.0f} ms with {r.status_code}")
+        if r.status_code == 200:  # the stream had started: the error is its last event
+            last = [line for line in r.text.splitlines() if line.startswith("event:")][-1]
+            assert last == "event: error" and '"code":"unavailable"' in r.text.replace(" ", ""), r.text[-400:]
+        else:
+            assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable", r.text
+        assert took_s < NOTICED_WITHIN_S
+    finally:
+        restart(stack, tag)
