@@ -273,7 +273,7 @@ class Bus:
         return sub
 
     async def kv(self, bucket: str, model: type[M], ttl_s: float | None = None) -> TypedKV[M]:
-        kv = TypedKV(await open_bucket(self.js, bucket, ttl_s, self.js_replicas), model)
+        kv = TypedKV(await open_bucket(self.js, bucket, ttl_s, self.js_replicas), model, self.js, bucket)
         self._kvs.append(kv)
         return kv
 

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import nats
+import structlog
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig
-from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
-from pydantic import BaseModel
+from nats.js.api import DeliverPolicy, KeyValueConfig
+from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
+from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+log = structlog.get_logger()
+# A watch is a consumer on one server; when that server dies, nats-py makes a new one after two
+# missed idle heartbeats. At its default (5 s) a router in a 3-node cluster heard no inference
+# heartbeat for 10-20 s and called every replica dead; at 1 s the watch is back within a few seconds.
+WATCH_HEARTBEAT_S = 1.0
 
 
 async def open_bucket(js: JetStreamContext, bucket: str, ttl_s: float | None = None, replicas: int = 1) -> KeyValue:
@@ -27,11 +33,13 @@ async def open_bucket(js: JetStreamContext, bucket: str, ttl_s: float | None = N
 
 
 class TypedKV(Generic[M]):
-    def __init__(self, kv: KeyValue, model: type[M]):
+    def __init__(self, kv: KeyValue, model: type[M], js: JetStreamContext, bucket: str):
         self._kv = kv
         self._model = model
-        self._watch: asyncio.Task[None] | None = None
-        self._watcher: KeyValue.KeyWatcher | None = None
+        self._js = js
+        self._bucket = bucket
+        self._watch: Any = None  # the watch's subscription
+        self._watching = False
 
     async def put(self, key: str, value: M) -> int:
         return int(await self._kv.put(key, value.model_dump_json().encode()))
@@ -48,28 +56,45 @@ class TypedKV(Generic[M]):
         return self._model.model_validate_json(entry.value) if entry.value else None
 
     async def watch(self, on_change: Callable[[str, M | None], Awaitable[None]]) -> None:
-        """Calls `on_change(key, value)` for every current and later value; `None` when a key is deleted."""
-        watcher = self._watcher = await self._kv.watchall()
+        """Calls `on_change(key, value)` for every current and later value; `None` when a key is deleted.
 
-        async def run() -> None:
-            async for entry in watcher:
-                if entry is None:  # the marker after the initial values
-                    continue
-                if entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
-                    await on_change(entry.key, None)
-                else:
-                    await on_change(entry.key, self._model.model_validate_json(entry.value))
+        nats-py's own KV watch cannot set the consumer's heartbeat, so this is its ordered consumer
+        with a short one (`WATCH_HEARTBEAT_S`)."""
+        prefix = f"$KV.{self._bucket}."
+        self._watching = True
 
-        self._watch = asyncio.create_task(run())
+        async def on_msg(msg: Msg) -> None:
+            if not self._watching:
+                return
+            key = msg.subject[len(prefix) :]
+            if (msg.headers or {}).get(KV_OP) in (KV_DEL, KV_PURGE) or not msg.data:
+                await on_change(key, None)
+                return
+            try:
+                value = self._model.model_validate_json(msg.data)
+            except ValidationError:
+                log.warning("undecodable value", bucket=self._bucket, key=key)
+                return
+            await on_change(key, value)
+
+        self._watch = await self._js.subscribe(
+            f"{prefix}>",
+            stream=f"KV_{self._bucket}",
+            cb=on_msg,
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            idle_heartbeat=WATCH_HEARTBEAT_S,
+            inactive_threshold=300.0,
+        )
 
     def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
+        """No more calls to the watch's `on_change`; `close` ends its subscription."""
+        self._watching = False
 
     async def close(self) -> None:
         """Stop watching and end the watch's subscription, so a draining connection need not wait on it."""
         self.stop()
-        if self._watcher is not None:
+        if self._watch is not None:
             with contextlib.suppress(Exception):
-                await self._watcher.stop()
-            self._watcher = None
+                await self._watch.unsubscribe()
+            self._watch = None

@@ -3,6 +3,10 @@ node, and a durable publish that outlives the death of the log's leader node."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from libs.bus import Bus
-from libs.bus.cluster import NatsCluster, start_nats_cluster
+from libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
 from libs.telemetry import setup_tracing
 from schemas import subjects
 
@@ -52,3 +56,51 @@ async def test_the_log_survives_its_leader_node(cluster: NatsCluster) -> None:
         assert got is not None and got.n == 1
     finally:
         await bus.close()
+
+
+def _consumer_node(cluster: NatsCluster, stream: str) -> ClusterNode:
+    """The node holding the (single) consumer on `stream`: the one whose monitoring endpoint lists it."""
+    for node in cluster.nodes:
+        url = f"http://127.0.0.1:{node.monitor_port}/jsz?accounts=true&streams=true&consumers=true"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            jsz = json.load(r)
+        for account in jsz.get("account_details") or []:
+            for s in account.get("stream_detail") or []:
+                if s["name"] == stream and s.get("consumer_detail"):
+                    leader = s["consumer_detail"][0]["cluster"]["leader"]
+                    return next(n for n in cluster.nodes if n.name == leader)
+    raise AssertionError(f"no consumer on {stream}")
+
+
+async def test_a_watch_hears_on_after_the_node_of_its_consumer_dies(cluster: NatsCluster) -> None:
+    watcher = await Bus.connect(cluster.url, "test", uuid.uuid4().hex[:6], setup_tracing("test"), js_replicas=3)
+    writer = await Bus.connect(cluster.url, "test", uuid.uuid4().hex[:6], setup_tracing("test"), js_replicas=3)
+    try:
+        heard: asyncio.Queue[tuple[str, Note | None]] = asyncio.Queue()
+
+        async def on_change(key: str, value: Note | None) -> None:
+            await heard.put((key, value))
+
+        kv_w = await watcher.kv("watched", Note)
+        kv_p = await writer.kv("watched", Note)
+        await kv_p.put("a", Note(n=0))
+        await kv_w.watch(on_change)
+        assert await asyncio.wait_for(heard.get(), 10) == ("a", Note(n=0))
+        _consumer_node(cluster, "KV_watched").kill()
+        # Writes go on (as an inference replica's heartbeats do) until the watch hears one again.
+        n = 0
+        while True:
+            n += 1
+            assert n < 60, "the watch never heard another value"
+            with contextlib.suppress(Exception):  # the bucket elects a leader of its own meanwhile
+                await kv_p.put("a", Note(n=n))
+            with contextlib.suppress(TimeoutError):
+                _, value = await asyncio.wait_for(heard.get(), 0.5)
+                if value is not None and value.n > 0:
+                    break
+        await kv_p.delete("a")
+        while (got := await asyncio.wait_for(heard.get(), 10)) != ("a", None):
+            assert got[0] == "a"
+    finally:
+        await watcher.close()
+        await writer.close()
