@@ -75,9 +75,12 @@ def _key(tenant: str) -> str:
 
 
 class Limiter:
-    def __init__(self, kv: KeyValue, attempts: int = 25):
+    def __init__(self, kv: KeyValue, attempts: int = 25, timeout_s: float = 2.0):
         self.kv = kv
         self.attempts = attempts
+        # A bucket electing a new leader (a node died) would hold each call for nats-py's 5 s; the
+        # limiter gives up sooner and lets the request through, as when the store is down.
+        self.timeout_s = timeout_s
 
     @classmethod
     async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> Limiter:
@@ -116,50 +119,56 @@ class Limiter:
     async def admit(self, tenant: str, rid: str, limits: Limits, lease_s: float) -> Refusal | None:
         """Take one request and one stream lease, or say which limit refuses and for how long."""
         try:
-            for attempt in range(self.attempts):
-                now = _now_ms()
-                state, revision = await self._read(tenant, limits, now)
-                if len(state.leases) >= limits.concurrent_streams:
-                    soonest = min(state.leases.values()) - now
-                    return Refusal(
-                        "concurrent_streams",
-                        f"rate limit: {limits.concurrent_streams} concurrent streams for this tier are in use",
-                        max(1.0, min(soonest / 1000, 5.0)),
-                    )
-                if state.req < 1:
-                    wait = (1 - state.req) * 60 / limits.requests_per_minute
-                    return Refusal(
-                        "requests_per_minute",
-                        f"rate limit: {limits.requests_per_minute:g} requests per minute for this tier",
-                        wait,
-                    )
-                if state.tok <= 0:
-                    wait = (1 - state.tok) * 60 / limits.tokens_per_minute
-                    return Refusal(
-                        "tokens_per_minute",
-                        f"rate limit: {limits.tokens_per_minute:g} tokens per minute for this tier",
-                        wait,
-                    )
-                state.req -= 1
-                state.leases[rid] = now + int(lease_s * 1000)
-                if await self._write(tenant, state, revision):
-                    return None
-                await self._backoff(attempt)
-            log.warning("rate limit contention: admitting without a lease", tenant=tenant)
+            async with asyncio.timeout(self.timeout_s):
+                return await self._admit(tenant, rid, limits, lease_s)
         except Exception as e:
             # The limiter guards the pipeline; it must not take the gateway down with the KV store.
-            log.warning("rate limiter unavailable: admitting", error=str(e))
+            log.warning("rate limiter unavailable: admitting", error=str(e) or type(e).__name__)
+        return None
+
+    async def _admit(self, tenant: str, rid: str, limits: Limits, lease_s: float) -> Refusal | None:
+        for attempt in range(self.attempts):
+            now = _now_ms()
+            state, revision = await self._read(tenant, limits, now)
+            if len(state.leases) >= limits.concurrent_streams:
+                soonest = min(state.leases.values()) - now
+                return Refusal(
+                    "concurrent_streams",
+                    f"rate limit: {limits.concurrent_streams} concurrent streams for this tier are in use",
+                    max(1.0, min(soonest / 1000, 5.0)),
+                )
+            if state.req < 1:
+                wait = (1 - state.req) * 60 / limits.requests_per_minute
+                return Refusal(
+                    "requests_per_minute",
+                    f"rate limit: {limits.requests_per_minute:g} requests per minute for this tier",
+                    wait,
+                )
+            if state.tok <= 0:
+                wait = (1 - state.tok) * 60 / limits.tokens_per_minute
+                return Refusal(
+                    "tokens_per_minute",
+                    f"rate limit: {limits.tokens_per_minute:g} tokens per minute for this tier",
+                    wait,
+                )
+            state.req -= 1
+            state.leases[rid] = now + int(lease_s * 1000)
+            if await self._write(tenant, state, revision):
+                return None
+            await self._backoff(attempt)
+        log.warning("rate limit contention: admitting without a lease", tenant=tenant)
         return None
 
     async def settle(self, tenant: str, rid: str, tokens: int, limits: Limits) -> None:
         """Release the stream lease and debit the tokens the request used."""
         try:
-            for attempt in range(self.attempts):
-                state, revision = await self._read(tenant, limits, _now_ms())
-                state.leases.pop(rid, None)
-                state.tok -= tokens
-                if await self._write(tenant, state, revision):
-                    return
-                await self._backoff(attempt)
+            async with asyncio.timeout(self.timeout_s):
+                for attempt in range(self.attempts):
+                    state, revision = await self._read(tenant, limits, _now_ms())
+                    state.leases.pop(rid, None)
+                    state.tok -= tokens
+                    if await self._write(tenant, state, revision):
+                        return
+                    await self._backoff(attempt)
         except Exception as e:
-            log.warning("rate limiter unavailable: usage not debited", error=str(e))
+            log.warning("rate limiter unavailable: usage not debited", error=str(e) or type(e).__name__)
