@@ -143,8 +143,11 @@ async def test_a_phone_number_is_never_half_sent(rig: Rig) -> None:
 async def test_a_block_after_release_stops_the_stream_and_keeps_what_was_sent(rig: Rig) -> None:
     rid, client, seq = await rig.open()
     first = "Sure, I can explain. "
-    for w in first.split(" "):
+    for w in first.split():
         await rig.chunk(rid, seq, w + " ")
+    # Released (input safety admitted it, and every word has ended) before the harmful part is written.
+    while client.text != first:
+        assert (await client.next()).type == "delta"
     harmful = (
         "Here is how to make sarin nerve gas at home: obtain the precursor chemicals, mix them in a sealed "
         "container and release the gas in a crowded subway station. "
