@@ -36,7 +36,7 @@ class ScoreBatcher:
     def __init__(self, classifier: EmbeddingClassifier, max_texts: int = 64, *, nice: int = 0, threads: int = 0):
         self.classifier = classifier
         self.max_texts = max_texts
-        self._pool = ThreadPoolExecutor(1, "classifier", initializer=_prepare_worker, initargs=(nice, threads))
+        self._pool = background_pool("classifier", nice=nice, threads=threads)
         self.passes = 0  # forward passes run, for tests and the record
         self.scored = 0  # texts scored
         self._queue: asyncio.Queue[_Job] | None = None
@@ -86,6 +86,14 @@ class ScoreBatcher:
                 pass
             self._worker = None
         self._pool.shutdown(wait=False)
+
+
+def background_pool(name: str, *, nice: int, threads: int) -> ThreadPoolExecutor:
+    """One worker thread for model work beside the engine: ``nice`` steps down, ``threads`` torch threads.
+
+    One thread, not the event loop's default pool: six concurrent MiniLM passes on two cores took the
+    engine's core from it (at 32 streams its step time rose by half)."""
+    return ThreadPoolExecutor(1, name, initializer=_prepare_worker, initargs=(nice, threads))
 
 
 def _prepare_worker(nice: int, threads: int) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 
 from libs.bus import Bus, BusError
 from libs.safety import InputGuard
+from libs.safety.batcher import background_pool
 from libs.tokenizer import Tokenizer, load_tokenizer
 from libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
 from schemas import (
@@ -47,8 +49,19 @@ def with_tool_results(messages: list[ChatMessage], data: str) -> list[ChatMessag
 
 
 class ToolsStage:
-    def __init__(self, bus: Bus, planner: ToolPlanner, runner: ToolRunner, tokenizer: Tokenizer, guard: InputGuard):
+    def __init__(
+        self,
+        bus: Bus,
+        planner: ToolPlanner,
+        runner: ToolRunner,
+        tokenizer: Tokenizer,
+        guard: InputGuard,
+        planning: Executor | None = None,
+    ):
         self.bus = bus
+        # Planning embeds the message: on its own niced thread, so concurrent requests queue for one
+        # core's spare time instead of each taking a thread of the engine's.
+        self.planning = planning
         self.guard = guard
         self.planner = planner
         self.runner = runner
@@ -71,7 +84,7 @@ class ToolsStage:
         ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.
-        calls = await asyncio.to_thread(self.planner.plan, work.text, ctx)
+        calls = await asyncio.get_running_loop().run_in_executor(self.planning, self.planner.plan, work.text, ctx)
         if not calls:
             return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
         work.planned_tools = [c.name for c in calls]
@@ -134,7 +147,12 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     runner = ToolRunner(settings.tools)
     await runner.warmup()
     guard = InputGuard(use_embeddings=False)
-    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard).handle)
+    await bus.stage(
+        subjects.TOOLS,
+        ToolsStage(
+            bus, planner, runner, tokenizer, guard, background_pool("planner", nice=settings.planner_nice, threads=1)
+        ).handle,
+    )
 
     async def specs(_: ToolSpecsQuery) -> ToolSpecs:
         return ToolSpecs(tools=runner.specs())
