@@ -145,7 +145,11 @@ class StreamGuard:
 
     def final_check(self) -> list[Verdict]:
         """Judge the whole answer (original text) for the record; worst verdict first."""
-        return _soften_refusal(self.full_text, self.guard.check(self.full_text, source="model"))
+        return self.final_verdicts(self.guard.check(self.full_text, source="model"))
+
+    def final_verdicts(self, judged: list[Verdict]) -> list[Verdict]:
+        """The whole answer's verdicts as judged elsewhere (a batched pass), refusals softened."""
+        return _soften_refusal(self.full_text, judged)
 
     # --- internals -----------------------------------------------------------------------------
 

@@ -58,7 +58,6 @@ class Stream:
     t0: float
     next_seq: int = 0
     closed: bool = False
-    thinking_done: bool = False
     # Set by a client's Stop: the saved answer is cut to what the gateway had relayed.
     delivered_chars: int | None = None
     redactions: list[dict[str, Any]] = field(default_factory=list)
@@ -229,15 +228,13 @@ class SafetyOut:
                 await self._send(st, st.thinking.feed(chunk.text), "thinking", chunk.usage)
                 if not chunk.finished:
                     return
-            elif st.thinking.full_text and not st.thinking_done:
-                st.thinking_done = True
+            elif st.thinking.full_text:  # the answer began: thinking is over (finish() is idempotent)
                 await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
             if chunk.text and chunk.kind == "delta" and not st.closed:
                 await self._send(st, st.guard.feed(chunk.text), "delta", chunk.usage)
             if not chunk.finished or st.closed:
                 return
-            if st.thinking.full_text and not st.thinking_done:
-                st.thinking_done = True
+            if st.thinking.full_text:
                 await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
             await self._send(st, st.guard.finish(), "delta", chunk.usage)
         if st.admission is not None:
@@ -317,11 +314,12 @@ class SafetyOut:
         final: list[dict[str, Any]] = []
         if st.guard.full_text.strip():
             if self.batcher is not None:
-                verdicts = (
-                    await st.guard.guard.check_many_batched([st.guard.full_text], self.batcher, source="model")
-                )[0]
+                judged = (await st.guard.guard.check_many_batched([st.guard.full_text], self.batcher, source="model"))[
+                    0
+                ]
+                verdicts = st.guard.final_verdicts(judged)
             else:
-                verdicts = st.guard.guard.check(st.guard.full_text, source="model")
+                verdicts = st.guard.final_check()
             final = [v.__dict__ for v in verdicts]
         await self.bus.log_stage(
             StageRecord(
