@@ -8,13 +8,14 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError, error_response
+from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import terminal_error, wait_events
 from services.gateway.sse import SSE_HEADERS, frame
 from services.gateway.streams import Run
@@ -24,20 +25,20 @@ router = APIRouter()
 STOP = {"stop": "end_turn", "length": "max_tokens", "cancelled": "end_turn", "blocked": "refusal", "error": "end_turn"}
 
 
-class Block(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class Block(Strict):
+    # Prompt caching is automatic; an earlier turn's thinking blocks are dropped whole.
+    IGNORED = frozenset({"cache_control", "thinking", "signature", "data"})
     type: str
     text: str | None = None
 
 
-class AnthropicMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class AnthropicMessage(Strict):
     role: Literal["user", "assistant"]
     content: str | list[Block]
 
 
-class MessagesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class MessagesRequest(Strict):
+    IGNORED = frozenset({"metadata", "service_tier"})
     model: str = Field(min_length=1)
     max_tokens: int = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
@@ -181,6 +182,7 @@ async def messages(request: Request) -> Response:
     gw = gateway(request)
     key = await authenticate(request, gw.keys)
     body = await read_json(request, MessagesRequest, gw.settings.max_body_bytes)
+    refuse_unsupported(body)
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
     if body.thinking and body.thinking.get("type") == "enabled":

@@ -8,13 +8,14 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError, error_response
+from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import terminal_error, wait_events
 from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
@@ -25,27 +26,29 @@ router = APIRouter()
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "blocked": "content_filter", "error": "stop"}
 
 
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ContentPart(Strict):
     type: str
     text: str | None = None
 
 
-class OpenAIMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class OpenAIMessage(Strict):
+    # What the SDK echoes back on an earlier assistant message, and the participant name.
+    IGNORED = frozenset({"name", "refusal", "annotations", "reasoning_content"})
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class StreamOptions(Strict):
+    IGNORED = frozenset({"include_obfuscation"})
     include_usage: bool = Field(False, strict=True)
 
 
-class CompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class CompletionRequest(Strict):
+    IGNORED = frozenset(
+        {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
+    )
     model: str = Field(min_length=1)
     messages: list[OpenAIMessage] = Field(min_length=1)
     temperature: float | None = None
@@ -213,6 +216,7 @@ async def chat_completions(request: Request) -> Response:
     gw = gateway(request)
     key = await authenticate(request, gw.keys)
     body = await read_json(request, CompletionRequest, gw.settings.max_body_bytes)
+    refuse_unsupported(body)
     if body.n != 1:
         raise ApiError(ErrorCode.bad_request, "only n=1 is supported")
     model, mode = resolve_model(gw.settings, body.model)

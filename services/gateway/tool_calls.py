@@ -10,30 +10,29 @@ import json
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from schemas import ErrorCode
 from services.gateway.errors import ApiError
+from services.gateway.params import Strict
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"
 
 
-class FunctionDef(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class FunctionDef(Strict):
+    IGNORED = frozenset({"strict"})
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=dict)
 
 
-class ToolDef(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ToolDef(Strict):
     type: Literal["function"] = "function"
     function: FunctionDef
 
 
-class NamedChoice(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class NamedChoice(Strict):
     type: Literal["function"] = "function"
     function: dict[str, str]
 

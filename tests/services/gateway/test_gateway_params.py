@@ -1,0 +1,170 @@
+"""No silent drops (issue 22): every request parameter is served, listed as accepted-and-ignored in
+docs/product.md's one table, or refused with a 400 that names it, in the API's own error shape."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
+from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
+from services.gateway.params import Strict
+from services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
+from tests.services.gateway.harness import Gateway, Responder
+
+MODEL = "SmolLM2-135M-Instruct"
+USER = [{"role": "user", "content": "hi"}]
+PRODUCT = Path(__file__).resolve().parents[3] / "docs" / "product.md"
+
+
+def openai_body(**kw: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": USER, **kw}
+
+
+def anthropic_body(**kw: Any) -> dict[str, Any]:
+    return {"model": MODEL, "max_tokens": 16, "messages": USER, **kw}
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "named"),
+    [
+        ("/v1/chat/completions", openai_body(audio={"voice": "alloy", "format": "wav"}), "'audio'"),
+        ("/v1/chat/completions", openai_body(modalities=["text", "audio"]), "'modalities'"),
+        ("/v1/chat/completions", openai_body(functions=[{"name": "f"}]), "'functions'"),
+        ("/v1/chat/completions", openai_body(prediction={"type": "content", "content": "x"}), "'prediction'"),
+        (
+            "/v1/chat/completions",
+            openai_body(web_search_options={"search_context_size": "low"}),
+            "'web_search_options'",
+        ),
+        ("/v1/chat/completions", openai_body(temprature=0.5), "'temprature'"),  # a typo is not a default
+        (
+            "/v1/chat/completions",
+            openai_body(messages=[{"role": "user", "content": "hi", "function_call": {"name": "f"}}]),
+            "'messages[0].function_call'",
+        ),
+        (
+            "/v1/chat/completions",
+            openai_body(stream=True, stream_options={"chunk_size": 4}),
+            "'stream_options.chunk_size'",
+        ),
+        ("/v1/messages", anthropic_body(mcp_servers=[{"type": "url", "url": "http://x"}]), "'mcp_servers'"),
+        ("/v1/messages", anthropic_body(container="c1"), "'container'"),
+        (
+            "/v1/messages",
+            anthropic_body(messages=[{"role": "user", "content": [{"type": "text", "text": "hi", "colour": "red"}]}]),
+            "'messages[0].content[0].colour'",
+        ),
+    ],
+)
+async def test_an_unsupported_parameter_is_400_naming_it(
+    gw: Gateway, responder: Responder, route: str, body: dict[str, Any], named: str
+) -> None:
+    n = len(responder.works)
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post(route, json=body, headers=gw.auth(gw.pro_key))
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["code"] == "bad_request"
+    assert named in err["message"], err
+    if route == "/v1/messages":
+        assert r.json()["type"] == "error"
+    assert len(responder.works) == n  # refused before anything is published
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        # Accepted and ignored, as the table says.
+        (
+            "/v1/chat/completions",
+            openai_body(user="u-1", metadata={"k": "v"}, store=True, parallel_tool_calls=False, service_tier="auto"),
+        ),
+        ("/v1/chat/completions", openai_body(prompt_cache_key="k", safety_identifier="s")),
+        ("/v1/chat/completions", openai_body(messages=[{"role": "user", "content": "hi", "name": "ann"}])),
+        (
+            "/v1/chat/completions",
+            openai_body(stream=True, stream_options={"include_usage": True, "include_obfuscation": False}),
+        ),
+        ("/v1/messages", anthropic_body(metadata={"user_id": "u-1"}, service_tier="auto")),
+        (
+            "/v1/messages",
+            anthropic_body(
+                system=[{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+                    }
+                ],
+            ),
+        ),
+        # An unknown key holding its default (null, 0, false, empty) asks for nothing: taken.
+        ("/v1/chat/completions", openai_body(audio=None, modalities=[], functions=None, prediction=None)),
+        (
+            "/v1/chat/completions",
+            openai_body(
+                messages=[
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "yo", "refusal": None, "audio": None, "function_call": None},
+                    {"role": "user", "content": "again"},
+                ]
+            ),
+        ),
+    ],
+)
+async def test_ignored_and_default_valued_parameters_are_taken(
+    gw: Gateway, responder: Responder, route: str, body: dict[str, Any]
+) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post(route, json=body, headers=gw.auth(gw.pro_key))
+    assert r.status_code == 200, r.text
+
+
+async def test_the_sdks_raise_their_bad_request_error_naming_the_parameter(gw: Gateway) -> None:
+    oa = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=gw.pro_key, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="'audio'"):
+        await oa.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], audio={"voice": "alloy", "format": "wav"}
+        )
+    an = anthropic.AsyncAnthropic(base_url=gw.url, api_key=gw.pro_key, max_retries=0)
+    with pytest.raises(anthropic.BadRequestError, match="'container'"):
+        await an.messages.create(
+            model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}], extra_body={"container": "c1"}
+        )
+
+
+def _documented_ignored() -> set[str]:
+    """Parameter names in docs/product.md's accepted-and-ignored table (first column, backticked)."""
+    text = PRODUCT.read_text()
+    section = text.split("## Request parameters", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    ignored = [r for r in rows if "ignored" in r.split("|")[2]]
+    return {name for r in ignored for name in re.findall(r"`([^`]+)`", r.split("|")[1])}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        CompletionRequest,
+        OpenAIMessage,
+        ContentPart,
+        StreamOptions,
+        ToolDef,
+        FunctionDef,
+        NamedChoice,
+        MessagesRequest,
+        AnthropicMessage,
+        Block,
+    ],
+)
+def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> None:
+    documented = _documented_ignored()
+    missing = {k for k in model.IGNORED if k not in documented}
+    assert not missing, f"{model.__name__}: {missing} ignored but not listed in docs/product.md"
