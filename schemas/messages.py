@@ -251,6 +251,8 @@ class Heartbeat(BaseModel):
 
 class HealthRequest(BaseModel):
     probe: str = "readyz"
+    # Liveness probes name the request they wait on: the reply then says whether it is still held here.
+    rid: str | None = None
 
 
 class HealthReply(BaseModel):
@@ -258,6 +260,8 @@ class HealthReply(BaseModel):
     replica: str
     ok: bool = True
     detail: str = ""
+    # Whether this process still holds the probed request (None: no request was named).
+    holds: bool | None = None
 
 
 class StageRecord(BaseModel):

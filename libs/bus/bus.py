@@ -100,6 +100,8 @@ class Bus:
         self._subs: list[Any] = []
         self._kvs: list[TypedKV[Any]] = []
         self._inflight = _Handled()
+        # Requests this process holds now (liveness probes ask; see libs/bus/liveness.py).
+        self.held: set[str] = set()
 
     @classmethod
     async def connect(cls, url: str, service: str, replica: str, telemetry: Telemetry, js_replicas: int = 1) -> Bus:
@@ -289,12 +291,19 @@ class Bus:
         """A pipeline stage: Work in, Forward out; the bus forwards, records the stage and reports failure."""
 
         async def run(work: Work) -> None:
+            try:
+                await work_on(work)
+            finally:
+                self.release(work.rid)
+
+        async def work_on(work: Work) -> None:
             t0, started = time.perf_counter(), H.now_ms()
             structlog.contextvars.bind_contextvars(chat_id=work.chat_id)
+            # Held before the ack: once the sender lets go, a probe finds the request held here.
+            await self.hold(work.rid)
             # Ack the hand-over before the work: the sender learns at once whether anyone took it.
             await self.ack(WorkAccepted(rid=work.rid, replica=self.replica))
             try:
-                await self.hold(work.rid)
                 fwd = await handler(work)
                 await self._forward(fwd)
             except Exception as e:
@@ -339,7 +348,12 @@ class Bus:
 
     async def hold(self, rid: str) -> None:
         """Tell the gateway this process now holds `rid`: if it dies, the gateway finds out by asking."""
+        self.held.add(rid)
         await self.emit(ChatEvent(rid=rid, type="holder", stage=self.service, replica=self.replica))
+
+    def release(self, rid: str) -> None:
+        """This process is done with `rid` (handed on, or ended): a probe now hears it is not held here."""
+        self.held.discard(rid)
 
     async def _forward(self, fwd: Forward) -> None:
         if not fwd.ack:

@@ -7,6 +7,10 @@ process is gone, and `lost` ends the request at once. A probe that goes unanswer
 process busy with a long prefill on a loaded machine answers late, so only `hung_s` without any
 answer or event counts as gone. Stages before the latest one are not asked: they handed the request
 on, and may die afterwards without harm.
+
+A holder that lives but says it no longer holds the request handed it on or ended it; normally the
+next holder's event or the ending follows within milliseconds. When neither comes for `let_go_s`,
+they were lost in transit (a NATS node died under them) and the request is ended the same way.
 """
 
 from __future__ import annotations
@@ -37,9 +41,12 @@ class Holder:
     replica: str | None = None
     last_event: float = field(default_factory=time.monotonic)
     last_alive: float = field(default_factory=time.monotonic)
+    # When the holder, alive, first said it no longer holds the request (None: holds it, or not asked).
+    let_go_at: float | None = None
 
     def heard(self) -> None:
         self.last_event = self.last_alive = time.monotonic()
+        self.let_go_at = None
 
     def took(self, stage: str, replica: str) -> None:
         self.heard()
@@ -47,19 +54,31 @@ class Holder:
             self.stage, self.replica = stage, replica
 
 
-Lost = Callable[[str, str, str], Awaitable[None]]  # rid, stage, replica
+# rid, stage, replica, why: "gone" (the process died or hangs) or "let_go" (alive, but what followed was lost)
+Lost = Callable[[str, str, str, str], Awaitable[None]]
 
 
 class Liveness:
     """One watcher per process for all the requests it waits on; `lost` ends one whose holder is gone."""
 
-    def __init__(self, bus: Bus, lost: Lost, *, idle_s: float, period_s: float, probe_s: float, hung_s: float = 10.0):
+    def __init__(
+        self,
+        bus: Bus,
+        lost: Lost,
+        *,
+        idle_s: float,
+        period_s: float,
+        probe_s: float,
+        hung_s: float = 10.0,
+        let_go_s: float = 5.0,
+    ):
         self.bus = bus
         self.lost = lost
         self.idle_s = idle_s
         self.period_s = period_s
         self.probe_s = probe_s
         self.hung_s = hung_s
+        self.let_go_s = let_go_s
         self.runs: dict[str, Holder] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -86,25 +105,34 @@ class Liveness:
         if stage is None or replica is None:
             return  # nobody has taken it yet (context says so as it starts): nothing to ask
         subject = subjects.health_of(stage, replica)
+        why = "gone"
         try:
-            await self.bus.request(
+            reply = await self.bus.request(
                 subject,
-                HealthRequest(probe="liveness"),
+                HealthRequest(probe="liveness", rid=rid),
                 HealthReply,
                 timeout=self.probe_s,
                 rid=rid,
                 deadline_ms=now_ms() + int(self.probe_s * 1000),
             )
-            h.last_alive = time.monotonic()
-            return
+            now = time.monotonic()
+            h.last_alive = now
+            if reply.holds is not False or (h.stage, h.replica) != (stage, replica):
+                return
+            if h.let_go_at is None:
+                h.let_go_at = now
+            if now - h.let_go_at < self.let_go_s:
+                return
+            why = "let_go"
         except NobodyListens:
-            gone = True
+            pass
         except BusError:  # no answer in time: hung, or only busy; long silence alone counts
-            gone = time.monotonic() - h.last_alive >= self.hung_s
-        if gone and rid in self.runs:
+            if time.monotonic() - h.last_alive < self.hung_s:
+                return
+        if rid in self.runs:
             self.forget(rid)
-            log.warning("request holder gone", rid=rid, stage=stage, replica=replica)
-            await self.lost(rid, stage, replica)
+            log.warning("request holder gone", rid=rid, stage=stage, replica=replica, why=why)
+            await self.lost(rid, stage, replica, why)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -65,8 +65,9 @@ async def serve(
     if torch_threads and torch is not None:  # only a service that loaded a model has torch to tune
         torch.set_num_threads(torch_threads)
 
-    async def health(_: HealthRequest) -> HealthReply:
-        return HealthReply(stage=service, replica=replica)
+    async def health(req: HealthRequest) -> HealthReply:
+        holds = None if req.rid is None else req.rid in bus.held
+        return HealthReply(stage=service, replica=replica, holds=holds)
 
     # Subscribed last: a stage answers health checks only once it can take work.
     await bus.subscribe(subjects.health(service), HealthRequest, health, queue=service, span=False)

@@ -200,14 +200,14 @@ def token_pieces(text: str) -> list[str]:
     return pieces
 
 
-def stream_answer(guard: InputGuard, text: str) -> Verdict | None:
+def stream_answer(guard: InputGuard, text: str, question: str = "") -> Verdict | None:
     """Stream ``text`` through a fresh ``StreamGuard``; the block that stopped it, if any."""
-    return streamed(guard, text).blocked
+    return streamed(guard, text, question).blocked
 
 
-def streamed(guard: InputGuard, text: str) -> StreamGuard:
-    """The ``StreamGuard`` after ``text`` was streamed through it (its flags, its block)."""
-    sg = StreamGuard(guard=guard)
+def streamed(guard: InputGuard, text: str, question: str = "") -> StreamGuard:
+    """The ``StreamGuard`` after ``text`` (the answer to ``question``) was streamed through it."""
+    sg = StreamGuard(guard=guard, question=question)
     for piece in token_pieces(text):
         if sg.feed(piece).blocked is not None:
             return sg
@@ -216,24 +216,37 @@ def streamed(guard: InputGuard, text: str) -> StreamGuard:
 
 
 def evaluate_answers(
-    guard: InputGuard, benign: dict[str, list[tuple[str, str]]], harmful: dict[str, list[str]]
+    guard: InputGuard,
+    benign: dict[str, list[tuple[str, str]]],
+    harmful: dict[str, list[str]],
+    *,
+    with_question: bool = True,
 ) -> dict[str, object]:
-    """``benign``: per domain, (prompt, answer) pairs; ``harmful``: per category, passages."""
+    """``benign``: per domain, (prompt, answer) pairs; ``harmful``: per category, passages.
+
+    ``with_question``: each benign answer is judged after its prompt, as safety_out judges it. The
+    harmful passages have no question of their own; they are scored alone (``stopped``) and after an
+    unrelated benign prompt (``stopped_after_benign``): the worst case of a jailbreak, whose benign
+    looking question must not talk the judge out of a harmful answer."""
     t0 = time.time()
     domains: dict[str, dict[str, int]] = {}
     stops: list[str] = []
+    prompts = [p for pairs in benign.values() for p, _ in pairs] or [""]
     for domain, pairs in benign.items():
         d = domains[domain] = {"n": len(pairs), "stopped": 0}
         for prompt, answer in pairs:
-            v = stream_answer(guard, answer)
+            v = stream_answer(guard, answer, prompt if with_question else "")
             if v is not None:
                 d["stopped"] += 1
                 stops.append(f"{domain} {v.category}:{v.score:.2f}  {prompt[:60]!r} -> {answer[:80]!r}")
     cats: dict[str, dict[str, int]] = {}
     misses: list[str] = []
     for cat, passages in harmful.items():
-        c = cats[cat] = {"n": len(passages), "stopped": 0, "named": 0, "flagged": 0}
-        for text in passages:
+        c = cats[cat] = {"n": len(passages), "stopped": 0, "named": 0, "flagged": 0, "stopped_after_benign": 0}
+        for i, text in enumerate(passages):
+            if with_question:
+                decoy = prompts[(i * 7 + len(cats)) % len(prompts)]
+                c["stopped_after_benign"] += stream_answer(guard, text, decoy) is not None
             sg = streamed(guard, text)
             v = sg.blocked
             c["stopped"] += v is not None
@@ -251,6 +264,7 @@ def evaluate_answers(
         "benign_stopped": ns,
         "benign_stop_rate": ns / nb if nb else None,
         "benign_stops": stops,
+        "with_question": with_question,
         "harmful": cats,
         "harmful_misses": misses,
     }
@@ -326,11 +340,12 @@ def render_answers(res: dict[str, object], part: str) -> str:
         f"| **all** | {res['benign_n']} | **{_ratio(res['benign_stopped'], res['benign_n'])}** |",  # type: ignore[arg-type]
         "",
         "| harmful answers: category | name | n | recall % (stopped) | stopped as this category % "
-        "| stopped or flagged % |",
-        "|---|---|---:|---:|---:|---:|",
+        "| stopped or flagged % | recall % after a benign question |",
+        "|---|---|---:|---:|---:|---:|---:|",
         *(
             f"| {c} | {CATEGORY_NAMES[c]} | {m['n']} | {_pct(m['stopped'] / m['n'])} | {_pct(m['named'] / m['n'])} "
-            f"| {_pct(m['flagged'] / m['n'])} |"
+            f"| {_pct(m['flagged'] / m['n'])} "
+            f"| {_pct(m['stopped_after_benign'] / m['n']) if res['with_question'] else '-'} |"
             for c, m in cats.items()
         ),
     ]
@@ -369,6 +384,9 @@ def main() -> None:
     ap.add_argument("--source", default="user", choices=["user", "file", "tool"])
     ap.add_argument("--part", default="dev", choices=["dev", "blind", "all"], help="answer and work-traffic sets")
     ap.add_argument("--input-only", action="store_true", help="skip the answer-side and work-traffic tables")
+    ap.add_argument(
+        "--no-question", action="store_true", help="judge answer sentences alone, not after the user's question"
+    )
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     args = ap.parse_args()
     clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
@@ -381,7 +399,9 @@ def main() -> None:
         print(json.dumps(res, indent=2) if args.json else render(res))
     if args.input_only:
         return
-    ans = evaluate_answers(guard, answer_pairs(args.part), answer_set("harmful", args.part))
+    ans = evaluate_answers(
+        guard, answer_pairs(args.part), answer_set("harmful", args.part), with_question=not args.no_question
+    )
     work = evaluate_work(guard, answer_set("work", args.part))
     if args.json:
         print(json.dumps({"answers": ans, "work": work}, indent=2))

@@ -84,6 +84,25 @@ class InputGuard:
         scores = await batcher.score_many([normalize(texts[i]) for i in todo]) if todo else []
         return self._with_scores(texts, out, todo, scores, source)
 
+    def learned_many(self, texts: list[str], *, source: str = "user") -> list[list[Verdict]]:
+        """The classifier's verdicts alone (no rules): for text that is not itself shown, such as an
+        answer sentence judged after the question it answers."""
+        return self._learned(texts, self.classifier.score_many([normalize(t) for t in texts]), source)
+
+    async def learned_many_batched(
+        self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"
+    ) -> list[list[Verdict]]:
+        """``learned_many`` whose classifier pass is shared with every other caller of ``batcher``."""
+        return self._learned(texts, await batcher.score_many([normalize(t) for t in texts]), source)
+
+    def _learned(self, texts: list[str], scores: list[dict[str, float]], source: str) -> list[list[Verdict]]:
+        if source not in SOURCES:
+            raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
+        out = [self._model_verdicts(sc, source, set()) for sc in scores]
+        for vs in out:
+            vs.sort(key=lambda v: (-action_rank(v.action), -v.score))
+        return out
+
     def for_technical(self, verdicts: list[Verdict]) -> list[Verdict]:
         """The verdicts on a message that carries code, shell, logs or configuration, or runs code with
         the code tool: the classifier's blocks in ``policy.technical_flag_only`` become flags."""

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from libs.safety.classifier import CHUNK_CHARS
 from libs.safety.credentials import OPEN_SECRET
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
@@ -36,6 +37,10 @@ _DIGITISH = frozenset("0123456789()+-")
 _CONTEXT_CHARS = 200
 # Text without sentence ends (code, lists) is still judged once this much has piled up.
 _JUDGE_EVERY_CHARS = 240
+# The end of the user's question judged before each answer sentence; question and sentence stay
+# within one classifier chunk, or the question would be scored on its own.
+_QUESTION_CHARS = 300
+_QUESTION_MIN_CHARS = 40
 # A refusal names the harm it refuses ("I can't help you make explosives"); the classifier, trained
 # on requests, scores the topic. Learned blocks on a refusal sentence are downgraded to flags.
 _REFUSAL = re.compile(
@@ -77,6 +82,7 @@ class StreamGuard:
         guard: InputGuard | None = None,
         release: ReleasePolicy = "judged",
         judge_inline: bool = True,
+        question: str = "",
     ) -> None:
         self.holdback_chars = holdback_chars
         self.policy = policy or (guard.policy if guard else SafetyPolicy())
@@ -84,6 +90,9 @@ class StreamGuard:
         self._rules = InputGuard(self.policy, use_embeddings=False)
         self.release = release
         self.judge_inline = judge_inline
+        # Sentences are judged after the question they answer: "give 5 ml every 6 hours" is care after
+        # a question about a child's fever, and the classifier alone cannot tell (docs/safety.md).
+        self.question = question.strip()
         self.full_text = ""
         self.released_text = ""
         self.redactions: list[Redaction] = []
@@ -138,6 +147,13 @@ class StreamGuard:
             self.blocked = max(blocks, key=lambda v: v.score)
         return self.blocked
 
+    def judge_text(self, sentence: Sentence) -> str:
+        """What the classifier reads for ``sentence``: the end of the question, then the sentence."""
+        room = min(_QUESTION_CHARS, CHUNK_CHARS - len(sentence.text) - 1)
+        if not self.question or room < _QUESTION_MIN_CHARS:
+            return sentence.text
+        return f"{self.question[-room:]}\n{sentence.text}"
+
     @property
     def pending(self) -> bool:
         """Sentences handed out whose verdicts have not come back."""
@@ -158,7 +174,7 @@ class StreamGuard:
             return Release("", self.blocked)
         to_judge = self._take_sentences(final) if self.judging else []
         if self.judge_inline and to_judge:
-            scored = self.guard.check_many([s.text for s in to_judge], source="model")
+            scored = self.guard.learned_many([self.judge_text(s) for s in to_judge], source="model")
             for s, learned in zip(to_judge, scored, strict=True):
                 self._outstanding.append(s)
                 if self._apply_verdicts(s, learned) is not None:

@@ -262,16 +262,20 @@ class Streams:
         run._push(event)
         self._spawn(self._finish(run))
 
-    async def _holder_lost(self, rid: str, stage: str, replica: str) -> None:
-        """The process holding the run died: end it now, keeping what the client already has."""
+    async def _holder_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
+        """The process holding the run died, or what it sent on was lost: end it now, keeping what the
+        client already has."""
         run = self.runs.get(rid)
         if run is None or run.final is not None or run.finished:
             return
         self.metrics.cancels.labels("holder_lost").inc()
-        info = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} stage stopped while answering; please retry")
-        run.span.add_event("holder_lost", {"stage": stage, "replica": replica})
+        if why == "gone":
+            info = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} stage stopped while answering; please retry")
+        else:
+            info = ErrorInfo.of(ErrorCode.unavailable, f"the answer was lost in transit after {stage}; please retry")
+        run.span.add_event("holder_lost", {"stage": stage, "replica": replica, "why": why})
         self._spawn(self._publish_cancel(run, "holder_lost"))
-        if stage == "safety_out":
+        if stage == "safety_out" and why == "gone":
             await self._save_relayed(run)  # the stage that would have saved the turn is gone
         await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
 

@@ -249,6 +249,7 @@ class Inference:
         task = asyncio.create_task(self.handle(work))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+        task.add_done_callback(lambda _: self.bus.release(work.rid))
         return WorkAccepted(rid=work.rid, replica=self.bus.replica)
 
     async def drain(self, timeout_s: float) -> None:

@@ -101,6 +101,7 @@ class SafetyOut:
             guard=guard,
             release=work.safety.answer_release,
             judge_inline=False,
+            question=work.text if self.settings.judge_with_question else "",
         )
 
     async def open(self, req: StreamOpen) -> StreamOpenAck:
@@ -163,11 +164,12 @@ class SafetyOut:
         else:
             st.held.append(event)
 
-    async def _producer_lost(self, rid: str, stage: str, replica: str) -> None:
+    async def _producer_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
         st = self.streams.get(rid)
         if st is None:
             return
-        err = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} replica stopped mid-answer; the partial answer is kept")
+        lost = "stopped mid-answer" if why == "gone" else "finished, but the end of its answer was lost in transit"
+        err = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} replica {lost}; the partial answer is kept")
         async with st.emit_lock:
             usage = Usage(prompt_tokens=st.work.prompt_tokens)
             await self._finish(st, "error", usage, "error", err)
@@ -200,7 +202,8 @@ class SafetyOut:
 
     async def _judge(self, st: Stream, guard: StreamGuard, sentence: Sentence, kind: str) -> None:
         assert self.batcher is not None
-        learned = (await guard.guard.check_many_batched([sentence.text], self.batcher, source="model"))[0]
+        text = guard.judge_text(sentence)
+        learned = (await guard.guard.learned_many_batched([text], self.batcher, source="model"))[0]
         async with st.emit_lock:
             if not st.closed:
                 await self._send(st, guard.judged(sentence, learned), kind)
@@ -216,8 +219,9 @@ class SafetyOut:
     async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
         if st.closed:
             return
-        holder = self.liveness.runs.get(st.work.rid)
-        if holder is not None:
+        if chunk.finished:  # the producer is done with it: nothing more to wait for from there
+            self.liveness.forget(st.work.rid)
+        elif (holder := self.liveness.runs.get(st.work.rid)) is not None:
             holder.heard()
         if chunk.seq != st.next_seq:
             log.warning("raw stream gap", expected=st.next_seq, got=chunk.seq)
@@ -309,6 +313,7 @@ class SafetyOut:
                 )
             )
         self.streams.pop(work.rid, None)
+        self.bus.release(work.rid)
         self.liveness.forget(work.rid)
         # After the client has its ending: the whole-answer verdict is for the record only.
         final: list[dict[str, Any]] = []

@@ -94,7 +94,15 @@ def test_record_carries_every_stage(client: httpx.Client, stack: Stack) -> None:
 def test_spans_follow_messaging_and_genai_conventions(client: httpx.Client, stack: Stack) -> None:
     _evs, resp = chat(client, f"otel-{uuid.uuid4().hex[:8]}", "Say hello.", max_tokens=8)
     rid = resp.headers["x-request-id"]
-    rec = admin_record(stack, rid, lambda x: EIGHT <= {s["service"] for s in x["spans"]})
+    # Inference's generation span ends after its hand-over ack span, and is exported after it: wait for both.
+    rec = admin_record(
+        stack,
+        rid,
+        lambda x: (
+            EIGHT <= {s["service"] for s in x["spans"]}
+            and any(s["service"] == "inference" and s["name"].startswith("chat ") for s in x["spans"])
+        ),
+    )
     spans = rec["spans"]
     consumers = [s for s in spans if s["kind"] == "consumer"]
     assert {s["service"] for s in consumers} >= EIGHT - {"gateway"}

@@ -75,17 +75,15 @@ def test_benign_answer_streams_to_the_end(guard: InputGuard, domain: str) -> Non
     assert "".join([*released, rel.text]) == text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="judged alone, a dosing sentence scores 0.996 as S6 (S1 named too) and is stopped; with the "
-    "user's question before it, 0.0007 (docs/safety.md): needs StreamGuard to pass the question as context",
-)
-def test_dosing_answer_streams_to_the_end(guard: InputGuard) -> None:
+def test_dosing_answer_streams_to_the_end_after_its_question(guard: InputGuard) -> None:
     text = (
         "For a fever in a toddler, keep her drinking and dress her lightly. Give children's paracetamol "
         "by the dose on the packet for her weight, never more often than it says."
     )
-    assert stream_answer(guard, text) is None
+    question = "My two-year-old has a fever of 38.5 C. What should I do?"
+    assert stream_answer(guard, text, question) is None
+    # Judged alone, the dosing sentence reads as a harm (S1 at 0.99): the question is what clears it.
+    assert stream_answer(guard, text) is not None
 
 
 @pytest.mark.parametrize("category", HARM_CATEGORIES)

@@ -23,10 +23,10 @@ async def test_a_gone_holder_is_reported_and_a_live_one_is_not(nats_server: Nats
 
     await holder.subscribe(subjects.health_of("tools", holder.replica), HealthRequest, health, span=False)
     await holder.flush()
-    lost: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
+    lost: asyncio.Queue[tuple[str, str, str, str]] = asyncio.Queue()
 
-    async def on_lost(rid: str, stage: str, replica: str) -> None:
-        await lost.put((rid, stage, replica))
+    async def on_lost(rid: str, stage: str, replica: str, why: str) -> None:
+        await lost.put((rid, stage, replica, why))
 
     live = Liveness(watcher, on_lost, idle_s=0.05, period_s=0.05, probe_s=0.5)
     # Started as if inside a request whose deadline has long passed: the probes must not inherit it.
@@ -40,7 +40,45 @@ async def test_a_gone_holder_is_reported_and_a_live_one_is_not(nats_server: Nats
     await asyncio.wait_for(probed.wait(), 10)  # answered, so probed again later, never reported
     assert lost.empty()
     await holder.close()  # the process is gone: nobody listens on its health subject any more
-    assert await asyncio.wait_for(lost.get(), 10) == ("r1", "tools", holder.replica)
+    assert await asyncio.wait_for(lost.get(), 10) == ("r1", "tools", holder.replica, "gone")
     assert "r1" not in live.runs
     await live.close()
+    await watcher.close()
+
+
+async def test_a_live_holder_that_let_go_is_reported_only_when_nothing_follows(nats_server: NatsServer) -> None:
+    """The holder answers but no longer holds the request: what it handed on (the next holder's event, or
+    the ending) was lost in transit. Reported after `let_go_s`, unless an event comes first."""
+    watcher = await Bus.connect(nats_server.url, "gateway", "w2", setup_tracing("gateway"))
+    holder = await Bus.connect(nats_server.url, "safety_out", uuid.uuid4().hex[:6], setup_tracing("safety_out"))
+    held = {"kept"}
+    asked: asyncio.Queue[str] = asyncio.Queue()
+
+    async def health(req: HealthRequest) -> HealthReply:
+        await asked.put(req.rid or "")
+        return HealthReply(stage="safety_out", replica=holder.replica, holds=req.rid in held)
+
+    await holder.subscribe(subjects.health_of("safety_out", holder.replica), HealthRequest, health, span=False)
+    await holder.flush()
+    lost: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+
+    async def on_lost(rid: str, stage: str, replica: str, why: str) -> None:
+        await lost.put((rid, why))
+
+    live = Liveness(watcher, on_lost, idle_s=0.05, period_s=0.05, probe_s=0.5, let_go_s=0.3)
+    kept, dropped, revived = live.watch("kept"), live.watch("dropped"), live.watch("revived")
+    for h in (kept, dropped, revived):
+        h.took("safety_out", holder.replica)
+    # An event for `revived` keeps arriving (as a next holder's would): its let-go clock restarts each time.
+    while lost.empty():
+        revived.heard()
+        await asyncio.sleep(0.15)  # quiet long enough to be probed, not long enough to count
+    assert await lost.get() == ("dropped", "let_go")
+    assert set(live.runs) == {"kept", "revived"}
+    seen: set[str] = set()
+    while not {"kept", "revived"} <= seen:  # both still probed, neither reported
+        seen.add(await asyncio.wait_for(asked.get(), 10))
+    assert lost.empty()
+    await live.close()
+    await holder.close()
     await watcher.close()
