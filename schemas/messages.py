@@ -35,6 +35,12 @@ class Sampling(BaseModel):
     stop: list[str] = Field(default_factory=list, max_length=8)
     # Decode past EOS to exactly max_tokens (vLLM's `ignore_eos`): benchmarks need a fixed output length.
     ignore_eos: bool = False
+    # OpenAI's penalties on the output's tokens, vLLM's repetition_penalty (prompt and output, 1 is off),
+    # and a bias added to chosen token ids' logits before sampling.
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    logit_bias: dict[int, float] = Field(default_factory=dict, max_length=300)
 
 
 class Usage(BaseModel):

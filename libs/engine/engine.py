@@ -14,6 +14,7 @@ import torch
 
 from libs.engine.block_pool import BlockPool
 from libs.engine.kernels import Calibration, measure, row_invariance
+from libs.engine.logits import adjust_row, adjusts, bad_bias_token
 from libs.engine.model import KVCache, LlamaModel, measure_decode_attention
 from libs.engine.request import Request, TextStream
 from libs.engine.runner import ModelRunner
@@ -160,7 +161,13 @@ class NativeEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids or len(ids) >= self.max_model_len or self._thread is None:
+        vocab = self.runner.model.cfg.vocab_size if self.runner is not None else 0
+        if (
+            not ids
+            or len(ids) >= self.max_model_len
+            or self._thread is None
+            or bad_bias_token(params, vocab) is not None
+        ):
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return
         req = Request(
@@ -295,6 +302,10 @@ class NativeEngine:
         assert self.scheduler is not None and self.runner is not None
         logits = self.runner.run(seqs)
         sampling = [s for s in seqs if s.samples]
+        for i, s in enumerate(sampling):
+            req = s.request
+            if adjusts(req.params):
+                adjust_row(logits[i], req.params, req.prompt_ids, req.output_ids)
         tokens = sample(
             logits,
             [s.request.params for s in sampling],

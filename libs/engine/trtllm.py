@@ -68,13 +68,20 @@ class TrtLlmEngine:
             kw["seed"] = p.seed
         if p.stop:
             kw["stop"] = list(p.stop)
+        # Only when asked for: the LLM API's SamplingParams spells these three as we do.
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(p, name) != 0.0:
+                kw[name] = getattr(p, name)
+        if p.repetition_penalty != 1.0:
+            kw["repetition_penalty"] = p.repetition_penalty
         return self._trt.SamplingParams(**kw)
 
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if self._llm is None or not ids or len(ids) >= self.max_model_len:
+        # logit_bias has no counterpart in the LLM API's SamplingParams: refused, never dropped.
+        if self._llm is None or not ids or len(ids) >= self.max_model_len or params.logit_bias:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return
         t0 = time.monotonic()

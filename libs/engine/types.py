@@ -19,6 +19,12 @@ class SamplingParams:
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False  # keep generating past EOS (benchmarks); an addition to the spec
+    # OpenAI's penalties (on output tokens), vLLM's repetition_penalty (prompt and output; 1 => off),
+    # and a bias added to chosen token ids' logits (libs/engine/logits.py).
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -99,6 +99,10 @@ def sampling(
     seed: int | None = None,
     stop: list[str] | str | None = None,
     ignore_eos: bool = False,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    repetition_penalty: float | None = None,
+    logit_bias: dict[int, float] | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if seed is not None and not 0 <= seed <= MAX_SEED:
@@ -113,6 +117,10 @@ def sampling(
         "seed": seed if seed is not None else secrets.randbelow(2**31),
         "stop": stops,
         "ignore_eos": ignore_eos,
+        "frequency_penalty": frequency_penalty or 0.0,
+        "presence_penalty": presence_penalty or 0.0,
+        "repetition_penalty": 1.0 if repetition_penalty is None else repetition_penalty,
+        "logit_bias": logit_bias or {},
     }
     try:
         return Sampling.model_validate(values)

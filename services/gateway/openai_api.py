@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -65,6 +65,11 @@ class CompletionRequest(Strict):
     tools: list[ToolDef] | None = None
     tool_choice: str | NamedChoice | None = None
     ignore_eos: bool = False  # vLLM's extension: decode to max_tokens (benchmarks)
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None  # vLLM's extension
+    # Token ids (JSON keys are strings) to a bias from -100 to 100, as OpenAI bounds it.
+    logit_bias: dict[int, Annotated[float, Field(ge=-100, le=100)]] | None = None
 
 
 def _text(message: OpenAIMessage) -> str:
@@ -246,6 +251,10 @@ async def chat_completions(request: Request) -> Response:
             seed=body.seed,
             stop=body.stop,
             ignore_eos=body.ignore_eos,
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
+            repetition_penalty=body.repetition_penalty,
+            logit_bias=body.logit_bias,
         ),
         client_tools=specs(body.tools),
         tool_choice=tool_choice,

@@ -30,6 +30,10 @@ def params_of(s: Sampling, max_tokens: int | None = None, extra_stop: list[str] 
         max_tokens=max_tokens or s.max_tokens,
         stop=[*s.stop, *(extra_stop or [])],
         ignore_eos=s.ignore_eos,
+        frequency_penalty=s.frequency_penalty,
+        presence_penalty=s.presence_penalty,
+        repetition_penalty=s.repetition_penalty,
+        logit_bias=dict(s.logit_bias),
     )
 
 

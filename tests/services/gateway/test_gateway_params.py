@@ -16,6 +16,7 @@ from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequ
 from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
 from services.gateway.params import Strict
 from services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
+from services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -168,3 +169,35 @@ def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> Non
     documented = _documented_ignored()
     missing = {k for k in model.IGNORED if k not in documented}
     assert not missing, f"{model.__name__}: {missing} ignored but not listed in docs/product.md"
+
+
+async def test_penalties_and_logit_bias_travel_to_the_engine(gw: Gateway, responder: Responder) -> None:
+    body = openai_body(frequency_penalty=0.5, presence_penalty=-0.25, repetition_penalty=1.1, logit_bias={"17": -100})
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post("/v1/chat/completions", json=body, headers=gw.auth(gw.pro_key))
+    assert r.status_code == 200, r.text
+    rid = r.json()["id"].removeprefix("chatcmpl-")
+    s = next(w for w in responder.works if w.rid == rid).sampling
+    assert (s.frequency_penalty, s.presence_penalty, s.repetition_penalty, s.logit_bias) == (
+        0.5,
+        -0.25,
+        1.1,
+        {17: -100},
+    )
+    p = params_of(s)
+    assert (p.frequency_penalty, p.presence_penalty, p.repetition_penalty, p.logit_bias) == (
+        0.5,
+        -0.25,
+        1.1,
+        {17: -100},
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"frequency_penalty": 2.5}, {"presence_penalty": -3}, {"repetition_penalty": 0}, {"logit_bias": {"17": 101}}],
+)
+async def test_out_of_range_penalties_are_400(gw: Gateway, bad: dict[str, Any]) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post("/v1/chat/completions", json=openai_body(**bad), headers=gw.auth(gw.pro_key))
+    assert r.status_code == 400 and next(iter(bad)) in r.json()["error"]["message"], r.text

@@ -1,0 +1,91 @@
+"""Logit bias and the repetition penalties: their arithmetic, their effect on the real model's
+greedy answers, and that a sequence's tokens do not depend on its batch mates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from libs.engine.logits import adjust_row, bad_bias_token
+from libs.engine.types import SamplingParams
+from tests.engine.conftest import make_engine
+from tests.engine.helpers import drive, make_request
+
+# The small model's greedy continuation repeats the line pattern (issue 22's looping answer).
+LOOPING = "Order 7 history:\n2026-11-01: status delivered\n2026-11-02: status delivered\n"
+
+
+def test_the_arithmetic_is_openai_and_vllm() -> None:
+    row = torch.tensor([2.0, -2.0, 1.0, 0.5, 3.0])
+    adjust_row(row, SamplingParams(logit_bias={3: 10.0, 4: -100.0}), [], [])
+    assert row.tolist() == [2.0, -2.0, 1.0, 10.5, -97.0]
+    # Repetition: over prompt and output, divides a positive logit and multiplies a negative one.
+    row = torch.tensor([2.0, -2.0, 1.0, 0.5])
+    adjust_row(row, SamplingParams(repetition_penalty=2.0), [0, 1], [1])
+    assert row.tolist() == [1.0, -4.0, 1.0, 0.5]
+    # Frequency counts occurrences in the output only; presence counts once; the prompt is left alone.
+    row = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    adjust_row(row, SamplingParams(frequency_penalty=0.5, presence_penalty=0.25), [3, 3], [0, 0, 0, 2])
+    assert row.tolist() == [1.0 - 1.5 - 0.25, 1.0, 1.0 - 0.5 - 0.25, 1.0]
+
+
+def test_a_bias_outside_the_vocabulary_is_named() -> None:
+    assert bad_bias_token(SamplingParams(logit_bias={5: 1.0, 10: 1.0}), 10) == 10
+    assert bad_bias_token(SamplingParams(logit_bias={9: 1.0}), 10) is None
+
+
+@pytest.fixture(scope="module")
+def real_engine(fp32_model):
+    return make_engine(fp32_model, block_size=16, num_blocks=64)
+
+
+@pytest.fixture(scope="module")
+def looping_prompt(tokenizer) -> list[int]:
+    return tokenizer.encode(LOOPING)
+
+
+@pytest.fixture(scope="module")
+def plain(real_engine, tokenizer, looping_prompt) -> list[int]:
+    return _greedy(real_engine, looping_prompt, tokenizer.eos_token_ids)
+
+
+def _greedy(eng, prompt: list[int], eos: set[int], n: int = 20, **kw) -> list[int]:
+    return drive(eng, [make_request("r", prompt, max_tokens=n, eos=eos, **kw)])["r"]
+
+
+def _repeats(ids: list[int]) -> int:
+    return len(ids) - len(set(ids))
+
+
+@pytest.mark.parametrize("penalty", [{"frequency_penalty": 2.0, "presence_penalty": 2.0}, {"repetition_penalty": 1.5}])
+def test_penalties_change_a_looping_greedy_answer(real_engine, tokenizer, looping_prompt, plain, penalty) -> None:
+    assert _repeats(plain) >= 8, tokenizer.decode(plain)  # the small model loops here
+    damped = _greedy(real_engine, looping_prompt, tokenizer.eos_token_ids, **penalty)
+    assert damped != plain
+    assert _repeats(damped) < _repeats(plain), (tokenizer.decode(plain), tokenizer.decode(damped))
+
+
+def test_logit_bias_bans_and_forces_a_token(real_engine, tokenizer, looping_prompt, plain) -> None:
+    eos = tokenizer.eos_token_ids
+    top = plain[0]
+    banned = _greedy(real_engine, looping_prompt, eos, n=6, logit_bias={top: -100.0})
+    assert top not in banned
+    forced_id = tokenizer.encode(" banana")[-1]
+    forced = _greedy(real_engine, looping_prompt, eos, n=4, logit_bias={forced_id: 100.0})
+    assert forced == [forced_id] * 4
+
+
+def test_a_sequence_does_not_depend_on_its_batch_mates(tiny) -> None:
+    eng = make_engine(tiny, block_size=4, num_blocks=256)
+    prompt = [101, 2002, 3003, 4004, 5005, 6006]
+    params = {"frequency_penalty": 0.7, "presence_penalty": 0.3, "repetition_penalty": 1.2, "logit_bias": {7: 3.0}}
+    alone = drive(eng, [make_request("a", prompt, max_tokens=16, **params)])["a"]
+    mates = [
+        make_request("b", [11, 12, 13], max_tokens=16, frequency_penalty=-1.0),
+        make_request("a", prompt, max_tokens=16, **params),
+        make_request("c", prompt[:4], max_tokens=16, logit_bias={alone[0]: -100.0}),
+        make_request("d", prompt, max_tokens=16, temperature=1.0, seed=3, presence_penalty=2.0),
+    ]
+    together = drive(eng, mates)
+    assert together["a"] == alone
+    assert alone[0] not in together["c"]
