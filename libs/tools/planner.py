@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import re
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -158,6 +160,27 @@ def with_visible_result(code: str) -> str:
     return "\n".join([*lines[: last.lineno - 1], f"print({segment})"])
 
 
+EmbedMany = Callable[[list[str]], Awaitable[list[np.ndarray]]]
+
+
+@dataclass
+class PlanDraft:
+    """A plan in the making: the calls so far (no duplicates, at most ``max_calls``), the order ids
+    seen, and the clauses no rule matched."""
+
+    max_calls: int
+    calls: list[ToolCall] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+    _seen: set[tuple[str, str]] = field(default_factory=set)
+
+    def add(self, name: str, arguments: dict[str, Any]) -> None:
+        key = (name, repr(sorted(arguments.items())))
+        if key not in self._seen and len(self.calls) < self.max_calls:
+            self._seen.add(key)
+            self.calls.append(ToolCall(id=_new_id(), name=name, arguments=arguments))
+
+
 class ToolPlanner:
     def __init__(self, settings: ToolSettings, *, use_embeddings: bool = True) -> None:
         self.settings = settings
@@ -185,12 +208,16 @@ class ToolPlanner:
             self._intent_vecs = {k: self._embedder.embed(v) for k, v in INTENTS.items()}
         return True
 
-    def _similar_intents(self, clauses: list[str]) -> list[tuple[int, str]]:
-        """(clause index, tool) for clauses whose meaning is close to a tool's example intents."""
+    def embed_clauses(self, clauses: list[str]) -> list[np.ndarray]:
+        """One unit vector per clause (the pass a ``PassBatcher`` shares across requests)."""
         if not clauses or not self._load_embeddings():
             return []
-        assert self._intent_vecs is not None
-        vecs = self._embedder.embed(clauses)
+        return list(self._embedder.embed(clauses))
+
+    def _similar_intents(self, vecs: list[np.ndarray]) -> list[tuple[int, str]]:
+        """(clause index, tool) for clause vectors close to a tool's example intents."""
+        if not vecs or self._intent_vecs is None:
+            return []
         hits = []
         for i, v in enumerate(vecs):
             scores = {k: float(np.max(iv @ v)) for k, iv in self._intent_vecs.items()}
@@ -201,14 +228,20 @@ class ToolPlanner:
 
     # -- planning ---------------------------------------------------------------------------------
     def plan(self, text: str, ctx: ToolContext) -> list[ToolCall]:
-        calls: list[ToolCall] = []
-        seen: set[tuple[str, str]] = set()
+        """The tool calls ``text`` needs (rules, then embeddings for the clauses no rule matched)."""
+        draft = self.draft(text, ctx)
+        return self.finish(draft, self.embed_clauses(draft.unmatched) if self.use_embeddings else [])
 
-        def add(name: str, arguments: dict[str, Any]) -> None:
-            key = (name, repr(sorted(arguments.items())))
-            if key not in seen and len(calls) < self.settings.max_calls:
-                seen.add(key)
-                calls.append(ToolCall(id=_new_id(), name=name, arguments=arguments))
+    async def plan_batched(self, text: str, ctx: ToolContext, embed_many: EmbedMany) -> list[ToolCall]:
+        """``plan`` whose embedding pass is shared with every other request waiting (``embed_many``)."""
+        draft = self.draft(text, ctx)
+        if not draft.unmatched or not self.use_embeddings:
+            return self.finish(draft, [])
+        return self.finish(draft, await embed_many(draft.unmatched))
+
+    def draft(self, text: str, ctx: ToolContext) -> PlanDraft:
+        """What the rules plan (cheap: regular expressions), and the clauses left for the embeddings."""
+        d = PlanDraft(max_calls=self.settings.max_calls)
 
         # Code first, and cut it out so words inside code ("order", "policy") plan nothing else.
         fences = list(CODE_FENCE.finditer(text))
@@ -217,46 +250,47 @@ class ToolPlanner:
             lang, body = m.group(1).lower(), m.group(2)
             # An unlabelled block runs only when the prose asks for it (it might be a log or data).
             if lang in ("python", "py", "python3") or (not lang and PYTHON_WORD.search(prose)):
-                add("code", {"code": with_visible_result(body.strip("\n"))})
+                d.add("code", {"code": with_visible_result(body.strip("\n"))})
         if PYTHON_WORD.search(prose):
             for m in INLINE_CODE.finditer(prose):
-                add("code", {"code": with_visible_result(m.group(1).strip())})
+                d.add("code", {"code": with_visible_result(m.group(1).strip())})
                 prose = prose.replace(m.group(0), " ")
 
-        ids = sorted({m.upper() for m in ORDER_ID.findall(prose)}, key=prose.upper().find)
-        for oid in ids:
-            add("orders", {"order_id": oid})
+        d.ids = sorted({m.upper() for m in ORDER_ID.findall(prose)}, key=prose.upper().find)
+        for oid in d.ids:
+            d.add("orders", {"order_id": oid})
 
-        clauses = split_clauses(prose)
-        unmatched: list[str] = []
-        for clause in clauses:
+        for clause in split_clauses(prose):
             hit = False
             if ORDER_INTENT.search(clause):
                 hit = True
-                if not ids:
-                    add("orders", {})
+                if not d.ids:
+                    d.add("orders", {})
             if DOCS_INTENT.search(CODE_RETURNS.sub(" ", clause)) or (ctx.files and self._mentions_files(clause, ctx)):
                 hit = True
-                add("docs", {"query": clause})
+                d.add("docs", {"query": clause})
             if WEB_INTENT.search(clause):
                 hit = True
-                add("web", {"query": self._web_query(clause)})
+                d.add("web", {"query": self._web_query(clause)})
             if CALC_WORD.search(clause) or PYTHON_WORD.search(clause):
                 code = arithmetic_code(clause)
                 if code:
                     hit = True
-                    add("code", {"code": code})
+                    d.add("code", {"code": code})
             if not hit and len(clause.split()) >= 3:
-                unmatched.append(clause)
+                d.unmatched.append(clause)
+        return d
 
-        for i, tool in self._similar_intents(unmatched):
-            clause = unmatched[i]
+    def finish(self, draft: PlanDraft, vecs: list[np.ndarray]) -> list[ToolCall]:
+        """The draft's calls plus those the unmatched clauses' vectors (in order) call for."""
+        for i, tool in self._similar_intents(vecs):
+            clause = draft.unmatched[i]
             if tool == "orders":
-                if not ids:
-                    add("orders", {})
+                if not draft.ids:
+                    draft.add("orders", {})
             else:
-                add(tool, {"query": clause})
-        return calls
+                draft.add(tool, {"query": clause})
+        return draft.calls
 
     @staticmethod
     def _mentions_files(clause: str, ctx: ToolContext) -> bool:

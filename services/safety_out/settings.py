@@ -12,9 +12,10 @@ class SafetyOutSettings(ServiceSettings):
     holdback_chars: int = 0
     # Judge finished sentences with the learned classifier too (rules alone otherwise).
     use_embeddings: bool = True
-    # Judge each answer sentence after the end of the user's question (docs/safety.md: benign answers
-    # stopped 12 -> 3 of 208 at one flat bar); off: each sentence alone.
-    judge_with_question: bool = True
+    # Judge each answer sentence after the end of the user's question. Off by default: after an unrelated
+    # benign question, harmful answers are stopped far less often (docs/safety.md), which is what a
+    # jailbreak would exploit; on, a dosing step after a question about a child's fever passes.
+    judge_with_question: bool = False
     # Most sentences one classifier pass takes; more wait for the next pass.
     max_batch_texts: int = 64
     # A stream with no end by then is closed with deadline_exceeded, when the request carries no deadline.

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+
+import numpy as np
 
 from libs.bus import Bus, BusError
+from libs.embeddings.batcher import PassBatcher
 from libs.safety import InputGuard
-from libs.safety.batcher import background_pool
 from libs.tokenizer import Tokenizer, load_tokenizer
 from libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
 from schemas import (
@@ -56,11 +57,12 @@ class ToolsStage:
         runner: ToolRunner,
         tokenizer: Tokenizer,
         guard: InputGuard,
-        planning: Executor | None = None,
+        planning: PassBatcher[np.ndarray],
     ):
         self.bus = bus
         # Planning embeds the message: on its own niced thread, so concurrent requests queue for one
-        # core's spare time instead of each taking a thread of the engine's.
+        # core's spare time instead of each taking a thread of the engine's, and every request
+        # waiting goes into the same pass.
         self.planning = planning
         self.guard = guard
         self.planner = planner
@@ -84,7 +86,7 @@ class ToolsStage:
         ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.
-        calls = await asyncio.get_running_loop().run_in_executor(self.planning, self.planner.plan, work.text, ctx)
+        calls = await self.planner.plan_batched(work.text, ctx, self.planning.run_many)
         if not calls:
             return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
         work.planned_tools = [c.name for c in calls]
@@ -147,15 +149,16 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     runner = ToolRunner(settings.tools)
     await runner.warmup()
     guard = InputGuard(use_embeddings=False)
-    await bus.stage(
-        subjects.TOOLS,
-        ToolsStage(
-            bus, planner, runner, tokenizer, guard, background_pool("planner", nice=settings.planner_nice, threads=1)
-        ).handle,
-    )
+    planning = PassBatcher(planner.embed_clauses, name="planner", nice=settings.planner_nice, threads=1)
+    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard, planning).handle)
 
     async def specs(_: ToolSpecsQuery) -> ToolSpecs:
         return ToolSpecs(tools=runner.specs())
 
     await bus.subscribe(subjects.TOOLS_SPECS, ToolSpecsQuery, specs, queue="tools", span=False)
-    return runner.aclose
+
+    async def close() -> None:
+        await planning.close()
+        await runner.aclose()
+
+    return close

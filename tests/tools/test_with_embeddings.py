@@ -1,9 +1,11 @@
 """Planner and docs with the real sentence-embedding model (skipped where it is not installed)."""
 
+import asyncio
 import importlib.util
 
 import pytest
 
+from libs.embeddings.batcher import PassBatcher
 from libs.tools import FileDoc, ToolContext, ToolPlanner, ToolRunner, ToolSettings
 from libs.tools import embed as embed_mod
 
@@ -64,3 +66,24 @@ async def test_docs_fuses_semantic_matches():
         ToolContext("default", "dev", "r2", files=[recipe]),
     )
     assert out.sources == ["file:recipe.txt#1"]
+
+
+async def test_batched_planning_plans_as_plan_does_in_shared_passes(planner: ToolPlanner):
+    texts = [
+        "has the thing I bought been sent yet",
+        "how do I get my money back",
+        "write a poem about autumn",
+        "what is the delivery status of my order, and what's your policy if it arrives damaged?",
+        "explain recursion to me",
+    ]
+    batcher = PassBatcher(planner.embed_clauses, name="planner-test", threads=1)
+    try:
+        # A first caller holds the worker, so the rest queue behind it and share the next pass.
+        first = asyncio.create_task(planner.plan_batched("tell me a story about a lighthouse", CTX, batcher.run_many))
+        rest = [asyncio.create_task(planner.plan_batched(t, CTX, batcher.run_many)) for t in texts]
+        got = [await first] + [await r for r in rest]
+        assert batcher.passes < len(texts) + 1
+        for text, calls in zip(["tell me a story about a lighthouse", *texts], got, strict=True):
+            assert [(c.name, c.arguments) for c in calls] == [(c.name, c.arguments) for c in planner.plan(text, CTX)]
+    finally:
+        await batcher.close()
