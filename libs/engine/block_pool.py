@@ -1,7 +1,8 @@
 """Fixed-size KV blocks with reference counts, a free queue and a prefix-cache index.
 
 Ownership: this pool is the only place that changes a block's ref count, hash or free-queue
-membership. Callers hold plain lists of block ids.
+membership. Its caller, the KVCacheManager (kv_cache_manager.py), holds block tables as plain lists
+of block ids.
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class BlockPool:
 
     def can_allocate(self, n: int) -> bool:
         return n <= len(self._free)
+
+    def num_evictable(self, ids: Sequence[int]) -> int:
+        """How many of these blocks wait in the free queue (no holder): reusing one takes it out,
+        leaving one fewer block to allocate."""
+        return sum(1 for bid in ids if self.blocks[bid].ref_cnt == 0)
 
     def lookup(self, hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest run of leading hashes present in the cache."""

@@ -41,15 +41,15 @@ class ModelRunner:
             row = len(ids)
             ids.extend(req.all_ids[start : start + n])
             pos.extend(range(start, start + n))
-            slots.extend(self._slots(req.block_ids, start, start + n))
+            slots.extend(self._slots(seq.block_ids, start, start + n))
             if row < len(decodes):
-                decode_tables.append(req.block_ids[: -(-(start + 1) // bs)])
+                decode_tables.append(seq.block_ids[: -(-(start + 1) // bs)])
                 decode_lens.append(start + 1)
             else:
                 # Built once per step, not once per layer: the chunk sees its cached prefix and
                 # itself causally.
                 ctx = (
-                    torch.tensor(self._slots(req.block_ids, 0, start + n))
+                    torch.tensor(self._slots(seq.block_ids, 0, start + n))
                     if start
                     else torch.empty(0, dtype=torch.long)
                 )

@@ -1,7 +1,8 @@
 """Iteration-level scheduler: decides, each step, which tokens of which sequences to run.
 
-Owns the waiting and running queues. Blocks are obtained from and returned to the BlockPool;
-per-request counters live on the Request.
+Owns the waiting and running queues and the token budget. Room in the KV cache is asked of the
+KVCacheManager, which owns the block tables; the scheduler never touches blocks. Of a Request it
+writes the scheduling fields only (status, num_computed, cached_tokens, finish_reason).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from libs.engine.block_pool import BlockPool
+from libs.engine.kv_cache_manager import KVCacheManager
 from libs.engine.request import Request, Status
 
 
@@ -17,6 +18,8 @@ from libs.engine.request import Request, Status
 class ScheduledSeq:
     request: Request
     num_new_tokens: int  # tokens all_ids[num_computed : num_computed + n] run this step
+    # The request's block table, holding slots for this chunk (the manager's list: read only).
+    block_ids: list[int]
 
     @property
     def samples(self) -> bool:
@@ -27,28 +30,22 @@ class ScheduledSeq:
 
 @dataclass
 class SchedulerStats:
-    prefix_cache_queries_tokens: int = 0
-    prefix_cache_hits_tokens: int = 0
     preemptions: int = 0
 
 
 class Scheduler:
     def __init__(
         self,
-        pool: BlockPool,
+        kv_cache_manager: KVCacheManager,
         max_num_seqs: int,
         max_num_batched_tokens: int,
     ) -> None:
-        self.pool = pool
-        self.block_size = pool.block_size
+        self.kv_cache_manager = kv_cache_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admission order: the last one is the youngest
         self.stats = SchedulerStats()
-
-    def _blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
 
     def add(self, req: Request) -> None:
         req.status = Status.WAITING
@@ -67,96 +64,66 @@ class Scheduler:
         return None
 
     def schedule(self) -> list[ScheduledSeq]:
+        kv = self.kv_cache_manager
         budget = self.max_num_batched_tokens
         out: list[ScheduledSeq] = []
-        # Invariant: every request in self.running holds blocks for its num_computed tokens, and
-        # requests before index i already have blocks for this step's tokens.
+        # Invariant: every request in self.running has slots for its num_computed tokens, and
+        # requests before index i already have slots for this step's tokens.
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(req.num_tokens - req.num_computed, budget)
-            need = self._blocks_for(req.num_computed + n) - len(req.block_ids)
-            while need > self.pool.num_free and req in self.running:
-                self._preempt(self.running[-1])
-            if req not in self.running:
+            if not self._allocate_or_preempt(req, n):
                 break  # it was the youngest and got preempted itself
-            if need > 0:
-                req.block_ids.extend(self.pool.allocate(need))
-            out.append(ScheduledSeq(req, n))
+            out.append(ScheduledSeq(req, n, kv.get_block_ids(req.request_id)))
             budget -= n
             i += 1
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            # Keep at least one token to compute: its logits give the next token.
-            max_hit = (req.num_tokens - 1) // self.block_size
-            hashes = req.hashes(self.block_size)
-            hit = self.pool.lookup(hashes[:max_hit])
-            hit_tokens = len(hit) * self.block_size
-            # Past the full blocks, a released sequence's partial last block may hold more of
-            # this prompt (typically the end of the previous answer in a conversation).
-            tail = self.pool.match_tail(
-                hashes[len(hit) - 1] if hit else None, req.all_ids[hit_tokens : req.num_tokens - 1]
-            )
-            reused = hit_tokens + (tail[1] if tail else 0)
-            n = min(req.num_tokens - reused, budget)
-            own = hit + ([tail[0]] if tail else [])
-            need = self._blocks_for(reused + n) - len(own)
-            reclaimed = sum(1 for b in own if self.pool.blocks[b].ref_cnt == 0)
-            if need + reclaimed > self.pool.num_free:
+            computed = kv.get_computed_blocks(req)
+            n = min(req.num_tokens - computed.num_tokens, budget)
+            if kv.allocate_slots(req, n, computed) is None:
                 break
-            self.pool.touch(hit)
-            if tail:
-                self.pool.adopt_tail(tail[0])
-            req.block_ids = own + self.pool.allocate(need)
-            req.num_computed = reused
-            req.num_cached_blocks = len(hit)
+            req.num_computed = computed.num_tokens
             if req.cached_tokens < 0:
-                req.cached_tokens = reused
-            self.stats.prefix_cache_queries_tokens += req.num_tokens
-            self.stats.prefix_cache_hits_tokens += reused
+                req.cached_tokens = computed.num_tokens
             self.waiting.popleft()
             req.status = Status.RUNNING
             self.running.append(req)
-            out.append(ScheduledSeq(req, n))
+            out.append(ScheduledSeq(req, n, kv.get_block_ids(req.request_id)))
             budget -= n
         return out
+
+    def _allocate_or_preempt(self, req: Request, num_new_tokens: int) -> bool:
+        """Slots for a running request's next tokens, preempting the youngest request until they
+        fit; False when the request itself was the one preempted."""
+        while self.kv_cache_manager.allocate_slots(req, num_new_tokens) is None:
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is req:
+                return False
+        return True
 
     def _preempt(self, req: Request) -> None:
         """Drop a request's KV and send it back to the front of the queue for recompute."""
         self.running.remove(req)
-        self._release(req)
+        self.kv_cache_manager.free(req)
         req.num_computed = 0
-        req.num_cached_blocks = 0
         req.status = Status.WAITING
         self.waiting.appendleft(req)
         self.stats.preemptions += 1
-
-    def _release(self, req: Request) -> None:
-        """Return a request's blocks, keeping its partly filled last block as a reusable tail."""
-        bs = self.block_size
-        full = req.num_computed // bs
-        if req.num_computed % bs and full < len(req.block_ids):
-            parent = req.hashes(bs)[full - 1] if full else None
-            self.pool.cache_tail(req.block_ids[full], parent, req.all_ids[full * bs : req.num_computed])
-        self.pool.free(req.block_ids)
-        req.block_ids = []
 
     def advance(self, seq: ScheduledSeq) -> None:
         """Record that a scheduled chunk ran; newly full blocks become reusable prefixes."""
         req = seq.request
         req.num_computed += seq.num_new_tokens
-        full = req.num_computed // self.block_size
-        if full > req.num_cached_blocks:
-            hashes = req.hashes(self.block_size)
-            for j in range(req.num_cached_blocks, full):
-                self.pool.cache_block(req.block_ids[j], hashes[j])
-            req.num_cached_blocks = full
+        self.kv_cache_manager.cache_full_blocks(req)
 
     def finish(self, req: Request, reason: str) -> None:
         if req in self.running:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
-        self._release(req)
+        self.kv_cache_manager.free(req)
         req.status = Status.FINISHED
         req.finish_reason = reason

@@ -13,7 +13,7 @@ def _prompt(n: int, seed: int) -> list[int]:
 
 
 def _all_free(eng) -> bool:
-    pool = eng.scheduler.pool
+    pool = eng.kv_cache_manager.block_pool
     return pool.num_free == pool.num_blocks and all(b.ref_cnt == 0 for b in pool.blocks)
 
 
@@ -22,7 +22,7 @@ def test_shared_prefix_reuses_exact_blocks(tiny):
     base = _prompt(18, 1)  # 4 full blocks + 2 tokens
     first = make_request("a", base, max_tokens=1)
     drive(eng, [first])
-    pool = eng.scheduler.pool
+    pool = eng.kv_cache_manager.block_pool
     hashes = block_hashes_for(base, 4)
     first_blocks = pool.lookup(hashes)
     assert len(first_blocks) == 4
@@ -30,7 +30,7 @@ def test_shared_prefix_reuses_exact_blocks(tiny):
     second = make_request("b", base[:16] + _prompt(5, 2), max_tokens=1)
     eng.scheduler.add(second)
     seqs = eng.scheduler.schedule()
-    assert second.block_ids[:4] == first_blocks
+    assert seqs[0].block_ids[:4] == first_blocks
     assert seqs[0].num_new_tokens == 5  # only the new tokens are prefilled
     assert second.cached_tokens == 16
     eng._step(seqs)
@@ -66,7 +66,7 @@ def test_next_turn_adopts_the_partial_block_the_previous_turn_left(tiny):
     first = make_request("t1", prompt, max_tokens=3)
     drive(eng, [first])
     # 19 tokens computed (the last sampled one never is): 4 full blocks and a tail of 3.
-    pool = eng.scheduler.pool
+    pool = eng.kv_cache_manager.block_pool
     first_blocks = pool.lookup(block_hashes_for(prompt, 4))
     tails = [b for b in pool.blocks if b.tail is not None]
     assert len(first_blocks) == 4 and len(tails) == 1
@@ -77,7 +77,7 @@ def test_next_turn_adopts_the_partial_block_the_previous_turn_left(tiny):
     second = make_request("t2", nxt, max_tokens=5)
     eng.scheduler.add(second)
     seqs = eng.scheduler.schedule()
-    assert second.block_ids[:5] == [*first_blocks, tail_block]
+    assert seqs[0].block_ids[:5] == [*first_blocks, tail_block]
     assert second.cached_tokens == 19 and seqs[0].num_new_tokens == len(nxt) - 19
     assert all(b.tail is None for b in pool.blocks)  # adopted: no longer offered to others
     eng._step(seqs)
