@@ -1,10 +1,19 @@
 """Paged-KV inference engine. Cheap to import: torch-heavy modules load inside create_engine."""
 
 from libs.engine.factory import create_engine, default_model_path
-from libs.engine.types import AsyncEngine, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+from libs.engine.types import (
+    AsyncEngine,
+    Constraint,
+    EngineConfig,
+    EngineMetrics,
+    SamplingParams,
+    StreamChunk,
+    Usage,
+)
 
 __all__ = [
     "AsyncEngine",
+    "Constraint",
     "EngineConfig",
     "EngineMetrics",
     "SamplingParams",

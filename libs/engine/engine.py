@@ -9,21 +9,24 @@ import queue
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from libs.engine.block_pool import BlockPool
 from libs.engine.kernels import Calibration, measure, row_invariance
-from libs.engine.kv_cache_manager import KVCacheManager
 from libs.engine.logits import adjust_row, adjusts, bad_bias_token
 from libs.engine.model import KVCache, LlamaModel, measure_decode_attention
 from libs.engine.request import Request, TextStream
 from libs.engine.runner import ModelRunner
 from libs.engine.sampler import sample
 from libs.engine.scheduler import ScheduledSeq, Scheduler
-from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
 from libs.engine.weights import load_weights
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
+
+if TYPE_CHECKING:
+    from libs.engine.grammar import Grammars
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +75,10 @@ class NativeEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._m = EngineMetrics()
-        self.kv_cache_manager: KVCacheManager | None = None
         self.scheduler: Scheduler | None = None
         self.runner: ModelRunner | None = None
+        self._grammars: Grammars | None = None
+        self._grammars_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -134,8 +138,7 @@ class NativeEngine:
         self.build_with_model(model)
 
     def build_with_model(self, model: LlamaModel) -> None:
-        """Size the KV cache and wire block pool, KV-cache manager, scheduler and runner around an
-        already-built model."""
+        """Size the KV cache and wire scheduler and runner around an already-built model."""
         c = self.config
         bs = c.block_size
         self.max_model_len = min(self.max_model_len, model.cfg.max_position)
@@ -147,8 +150,8 @@ class NativeEngine:
             num_blocks = max(min(want, budget // per_block), -(-self.max_model_len // bs) + 1)
         # A sequence can never grow past what the whole pool holds.
         self.max_model_len = min(self.max_model_len, num_blocks * bs)
-        self.kv_cache_manager = KVCacheManager(BlockPool(num_blocks, bs, c.enable_prefix_caching))
-        self.scheduler = Scheduler(self.kv_cache_manager, c.max_num_seqs, c.max_num_batched_tokens)
+        pool = BlockPool(num_blocks, bs, c.enable_prefix_caching)
+        self.scheduler = Scheduler(pool, c.max_num_seqs, c.max_num_batched_tokens)
         kv = KVCache(model.cfg, num_blocks, bs, model.kv_dtype, device=str(model.device))
         self.runner = ModelRunner(model, kv)
 
@@ -180,6 +183,13 @@ class NativeEngine:
             set() if params.ignore_eos else self.tokenizer.eos_token_ids,
             max_len=self.max_model_len,
         )
+        if params.constraint is not None:
+            try:
+                req.grammar = await asyncio.to_thread(self._matcher, params.constraint)
+            except ValueError as e:
+                log.warning("constraint refused for %s: %s", request_id, e)
+                yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
+                return
         stream = _Stream(
             asyncio.get_running_loop(),
             asyncio.Queue(),
@@ -214,6 +224,16 @@ class NativeEngine:
                 # The consumer went away: stop spending steps on it.
                 self.cancel(request_id)
 
+    def _matcher(self, c: Constraint) -> Any:
+        """A grammar matcher for one request; xgrammar loads with the first constrained request."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                from libs.engine.grammar import Grammars
+
+                assert self.runner is not None
+                self._grammars = Grammars(self.tokenizer, self.runner.model.cfg.vocab_size)
+        return self._grammars.matcher(c)
+
     def cancel(self, request_id: str) -> None:
         with self._cancel_lock:
             self._cancels.add(request_id)
@@ -227,18 +247,26 @@ class NativeEngine:
 
     def metrics(self) -> EngineMetrics:
         m = self._m
-        if self.scheduler is not None and self.kv_cache_manager is not None:
-            s, kv = self.scheduler, self.kv_cache_manager
+        if self.scheduler is not None:
+            s = self.scheduler
             m.running = len(s.running)
             m.waiting = len(s.waiting)
-            m.kv_blocks_used = kv.num_used_blocks
-            m.kv_blocks_free = kv.num_free_blocks
-            m.prefix_cache_queries_tokens = kv.stats.queries_tokens
-            m.prefix_cache_hits_tokens = kv.stats.hits_tokens
+            m.kv_blocks_used = s.pool.num_used
+            m.kv_blocks_free = s.pool.num_free
+            m.prefix_cache_queries_tokens = s.stats.prefix_cache_queries_tokens
+            m.prefix_cache_hits_tokens = s.stats.prefix_cache_hits_tokens
             m.preemptions = s.stats.preemptions
         return EngineMetrics(**vars(m))
 
     # -- step loop (engine thread) ---------------------------------------------------------
+    @staticmethod
+    def _advance_grammar(req: Request, tok: int) -> str | None:
+        """Feeds the sampled token to the request's matcher; the answer ends when the grammar does."""
+        if not req.grammar.accept_token(tok):
+            log.error("constrained request %s sampled token %d outside its grammar", req.request_id, tok)
+            return "error"
+        return "stop" if req.grammar.is_terminated() else None
+
     def _emit(self, req: Request, chunk: StreamChunk) -> None:
         st = self._streams.get(req.request_id)
         if st is not None:
@@ -303,12 +331,18 @@ class NativeEngine:
 
     def _step(self, seqs: list[ScheduledSeq]) -> None:
         assert self.scheduler is not None and self.runner is not None
-        logits = self.runner.run(seqs)
         sampling = [s for s in seqs if s.samples]
+        matchers = [s.request.grammar for s in sampling]
+        constrained = [i for i, m in enumerate(matchers) if m is not None]
+        # Masks are filled while the forward pass runs; each reads only its own request's matcher.
+        masks = self._grammars.fill_async(matchers) if constrained and self._grammars is not None else None
+        logits = self.runner.run(seqs)
         for i, s in enumerate(sampling):
             req = s.request
             if adjusts(req.params):
                 adjust_row(logits[i], req.params, req.prompt_ids, req.output_ids)
+        if masks is not None:
+            self._grammars.apply(logits, masks.result(), constrained)  # type: ignore[union-attr]
         tokens = sample(
             logits,
             [s.request.params for s in sampling],
@@ -326,6 +360,8 @@ class NativeEngine:
             req.append_token(tok)
             st = self._streams.get(req.request_id)
             reason = req.check_length_or_eos()
+            if req.grammar is not None and reason is None:
+                reason = self._advance_grammar(req, tok)
             if reason is not None:
                 self._finish(req, reason, [tok])
                 continue

@@ -10,6 +10,21 @@ if TYPE_CHECKING:
     from libs.tokenizer import Tokenizer
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """What the answer's tokens must spell, enforced per step by a grammar's token mask (grammar.py).
+
+    kind: 'json_object' (any JSON object), 'json_schema' (spec: the schema as JSON text), 'regex'
+    (spec: the pattern), 'choice' (spec: a JSON list of the allowed strings), or 'tools' (spec: JSON
+    `{"mode": "required" | "auto", "tools": [{"name", "parameters"}]}`: a `<tool_call>` whose
+    arguments validate; 'auto' leaves the text around a call free)."""
+
+    kind: str
+    spec: str = ""
+    # Text already at the end of the prompt that the grammar reads first (a forced opening).
+    prefix: str = ""
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 0.0  # 0 => greedy
@@ -25,6 +40,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = field(default_factory=dict)
+    constraint: Constraint | None = None
 
 
 @dataclass

@@ -1,0 +1,162 @@
+"""Grammar-constrained decoding with xgrammar: a constraint becomes a compiled grammar (cached),
+each constrained request gets its own matcher, and each step masks its own logits row.
+
+The mask of a row depends only on that request's matcher, which has read only that request's
+tokens, so constraints keep batch invariance and replay exactness. Masks are filled on a worker
+thread while the forward pass runs (`fill_async`), as vLLM overlaps them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+import xgrammar as xgr
+
+from libs.engine.types import Constraint
+from libs.tokenizer import Tokenizer
+
+
+# The JSON a small model writes: fixed separators, no free whitespace (free whitespace lets a small
+# model loop on newlines until max_tokens). `json.dumps`' separators, which the tool format uses too.
+def _json(schema: str) -> xgr.Grammar:
+    return xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True)
+
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+
+class ConstraintError(ValueError):
+    """A constraint that cannot be compiled (a bad schema, regex or tool list) or read its prefix."""
+
+
+def _literal(text: str) -> str:
+    # JSON's string escapes are EBNF's.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _call_schema(name: str, parameters: dict[str, Any], first: str | None = None) -> str:
+    props = parameters.get("properties")
+    if first and isinstance(props, dict) and first in props:
+        # The forced opening names this argument first: the grammar must list it first too.
+        parameters = {**parameters, "properties": {first: props[first], **props}}
+    schema = {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": parameters or {"type": "object"}},
+        "required": ["name", "arguments"],
+    }
+    return json.dumps(schema)
+
+
+def _tools_grammar(spec: dict[str, Any]) -> xgr.Grammar:
+    tools = spec.get("tools") or []
+    if not tools:
+        raise ConstraintError("a tools constraint needs at least one tool")
+    first = spec.get("first")
+    if spec.get("mode") == "auto":
+        tags = [
+            xgr.StructuralTagItem(
+                begin=f'{CALL_OPEN}{{"name": {json.dumps(t["name"])}, "arguments": ',
+                schema=t.get("parameters") or {"type": "object"},
+                end="}" + CALL_CLOSE,
+            )
+            for t in tools
+        ]
+        return xgr.Grammar.from_structural_tag(tags, [CALL_OPEN])
+    calls = [_json(_call_schema(t["name"], t.get("parameters") or {}, first)) for t in tools]
+    body = calls[0] if len(calls) == 1 else xgr.Grammar.union(*calls)
+    return xgr.Grammar.concat(
+        xgr.Grammar.from_ebnf(f"root ::= {_literal(CALL_OPEN)}"),
+        body,
+        xgr.Grammar.from_ebnf(f"root ::= {_literal(CALL_CLOSE)}"),
+    )
+
+
+def build_grammar(c: Constraint) -> xgr.Grammar:
+    try:
+        if c.kind == "json_object":
+            return _json(json.dumps({"type": "object"}))
+        if c.kind == "json_schema":
+            return _json(c.spec)
+        if c.kind == "regex":
+            return xgr.Grammar.from_regex(c.spec)
+        if c.kind == "choice":
+            choices = json.loads(c.spec)
+            if not choices:
+                raise ConstraintError("a choice constraint needs at least one choice")
+            return xgr.Grammar.from_ebnf("root ::= " + " | ".join(_literal(str(x)) for x in choices))
+        if c.kind == "tools":
+            return _tools_grammar(json.loads(c.spec))
+    except ConstraintError:
+        raise
+    except Exception as e:  # xgrammar raises RuntimeError/ValueError subclasses for bad input
+        raise ConstraintError(f"invalid {c.kind} constraint: {e}") from e
+    raise ConstraintError(f"unknown constraint kind {c.kind!r}")
+
+
+def tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
+    """Byte-level BPE vocabulary as the GGUF lists it; control tokens are empty, so no grammar ever
+    admits them as text (xgrammar's rule for special tokens)."""
+    special = tokenizer.special_ids
+    vocab = ["" if i in special else (tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)]
+    return xgr.TokenizerInfo(
+        vocab, xgr.VocabType.BYTE_LEVEL, vocab_size=vocab_size, stop_token_ids=sorted(tokenizer.eos_token_ids)
+    )
+
+
+class Grammars:
+    """Compiles constraints for one tokenizer and vocabulary size, keeping the latest compiled ones."""
+
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, cache_size: int = 64) -> None:
+        self.vocab_size = vocab_size
+        self._compiler = xgr.GrammarCompiler(tokenizer_info(tokenizer, vocab_size), max_threads=1)
+        self._compiled: OrderedDict[Constraint, xgr.CompiledGrammar] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
+
+    def _compile(self, c: Constraint) -> xgr.CompiledGrammar:
+        key = Constraint(c.kind, c.spec)  # the prefix is read per request, not compiled
+        with self._lock:
+            hit = self._compiled.get(key)
+            if hit is not None:
+                self._compiled.move_to_end(key)
+                return hit
+        try:
+            compiled = self._compiler.compile_grammar(build_grammar(c))
+        except ConstraintError:
+            raise
+        except Exception as e:
+            raise ConstraintError(f"invalid {c.kind} constraint: {e}") from e
+        with self._lock:
+            self._compiled[key] = compiled
+            while len(self._compiled) > self._cache_size:
+                self._compiled.popitem(last=False)
+        return compiled
+
+    def matcher(self, c: Constraint) -> xgr.GrammarMatcher:
+        """A fresh matcher for one request, having read the constraint's prefix (any thread)."""
+        m = xgr.GrammarMatcher(self._compile(c))
+        if c.prefix and not m.accept_string(c.prefix):
+            raise ConstraintError(f"the forced opening {c.prefix!r} does not fit the {c.kind} constraint")
+        return m
+
+    def fill_async(self, matchers: list[xgr.GrammarMatcher | None]) -> Future[torch.Tensor]:
+        """Allowed-token bitmasks, one row per matcher (rows of None are left all-allowed)."""
+        bitmask = xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
+
+        def fill() -> torch.Tensor:
+            for i, m in enumerate(matchers):
+                if m is not None:
+                    m.fill_next_token_bitmask(bitmask, i)
+            return bitmask
+
+        return self._pool.submit(fill)
+
+    @staticmethod
+    def apply(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> None:
+        with torch.inference_mode():
+            xgr.apply_token_bitmask_inplace(logits, bitmask, indices=rows)
