@@ -15,6 +15,7 @@ import torch
 
 from libs.engine.block_pool import BlockPool
 from libs.engine.kernels import Calibration, measure, row_invariance
+from libs.engine.kv_cache_manager import KVCacheManager
 from libs.engine.logits import adjust_row, adjusts, bad_bias_token
 from libs.engine.model import KVCache, LlamaModel, measure_decode_attention
 from libs.engine.request import Request, TextStream
@@ -75,6 +76,7 @@ class NativeEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._m = EngineMetrics()
+        self.kv_cache_manager: KVCacheManager | None = None
         self.scheduler: Scheduler | None = None
         self.runner: ModelRunner | None = None
         self._grammars: Grammars | None = None
@@ -138,7 +140,8 @@ class NativeEngine:
         self.build_with_model(model)
 
     def build_with_model(self, model: LlamaModel) -> None:
-        """Size the KV cache and wire scheduler and runner around an already-built model."""
+        """Size the KV cache and wire block pool, KV-cache manager, scheduler and runner around an
+        already-built model."""
         c = self.config
         bs = c.block_size
         self.max_model_len = min(self.max_model_len, model.cfg.max_position)
@@ -150,8 +153,8 @@ class NativeEngine:
             num_blocks = max(min(want, budget // per_block), -(-self.max_model_len // bs) + 1)
         # A sequence can never grow past what the whole pool holds.
         self.max_model_len = min(self.max_model_len, num_blocks * bs)
-        pool = BlockPool(num_blocks, bs, c.enable_prefix_caching)
-        self.scheduler = Scheduler(pool, c.max_num_seqs, c.max_num_batched_tokens)
+        self.kv_cache_manager = KVCacheManager(BlockPool(num_blocks, bs, c.enable_prefix_caching))
+        self.scheduler = Scheduler(self.kv_cache_manager, c.max_num_seqs, c.max_num_batched_tokens)
         kv = KVCache(model.cfg, num_blocks, bs, model.kv_dtype, device=str(model.device))
         self.runner = ModelRunner(model, kv)
 
@@ -247,14 +250,14 @@ class NativeEngine:
 
     def metrics(self) -> EngineMetrics:
         m = self._m
-        if self.scheduler is not None:
-            s = self.scheduler
+        if self.scheduler is not None and self.kv_cache_manager is not None:
+            s, kv = self.scheduler, self.kv_cache_manager
             m.running = len(s.running)
             m.waiting = len(s.waiting)
-            m.kv_blocks_used = s.pool.num_used
-            m.kv_blocks_free = s.pool.num_free
-            m.prefix_cache_queries_tokens = s.stats.prefix_cache_queries_tokens
-            m.prefix_cache_hits_tokens = s.stats.prefix_cache_hits_tokens
+            m.kv_blocks_used = kv.num_used_blocks
+            m.kv_blocks_free = kv.num_free_blocks
+            m.prefix_cache_queries_tokens = kv.stats.queries_tokens
+            m.prefix_cache_hits_tokens = kv.stats.hits_tokens
             m.preemptions = s.stats.preemptions
         return EngineMetrics(**vars(m))
 

@@ -1,7 +1,8 @@
 """Per-request state: the tokens, the counters, and turning new tokens into safe text deltas.
 
-The request owns its counters (computed tokens, cached tokens, timings); the scheduler only
-reads them and asks the request to advance.
+Each field has one writer. The request itself: its tokens, block hashes, timings and generator
+(append_token, hashes). The Scheduler: status, num_computed, cached_tokens, finish_reason. Block
+tables are not here: the KVCacheManager owns them, keyed by request_id.
 """
 
 from __future__ import annotations
@@ -34,11 +35,9 @@ class Request:
     arrival: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
-    # Invariant: the KV of all_ids[:num_computed] is in the blocks of block_ids.
+    # Invariant: the KV of all_ids[:num_computed] is in the blocks of this request's block table.
     num_computed: int = 0
-    block_ids: list[int] = field(default_factory=list)
-    block_hashes: list[int] = field(default_factory=list)
-    num_cached_blocks: int = 0  # leading blocks already registered in the prefix cache
+    block_hashes: list[int] = field(default_factory=list)  # of every full block of all_ids (hashes())
     cached_tokens: int = -1  # prompt tokens found in the prefix cache at first admission
     first_token_at: float | None = None
     last_token_at: float | None = None
