@@ -220,11 +220,12 @@ def evaluate_answers(
     benign: dict[str, list[tuple[str, str]]],
     harmful: dict[str, list[str]],
     *,
-    with_question: bool = True,
+    with_question: bool = False,
 ) -> dict[str, object]:
     """``benign``: per domain, (prompt, answer) pairs; ``harmful``: per category, passages.
 
-    ``with_question``: each benign answer is judged after its prompt, as safety_out judges it. The
+    ``with_question``: each benign answer is judged after its prompt, as safety_out does when
+    ``judge_with_question`` is on (off by default; docs/safety.md). The
     harmful passages have no question of their own; they are scored alone (``stopped``) and after an
     unrelated benign prompt (``stopped_after_benign``): the worst case of a jailbreak, whose benign
     looking question must not talk the judge out of a harmful answer."""
@@ -384,9 +385,7 @@ def main() -> None:
     ap.add_argument("--source", default="user", choices=["user", "file", "tool"])
     ap.add_argument("--part", default="dev", choices=["dev", "blind", "all"], help="answer and work-traffic sets")
     ap.add_argument("--input-only", action="store_true", help="skip the answer-side and work-traffic tables")
-    ap.add_argument(
-        "--no-question", action="store_true", help="judge answer sentences alone, not after the user's question"
-    )
+    ap.add_argument("--with-question", action="store_true", help="judge answer sentences after the user's question")
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     args = ap.parse_args()
     clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
@@ -400,7 +399,7 @@ def main() -> None:
     if args.input_only:
         return
     ans = evaluate_answers(
-        guard, answer_pairs(args.part), answer_set("harmful", args.part), with_question=not args.no_question
+        guard, answer_pairs(args.part), answer_set("harmful", args.part), with_question=args.with_question
     )
     work = evaluate_work(guard, answer_set("work", args.part))
     if args.json:
