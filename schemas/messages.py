@@ -25,6 +25,16 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class ResponseFormat(BaseModel):
+    """What the answer must spell, enforced token by token (the engine's grammar-constrained decoding):
+    any JSON object, JSON valid against `json_schema`, a match of `regex`, or one of `choices`."""
+
+    type: Literal["json_object", "json_schema", "regex", "choice"]
+    json_schema: dict[str, Any] | None = None
+    regex: str | None = None
+    choices: list[str] = Field(default_factory=list, max_length=256)
+
+
 class Sampling(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -41,6 +51,7 @@ class Sampling(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     logit_bias: dict[int, float] = Field(default_factory=dict, max_length=300)
+    response_format: ResponseFormat | None = None
 
 
 class Usage(BaseModel):

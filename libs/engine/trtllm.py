@@ -80,8 +80,10 @@ class TrtLlmEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        # logit_bias has no counterpart in the LLM API's SamplingParams: refused, never dropped.
-        if self._llm is None or not ids or len(ids) >= self.max_model_len or params.logit_bias:
+        # logit_bias and response formats are not passed to the LLM API (yet): refused, never dropped. A tool
+        # constraint is only a guarantee on top of the forced opening the inference service writes anyway.
+        constrained = params.constraint is not None and params.constraint.kind != "tools"
+        if self._llm is None or not ids or len(ids) >= self.max_model_len or params.logit_bias or constrained:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return
         t0 = time.monotonic()

@@ -16,7 +16,16 @@ from libs.bus import Bus, BusError
 from libs.bus import headers as H
 from libs.limits import Limiter
 from libs.store.keys import ApiKey, KeyStore
-from schemas import ChatMessage, ConversationQuery, ConversationReply, ErrorCode, Sampling, Work, subjects
+from schemas import (
+    ChatMessage,
+    ConversationQuery,
+    ConversationReply,
+    ErrorCode,
+    ResponseFormat,
+    Sampling,
+    Work,
+    subjects,
+)
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
@@ -103,6 +112,7 @@ def sampling(
     presence_penalty: float | None = None,
     repetition_penalty: float | None = None,
     logit_bias: dict[int, float] | None = None,
+    response_format: ResponseFormat | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if seed is not None and not 0 <= seed <= MAX_SEED:
@@ -121,6 +131,7 @@ def sampling(
         "presence_penalty": presence_penalty or 0.0,
         "repetition_penalty": 1.0 if repetition_penalty is None else repetition_penalty,
         "logit_bias": logit_bias or {},
+        "response_format": response_format,
     }
     try:
         return Sampling.model_validate(values)

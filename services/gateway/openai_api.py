@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field
 
-from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from schemas import ChatEvent, ChatMessage, ErrorCode, ResponseFormat, Usage
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
@@ -45,6 +45,48 @@ class StreamOptions(Strict):
     include_usage: bool = Field(False, strict=True)
 
 
+class JsonSchemaFormat(Strict):
+    IGNORED = frozenset({"description"})
+    name: str = Field(min_length=1, max_length=64)
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    # Strict or not, the answer is decoded under the schema's grammar: it always validates.
+    strict: bool | None = None
+
+
+class ResponseFormatIn(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(Strict):
+    """vLLM's extension: exactly one of a JSON schema, a regular expression or a list of choices."""
+
+    json_: dict[str, Any] | None = Field(None, alias="json")
+    regex: str | None = Field(None, min_length=1)
+    choice: list[str] | None = Field(None, min_length=1, max_length=256)
+
+
+def response_format_of(fmt: ResponseFormatIn | None, structured: StructuredOutputs | None) -> ResponseFormat | None:
+    if fmt is not None and fmt.type != "text" and structured is not None:
+        raise ApiError(ErrorCode.bad_request, "send response_format or structured_outputs, not both")
+    if structured is not None:
+        given = [k for k in ("json_", "regex", "choice") if getattr(structured, k) is not None]
+        if len(given) != 1:
+            raise ApiError(ErrorCode.bad_request, "structured_outputs takes exactly one of json, regex and choice")
+        if structured.json_ is not None:
+            return ResponseFormat(type="json_schema", json_schema=structured.json_)
+        if structured.regex is not None:
+            return ResponseFormat(type="regex", regex=structured.regex)
+        return ResponseFormat(type="choice", choices=structured.choice or [])
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return ResponseFormat(type="json_object")
+    if fmt.json_schema is None:
+        raise ApiError(ErrorCode.bad_request, "response_format of type json_schema needs its json_schema")
+    return ResponseFormat(type="json_schema", json_schema=fmt.json_schema.schema_)
+
+
 class CompletionRequest(Strict):
     IGNORED = frozenset(
         {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
@@ -70,6 +112,8 @@ class CompletionRequest(Strict):
     repetition_penalty: float | None = None  # vLLM's extension
     # Token ids (JSON keys are strings) to a bias from -100 to 100, as OpenAI bounds it.
     logit_bias: dict[int, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    response_format: ResponseFormatIn | None = None
+    structured_outputs: StructuredOutputs | None = None  # vLLM's extension
 
 
 def _text(message: OpenAIMessage) -> str:
@@ -255,6 +299,7 @@ async def chat_completions(request: Request) -> Response:
             presence_penalty=body.presence_penalty,
             repetition_penalty=body.repetition_penalty,
             logit_bias=body.logit_bias,
+            response_format=response_format_of(body.response_format, body.structured_outputs),
         ),
         client_tools=specs(body.tools),
         tool_choice=tool_choice,

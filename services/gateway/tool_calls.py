@@ -21,10 +21,11 @@ CLOSE = "</tool_call>"
 
 
 class FunctionDef(Strict):
-    IGNORED = frozenset({"strict"})
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=dict)
+    # A call the model writes is decoded under its function's schema whether or not this is set.
+    strict: bool | None = None
 
 
 class ToolDef(Strict):
@@ -54,7 +55,8 @@ def choice_of(tools: list[ToolDef] | None, choice: str | NamedChoice | None) -> 
 
 
 def specs(tools: list[ToolDef] | None) -> list[dict[str, Any]]:
-    return [t.function.model_dump() for t in tools or []]
+    # Only what the prompt shows the model: not `strict`, nor default-valued keys the request carried.
+    return [t.function.model_dump(include={"name", "description", "parameters"}) for t in tools or []]
 
 
 def render_call(name: str, arguments: str) -> str:

@@ -35,6 +35,7 @@ from services.inference.phases import (
     ANSWER_OPEN,
     THINK_OPEN,
     TOOL_CALL_CLOSE,
+    answer_constraint,
     answer_request_id,
     params_of,
     thinking_budget,
@@ -172,7 +173,7 @@ class Inference:
                             "delta",
                             answer_request_id(work.rid),
                             answer_prompt,
-                            params_of(s, max(1, s.max_tokens - budget)),
+                            params_of(s, max(1, s.max_tokens - budget), constraint=answer_constraint(work)),
                             span,
                             False,
                         )
@@ -185,9 +186,8 @@ class Inference:
                         )
                         gen.seq += 1
                     stops = [TOOL_CALL_CLOSE] if work.client_tools else []
-                    gen.finish = await self._phase(
-                        gen, "delta", work.rid, work.prompt + prefill, params_of(s, extra_stop=stops), span, True
-                    )
+                    params = params_of(s, extra_stop=stops, constraint=answer_constraint(work, prefill))
+                    gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
             except Exception as e:
                 log.exception("generation failed")
                 gen.finish = "error"

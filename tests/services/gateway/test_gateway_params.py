@@ -13,7 +13,15 @@ import openai
 import pytest
 
 from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
-from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
+from services.gateway.openai_api import (
+    CompletionRequest,
+    ContentPart,
+    JsonSchemaFormat,
+    OpenAIMessage,
+    ResponseFormatIn,
+    StreamOptions,
+    StructuredOutputs,
+)
 from services.gateway.params import Strict
 from services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
 from services.inference.phases import params_of
@@ -157,6 +165,9 @@ def _documented_ignored() -> set[str]:
         OpenAIMessage,
         ContentPart,
         StreamOptions,
+        JsonSchemaFormat,
+        ResponseFormatIn,
+        StructuredOutputs,
         ToolDef,
         FunctionDef,
         NamedChoice,
@@ -201,3 +212,56 @@ async def test_out_of_range_penalties_are_400(gw: Gateway, bad: dict[str, Any]) 
     async with httpx.AsyncClient(base_url=gw.url) as c:
         r = await c.post("/v1/chat/completions", json=openai_body(**bad), headers=gw.auth(gw.pro_key))
     assert r.status_code == 400 and next(iter(bad)) in r.json()["error"]["message"], r.text
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"response_format": {"type": "text"}}, None),
+        ({"response_format": {"type": "json_object"}}, {"type": "json_object"}),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "a", "schema": SCHEMA, "strict": True},
+                }
+            },
+            {"type": "json_schema", "json_schema": SCHEMA},
+        ),
+        ({"structured_outputs": {"regex": "[0-9]+"}}, {"type": "regex", "regex": "[0-9]+"}),
+        ({"structured_outputs": {"choice": ["yes", "no"]}}, {"type": "choice", "choices": ["yes", "no"]}),
+        ({"structured_outputs": {"json": SCHEMA}}, {"type": "json_schema", "json_schema": SCHEMA}),
+    ],
+)
+async def test_response_formats_travel_to_the_engine(
+    gw: Gateway, responder: Responder, extra: dict[str, Any], expected: dict[str, Any] | None
+) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post("/v1/chat/completions", json=openai_body(**extra), headers=gw.auth(gw.pro_key))
+    assert r.status_code == 200, r.text
+    rid = r.json()["id"].removeprefix("chatcmpl-")
+    fmt = next(w for w in responder.works if w.rid == rid).sampling.response_format
+    got = None if fmt is None else fmt.model_dump(exclude_defaults=True)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"response_format": {"type": "json_schema"}},
+        {"response_format": {"type": "yaml"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
+        {"structured_outputs": {"regex": "a", "choice": ["a"]}},
+        {"structured_outputs": {"grammar": "root ::= 'a'"}},
+        {"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}},
+    ],
+)
+async def test_bad_response_formats_are_400(gw: Gateway, responder: Responder, extra: dict[str, Any]) -> None:
+    n = len(responder.works)
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post("/v1/chat/completions", json=openai_body(**extra), headers=gw.auth(gw.pro_key))
+    assert r.status_code == 400, r.text
+    assert len(responder.works) == n
