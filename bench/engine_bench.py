@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import machine, write_section
-from libs.engine import EngineConfig, SamplingParams, create_engine, default_model_path
+from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine, default_model_path
 from libs.engine.engine import engine_threads
 from libs.tokenizer import load_tokenizer
 
@@ -40,6 +40,11 @@ QUESTIONS = [
 # llama-cpp-python serves one request at a time: beyond this many streams its aggregate rate is
 # its sequential rate, so larger counts are not run (they would only cost minutes).
 LCPP_MAX_STREAMS = 8
+
+
+def bench_threads() -> int:
+    """The threads every engine here gets: the native engine's, from SWITCHYARD_ENGINE_THREADS."""
+    return engine_threads(EngineSettings().engine_threads)
 
 
 def chat_prompt(tok: Any, i: int) -> str:
@@ -61,7 +66,7 @@ async def _one(eng: Any, rid: str, prompt: str, max_tokens: int) -> tuple[int, f
 
 
 async def worker_native(dtype: str, streams: list[int], max_tokens: int, device: str) -> dict[str, Any]:
-    eng = create_engine(EngineConfig(dtype=dtype, device=device))
+    eng = create_engine(EngineSettings().apply(EngineConfig(dtype=dtype, device=device)))
     t = time.perf_counter()
     await eng.start()
     res: dict[str, Any] = {"load_s": time.perf_counter() - t, "dtype": getattr(eng, "dtype", dtype)}
@@ -91,7 +96,7 @@ async def worker_turns(dtype: str, turns: int, caching: bool, reps: int = 3) -> 
     milliseconds, and one scheduling hiccup would otherwise decide the ratio."""
     import statistics
 
-    eng = create_engine(EngineConfig(dtype=dtype, enable_prefix_caching=caching))
+    eng = create_engine(EngineSettings().apply(EngineConfig(dtype=dtype, enable_prefix_caching=caching)))
     await eng.start()
     tok = eng.tokenizer
     await _one(eng, "warm", chat_prompt(tok, 0), 4)
@@ -122,7 +127,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
     from libs.engine.model import AttnBatch, KVCache, LlamaModel, measure_decode_attention
     from libs.engine.weights import load_weights
 
-    torch.set_num_threads(engine_threads())  # as every engine row above
+    torch.set_num_threads(bench_threads())  # as every engine row above
     cal = measure()
     models = {}
     for d in dtypes:
@@ -164,7 +169,7 @@ def worker_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         return {"note": f"transformers not importable: {exc}"}
-    torch.set_num_threads(engine_threads())  # as the native engine: same cores for everyone
+    torch.set_num_threads(bench_threads())  # as the native engine: same cores for everyone
     path = default_model_path()
     d, f = os.path.dirname(path), os.path.basename(path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
@@ -194,7 +199,7 @@ def worker_llama_cpp(streams: list[int], max_tokens: int) -> dict[str, Any]:
         from llama_cpp import Llama  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return {"note": "llama-cpp-python is not installed (`make bench` builds it when it can)"}
-    threads = engine_threads()  # prompt too: its default, every core, spins against other load
+    threads = bench_threads()  # prompt too: its default, every core, spins against other load
     llm = Llama(model_path=default_model_path(), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
     ours = load_tokenizer(default_model_path())
 
@@ -291,7 +296,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         "## Engine benchmark",
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- machine: {machine()}; {engine_threads()} thread(s) for every engine; load average at start {r['load']}",
+        f"- machine: {machine()}; {bench_threads()} thread(s) for every engine; load average at start {r['load']}",
         f"- command: `python bench/engine_bench.py {' '.join(sys.argv[1:])}`",
         f"- model: {os.path.basename(default_model_path())}; {args.max_tokens} new tokens per stream, "
         f"EOS ignored, greedy; each engine in its own process, one after another; best of {args.rounds} rounds",

@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import write_section
-from libs.engine import EngineConfig, SamplingParams, create_engine
+from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
 
 MARK_BEGIN = "<!-- gpu_bench:begin -->"
 MARK_END = "<!-- gpu_bench:end -->"
@@ -47,7 +47,7 @@ async def _run(eng: Any, rid: str, prompt: str, max_tokens: int, ignore_eos: boo
 
 
 async def greedy(device: str, dtype: str, max_tokens: int) -> list[list[int]]:
-    eng = create_engine(EngineConfig(device=device, dtype=dtype))
+    eng = create_engine(EngineSettings().apply(EngineConfig(device=device, dtype=dtype)))
     await eng.start()
     tok = eng.tokenizer
     outs = [
@@ -68,7 +68,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 async def speed(dtype: str, streams: list[int], max_tokens: int) -> dict[int, dict[str, float]]:
-    eng = create_engine(EngineConfig(device="cuda", dtype=dtype, max_num_seqs=max(streams)))
+    eng = create_engine(EngineSettings().apply(EngineConfig(device="cuda", dtype=dtype, max_num_seqs=max(streams))))
     await eng.start()
     tok = eng.tokenizer
     prompt = [

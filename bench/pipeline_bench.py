@@ -115,26 +115,13 @@ def run_stack(
 async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
     """The inference service's engine, built as its setup builds it from the same settings, fed the
     prompts the context stage renders for these texts (checked against the records afterwards)."""
-    from libs.engine import EngineConfig, SamplingParams, create_engine
+    from libs.engine import SamplingParams, create_engine
     from libs.engine.engine import engine_threads
     from services.inference.settings import InferenceSettings
 
     s = InferenceSettings()
-    eng = create_engine(
-        EngineConfig(
-            kind=s.engine,
-            model_path=s.model_path,
-            device=s.device,
-            dtype=s.dtype,
-            block_size=s.block_size,
-            num_blocks=s.num_blocks,
-            max_num_seqs=s.max_num_seqs,
-            max_num_batched_tokens=s.max_num_batched_tokens,
-            enable_prefix_caching=s.enable_prefix_caching,
-            max_model_len=s.max_model_len,
-            cache_dir=s.cache_dir or f"{s.data_dir}/cache/engine",
-        )
-    )
+    config = s.engine_config()
+    eng = create_engine(config)
     await eng.start()
     tokens = job["tokens"]
 
@@ -149,7 +136,11 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
 
     for i in range(2):
         await one(f"warm{i}", job["warm"], 8)
-    res: dict[str, Any] = {"threads": engine_threads(), "dtype": getattr(eng, "dtype", s.dtype), "levels": {}}
+    res: dict[str, Any] = {
+        "threads": engine_threads(config.threads),
+        "dtype": getattr(eng, "dtype", s.dtype),
+        "levels": {},
+    }
     for level, prompts in job["levels"]:
         todo = iter(enumerate(prompts))
         outs: list[tuple[int, float | None, float | None]] = []

@@ -16,7 +16,7 @@ import statistics
 import time
 
 from bench.report import machine, write_section
-from libs.engine import EngineConfig, SamplingParams, create_engine
+from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
 from libs.safety import InputGuard, StreamGuard
 
 MARK_BEGIN = "<!-- safety_bench:begin -->"
@@ -55,7 +55,7 @@ def per_delta_ms(holdback: int, guard: InputGuard | None = None) -> float:
 
 
 async def engine_baseline() -> tuple[float, float]:
-    eng = create_engine(EngineConfig(dtype="fp32"))  # the inference service's default
+    eng = create_engine(EngineSettings().apply(EngineConfig(dtype="fp32")))  # the inference service's default
     await eng.start()
     prompt = eng.tokenizer.apply_chat_template([{"role": "user", "content": MESSAGES[0]}])
     ttfts, tpots = [], []

@@ -1,6 +1,7 @@
 """Paged-KV inference engine. Cheap to import: torch-heavy modules load inside create_engine."""
 
 from libs.engine.factory import create_engine, default_model_path
+from libs.engine.settings import EngineSettings
 from libs.engine.types import (
     AsyncEngine,
     Constraint,
@@ -16,6 +17,7 @@ __all__ = [
     "Constraint",
     "EngineConfig",
     "EngineMetrics",
+    "EngineSettings",
     "SamplingParams",
     "StreamChunk",
     "Usage",

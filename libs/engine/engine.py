@@ -31,19 +31,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_KV_BYTES_DEFAULT = 1 << 30
 
-
-def engine_threads() -> int:
-    """Intra-op threads for the step loop.
+def engine_threads(requested: int = 0) -> int:
+    """Intra-op threads for the step loop: `requested` (EngineConfig.threads), else cores - 1.
 
     Measured on the shared 2-core box: with another busy process, 2 OpenMP threads spin on
     each other and a step gets 5-10x slower, while 1 thread degrades gracefully. So leave one
     core to the rest of the pipeline unless told otherwise.
     """
-    env = os.environ.get("SWITCHYARD_ENGINE_THREADS")
-    if env:
-        return max(1, int(env))
+    if requested > 0:
+        return requested
     return max(1, (os.cpu_count() or 2) - 1)
 
 
@@ -62,7 +59,7 @@ class NativeEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         self.model_path = config.model_path or default_model_path()
-        self.tokenizer: Tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer: Tokenizer = load_tokenizer(self.model_path, config.tokenizer_cache_dir)
         self.model_name = self.tokenizer.model_name
         self.max_model_len = min(config.max_model_len, self.tokenizer.context_length)
         self.dtype = config.dtype  # 'auto' is resolved by measuring the kernels at load
@@ -103,7 +100,7 @@ class NativeEngine:
         steps here 2-3x slower."""
         loop = loaded.get_loop()
         try:
-            torch.set_num_threads(engine_threads())
+            torch.set_num_threads(engine_threads(self.config.threads))
             if self.runner is None:
                 self._load()
         except BaseException as e:
@@ -148,7 +145,7 @@ class NativeEngine:
         num_blocks = c.num_blocks
         if num_blocks <= 0:
             per_block = KVCache.bytes_per_block(model.cfg, bs, model.kv_dtype)
-            budget = int(os.environ.get("SWITCHYARD_KV_CACHE_BYTES", _KV_BYTES_DEFAULT))
+            budget = c.kv_cache_bytes
             want = c.max_num_seqs * -(-self.max_model_len // bs)
             num_blocks = max(min(want, budget // per_block), -(-self.max_model_len // bs) + 1)
         # A sequence can never grow past what the whole pool holds.
@@ -306,7 +303,7 @@ class NativeEngine:
     def _loop(self) -> None:
         assert self.scheduler is not None
         torch.set_grad_enabled(False)
-        torch.set_num_threads(engine_threads())
+        torch.set_num_threads(engine_threads(self.config.threads))
         # Invariant at the top of each iteration: every cancel and new request that arrived
         # before the previous step ended is applied before the next batch is formed.
         while not self._stopping:

@@ -2,13 +2,13 @@
 
 tensorrt_llm is imported only in start(), so this module loads (and its tests run) anywhere.
 The GGUF file is still the source of the tokenizer and chat template; the TensorRT-LLM model
-is an HF checkpoint (directory or hub name) given by SWITCHYARD_TRTLLM_MODEL or model_path.
+is an HF checkpoint (directory or hub name) given by EngineConfig.trtllm_model (SWITCHYARD_TRTLLM_MODEL
+through EngineSettings) or model_path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,12 +25,10 @@ class TrtLlmEngine:
         self.config = config
         path = config.model_path or ""
         gguf = path if path.endswith(".gguf") else default_model_path()
-        self.tokenizer: Tokenizer = load_tokenizer(gguf)
+        self.tokenizer: Tokenizer = load_tokenizer(gguf, config.tokenizer_cache_dir)
         self.model_name = self.tokenizer.model_name
         self.max_model_len = min(config.max_model_len, self.tokenizer.context_length)
-        self.hf_model = os.environ.get("SWITCHYARD_TRTLLM_MODEL") or (
-            path if path and not path.endswith(".gguf") else DEFAULT_HF_MODEL
-        )
+        self.hf_model = config.trtllm_model or (path if path and not path.endswith(".gguf") else DEFAULT_HF_MODEL)
         self._llm: Any = None
         self._trt: Any = None
         self._handles: dict[str, Any] = {}

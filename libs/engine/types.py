@@ -77,6 +77,10 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     cache_dir: str | None = None  # converted-weights cache; None => ./var/cache/engine
     max_model_len: int = 8192
+    threads: int = 0  # torch intra-op threads of the step loop; 0 => cores - 1
+    kv_cache_bytes: int = 1 << 30  # KV budget when num_blocks is 0
+    tokenizer_cache_dir: str | None = None  # None => var/cache/tokenizer; "" => none
+    trtllm_model: str | None = None  # tensorrt_llm: an HF checkpoint; None => from model_path
 
 
 @dataclass

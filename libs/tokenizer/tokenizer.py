@@ -141,8 +141,12 @@ _CACHE: dict[str, Tokenizer] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def load_tokenizer(gguf_path: str | None = None) -> Tokenizer:
-    """The tokenizer of a GGUF file (default: the bundled SmolLM2), built once per path."""
+DEFAULT_CACHE_DIR = os.path.join("var", "cache", "tokenizer")
+
+
+def load_tokenizer(gguf_path: str | None = None, cache_dir: str | None = None) -> Tokenizer:
+    """The tokenizer of a GGUF file (default: the bundled SmolLM2), built once per path. Its parsed
+    metadata is kept under `cache_dir` (None: var/cache/tokenizer; "": not kept)."""
     if gguf_path is None:
         from libs.tokenizer.paths import default_model_path
 
@@ -150,8 +154,7 @@ def load_tokenizer(gguf_path: str | None = None) -> Tokenizer:
     with _CACHE_LOCK:
         tok = _CACHE.get(gguf_path)
         if tok is None:
-            default_dir = os.path.join("var", "cache", "tokenizer")
-            cache_dir = os.environ.get("SWITCHYARD_TOKENIZER_CACHE", default_dir)
-            tok = Tokenizer(load_tokenizer_meta(gguf_path, cache_dir or None))
+            cache = DEFAULT_CACHE_DIR if cache_dir is None else cache_dir
+            tok = Tokenizer(load_tokenizer_meta(gguf_path, cache or None))
             _CACHE[gguf_path] = tok
         return tok

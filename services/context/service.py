@@ -164,7 +164,8 @@ class Context:
 def load_template(settings: ContextSettings) -> ChatTemplate:
     from libs.tokenizer import load_tokenizer
 
-    return load_tokenizer(settings.model_path)
+    tok = settings.tokenizer
+    return load_tokenizer(tok.resolved_model_path(settings.model_path), tok.tokenizer_cache)
 
 
 async def setup(

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
 from libs.store.db import database_url
+from libs.tokenizer import TokenizerSettings
 
 
 class ContextSettings(ServiceSettings):
@@ -13,6 +15,8 @@ class ContextSettings(ServiceSettings):
     database_url: str | None = None
     # The GGUF whose chat template and tokenizer render prompts; None: SWITCHYARD_MODEL_PATH or the bundled model.
     model_path: str | None = None
+    # SWITCHYARD_MODEL_PATH and SWITCHYARD_TOKENIZER_CACHE, shared with the engine: read with these settings.
+    tokenizer: TokenizerSettings = Field(default_factory=TokenizerSettings)
     # Prompt tokens plus sampling.max_tokens must fit here; history is trimmed to make them.
     context_budget: int = 2048
     # Largest uploaded file kept, and how much of one attached file goes into a prompt.

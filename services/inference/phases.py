@@ -5,20 +5,12 @@ served from the prefix cache the thinking phase filled."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from libs.engine import Constraint, SamplingParams
 from schemas import ResponseFormat, Sampling, Work
 
 THINK_OPEN = "Let me think this through step by step.\n"
 ANSWER_OPEN = "\n\nFinal answer: "
-
-
-@dataclass(frozen=True)
-class Phase:
-    kind: str  # 'thinking' | 'delta'
-    request_id: str
-    params: SamplingParams
 
 
 def params_of(

@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from libs.bus import Bus
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
-from libs.engine import AsyncEngine, EngineConfig, SamplingParams, create_engine, default_model_path
+from libs.engine import AsyncEngine, SamplingParams, create_engine
 from schemas import (
     CancelNotice,
     ErrorCode,
@@ -83,7 +83,7 @@ class Inference:
         self.bus = bus
         self.engine = engine
         self.settings = settings
-        self.model = settings.model_name or served_name(settings.model_path or default_model_path())
+        self.model = settings.model_name or served_name(settings.engine_env.resolved_model_path(settings.model_path))
         self.key = f"{settings.pool}.{bus.replica}"
         # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
         self._cancelled: OrderedDict[str, None] = OrderedDict()
@@ -277,21 +277,7 @@ class Inference:
 
 
 async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable[None]] | None:
-    engine = create_engine(
-        EngineConfig(
-            kind=settings.engine,
-            model_path=settings.model_path,
-            device=settings.device,
-            dtype=settings.dtype,
-            block_size=settings.block_size,
-            num_blocks=settings.num_blocks,
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_num_batched_tokens,
-            enable_prefix_caching=settings.enable_prefix_caching,
-            max_model_len=settings.max_model_len,
-            cache_dir=settings.cache_dir or f"{settings.data_dir}/cache/engine",
-        )
-    )
+    engine = create_engine(settings.engine_config())
     await engine.start()
     service = Inference(bus, engine, settings)
     # Every engine request streams through the meter, so /metrics carries vLLM's request figures.

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
+from libs.engine import EngineConfig, EngineSettings
 
 
 class InferenceSettings(ServiceSettings):
@@ -32,3 +34,24 @@ class InferenceSettings(ServiceSettings):
     metrics_port: int | None = None  # Prometheus /metrics; None => off
     # On SIGTERM, how long the answers being streamed may take to finish before the engine stops.
     drain_timeout_s: float = 30.0
+    # The engine's own knobs, under their shared names (SWITCHYARD_ENGINE_THREADS, SWITCHYARD_MODEL_PATH,
+    # SWITCHYARD_KV_CACHE_BYTES, SWITCHYARD_TOKENIZER_CACHE, SWITCHYARD_TRTLLM_MODEL): read with these settings.
+    engine_env: EngineSettings = Field(default_factory=EngineSettings)
+
+    def engine_config(self) -> EngineConfig:
+        """The engine these settings describe (the service's setup and the pipeline benchmark build it alike)."""
+        return self.engine_env.apply(
+            EngineConfig(
+                kind=self.engine,
+                model_path=self.model_path,
+                device=self.device,
+                dtype=self.dtype,
+                block_size=self.block_size,
+                num_blocks=self.num_blocks,
+                max_num_seqs=self.max_num_seqs,
+                max_num_batched_tokens=self.max_num_batched_tokens,
+                enable_prefix_caching=self.enable_prefix_caching,
+                max_model_len=self.max_model_len,
+                cache_dir=self.cache_dir or f"{self.data_dir}/cache/engine",
+            )
+        )
