@@ -1,8 +1,9 @@
 """Per-request state: the tokens, the counters, and turning new tokens into safe text deltas.
 
 Each field has one writer. The request itself: its tokens, block hashes, timings and generator
-(append_token, hashes). The Scheduler: status, num_computed, cached_tokens, finish_reason. Block
-tables are not here: the KVCacheManager owns them, keyed by request_id.
+(append_token, hashes). The Scheduler: status, num_computed, cached_tokens, finish_reason. The
+NativeEngine: grammar, once, before the request is queued. Block tables are not here: the
+KVCacheManager owns them, keyed by request_id.
 """
 
 from __future__ import annotations
