@@ -71,9 +71,6 @@ class BlockPool:
     def num_used(self) -> int:
         return self.num_blocks - len(self._free)
 
-    def can_allocate(self, n: int) -> bool:
-        return n <= len(self._free)
-
     def num_evictable(self, ids: Sequence[int]) -> int:
         """How many of these blocks wait in the free queue (no holder): reusing one takes it out,
         leaving one fewer block to allocate."""

@@ -145,6 +145,3 @@ class KVCacheManager:
             parent = req.hashes(bs)[full - 1] if full else None
             self.block_pool.cache_tail(table[full], parent, req.all_ids[full * bs : req.num_computed])
         self.block_pool.free(table)
-
-    def reset_prefix_cache(self) -> None:
-        self.block_pool.reset_prefix_cache()

@@ -5,10 +5,10 @@ from libs.engine.block_pool import BlockPool, NoFreeBlocksError, block_hashes_fo
 
 def test_allocate_and_exhaust():
     pool = BlockPool(4, 2)
-    assert pool.can_allocate(4)
+    assert pool.num_free == 4
     ids = pool.allocate(3)
     assert ids == [0, 1, 2]
-    assert not pool.can_allocate(2)
+    assert pool.num_free == 1
     with pytest.raises(NoFreeBlocksError):
         pool.allocate(2)
     pool.free(ids)
