@@ -189,12 +189,14 @@ async def start_run(
     sampling: Sampling,
     client_tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
+    rid: str | None = None,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
     Limits come before the conversation so a refused request creates nothing.
     """
-    rid = request_id(request)
+    # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
+    rid = rid or request_id(request)
     run = gw.streams.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
     try:
         with run.activate():

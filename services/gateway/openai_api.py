@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
@@ -10,13 +11,23 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field
 
-from schemas import ChatEvent, ChatMessage, ErrorCode, ResponseFormat, Usage
+from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
-from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
+from services.gateway.core import (
+    MAX_SEED,
+    Gateway,
+    check_text,
+    gateway,
+    request_id,
+    resolve_model,
+    sampling,
+    start_run,
+)
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import terminal_error, wait_events
+from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
 from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
 from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
@@ -45,48 +56,6 @@ class StreamOptions(Strict):
     include_usage: bool = Field(False, strict=True)
 
 
-class JsonSchemaFormat(Strict):
-    IGNORED = frozenset({"description"})
-    name: str = Field(min_length=1, max_length=64)
-    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
-    # Strict or not, the answer is decoded under the schema's grammar: it always validates.
-    strict: bool | None = None
-
-
-class ResponseFormatIn(Strict):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-
-class StructuredOutputs(Strict):
-    """vLLM's extension: exactly one of a JSON schema, a regular expression or a list of choices."""
-
-    json_: dict[str, Any] | None = Field(None, alias="json")
-    regex: str | None = Field(None, min_length=1)
-    choice: list[str] | None = Field(None, min_length=1, max_length=256)
-
-
-def response_format_of(fmt: ResponseFormatIn | None, structured: StructuredOutputs | None) -> ResponseFormat | None:
-    if fmt is not None and fmt.type != "text" and structured is not None:
-        raise ApiError(ErrorCode.bad_request, "send response_format or structured_outputs, not both")
-    if structured is not None:
-        given = [k for k in ("json_", "regex", "choice") if getattr(structured, k) is not None]
-        if len(given) != 1:
-            raise ApiError(ErrorCode.bad_request, "structured_outputs takes exactly one of json, regex and choice")
-        if structured.json_ is not None:
-            return ResponseFormat(type="json_schema", json_schema=structured.json_)
-        if structured.regex is not None:
-            return ResponseFormat(type="regex", regex=structured.regex)
-        return ResponseFormat(type="choice", choices=structured.choice or [])
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_object":
-        return ResponseFormat(type="json_object")
-    if fmt.json_schema is None:
-        raise ApiError(ErrorCode.bad_request, "response_format of type json_schema needs its json_schema")
-    return ResponseFormat(type="json_schema", json_schema=fmt.json_schema.schema_)
-
-
 class CompletionRequest(Strict):
     IGNORED = frozenset(
         {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
@@ -102,7 +71,9 @@ class CompletionRequest(Strict):
     # Strict: "yes" or 1 is a mistake to report, not a truthy value to stream on.
     stream: bool = Field(False, strict=True)
     stream_options: StreamOptions | None = None
-    n: int = 1
+    # Each of the n answers is its own request through the pipeline (seed, seed+1, ...); the engine's
+    # prefix cache shares the prompt's KV blocks between them.
+    n: int = Field(1, ge=1, le=8)
     reasoning_effort: str | None = None
     tools: list[ToolDef] | None = None
     tool_choice: str | NamedChoice | None = None
@@ -231,32 +202,33 @@ async def stream_chunks(
         gw.streams.detach(run, completed)
 
 
-def completion(run: Run, model: str, events: list[ChatEvent], tool_names: set[str] | None = None) -> dict[str, Any]:
+def _choice(index: int, events: list[ChatEvent], tool_names: set[str] | None) -> dict[str, Any]:
     text = "".join(e.text for e in events if e.type == "delta")
     thinking = "".join(e.text for e in events if e.type == "thinking")
-    done = events[-1]
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-    finish = FINISH.get(done.finish_reason or "stop")
+    finish = FINISH.get(events[-1].finish_reason or "stop")
     call = parse_call(text, tool_names) if tool_names else None
     if call is not None:
         message["content"], message["tool_calls"], finish = None, [call], "tool_calls"
     if thinking:
         message["reasoning_content"] = thinking
+    return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+
+
+def completion(
+    run: Run, model: str, answers: list[list[ChatEvent]], tool_names: set[str] | None = None
+) -> dict[str, Any]:
+    """The response to `run`, with one choice per answer (several with `n`); the prompt is counted once."""
+    usages = [a[-1].usage or Usage() for a in answers]
+    usage = usages[0].model_copy(update={"completion_tokens": sum(u.completion_tokens for u in usages)})
     return {
         "id": f"chatcmpl-{run.rid}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": None,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-        ],
-        "usage": usage_json(done.usage or Usage()),
+        "choices": [_choice(i, a, tool_names) for i, a in enumerate(answers)],
+        "usage": usage_json(usage),
     }
 
 
@@ -266,8 +238,8 @@ async def chat_completions(request: Request) -> Response:
     key = await authenticate(request, gw.keys)
     body = await read_json(request, CompletionRequest, gw.settings.max_body_bytes)
     refuse_unsupported(body)
-    if body.n != 1:
-        raise ApiError(ErrorCode.bad_request, "only n=1 is supported")
+    if body.n > 1 and body.stream:
+        raise ApiError(ErrorCode.bad_request, "n > 1 is served without stream only; send stream=false or n=1")
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
     if body.reasoning_effort and body.reasoning_effort not in ("none", "minimal"):
@@ -276,34 +248,46 @@ async def chat_completions(request: Request) -> Response:
     tool_choice = choice_of(body.tools, body.tool_choice)
     tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()
     check_text(gw.settings, text, "the last user message")
-    run = await start_run(
-        gw,
-        request,
-        key,
-        api="openai",
-        route="POST /v1/chat/completions",
-        text=text,
-        messages=earlier,
-        system=system,
-        model=model,
-        mode=mode,
-        sampling=sampling(
-            gw.settings,
-            temperature=body.temperature,
-            top_p=body.top_p,
-            max_tokens=body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens,
-            seed=body.seed,
-            stop=body.stop,
-            ignore_eos=body.ignore_eos,
-            frequency_penalty=body.frequency_penalty,
-            presence_penalty=body.presence_penalty,
-            repetition_penalty=body.repetition_penalty,
-            logit_bias=body.logit_bias,
-            response_format=response_format_of(body.response_format, body.structured_outputs),
-        ),
-        client_tools=specs(body.tools),
-        tool_choice=tool_choice,
+    asked = sampling(
+        gw.settings,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens,
+        seed=body.seed,
+        stop=body.stop,
+        ignore_eos=body.ignore_eos,
+        frequency_penalty=body.frequency_penalty,
+        presence_penalty=body.presence_penalty,
+        repetition_penalty=body.repetition_penalty,
+        logit_bias=body.logit_bias,
+        response_format=response_format_of(body.response_format, body.structured_outputs),
     )
+    runs: list[Run] = []
+    try:
+        for i in range(body.n):
+            runs.append(
+                await start_run(
+                    gw,
+                    request,
+                    key,
+                    api="openai",
+                    route="POST /v1/chat/completions",
+                    text=text,
+                    messages=earlier,
+                    system=system,
+                    model=model,
+                    mode=mode,
+                    sampling=asked.model_copy(update={"seed": ((asked.seed or 0) + i) % (MAX_SEED + 1)}),
+                    client_tools=specs(body.tools),
+                    tool_choice=tool_choice,
+                    rid=None if i == 0 else f"{request_id(request)}-{i}",
+                )
+            )
+    except ApiError:
+        for r in runs:  # the answers already started are not wanted without the rest
+            await gw.streams.cancel(r, "sibling_refused")
+        raise
+    run = runs[0]
     if body.stream:
         # Hold the status line until the first event: a request refused by the pipeline (policy, deadline)
         # then gets its real status and the SDK raises its own exception type.
@@ -317,10 +301,11 @@ async def chat_completions(request: Request) -> Response:
             media_type="text/event-stream",
             headers=SSE_HEADERS,
         )
-    events = await wait_events(gw, run, request)
-    if not events or events[-1].type not in ("done", "error"):
-        return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
-    err = terminal_error(events)
-    if err is not None:
-        return error_response(err, request.url.path)
-    return JSONResponse(completion(run, model, events, tool_names))
+    answers = await asyncio.gather(*(wait_events(gw, r, request) for r in runs))
+    for events in answers:
+        if not events or events[-1].type not in ("done", "error"):
+            return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
+        err = terminal_error(events)
+        if err is not None:
+            return error_response(err, request.url.path)
+    return JSONResponse(completion(run, model, list(answers), tool_names))

@@ -118,3 +118,16 @@ def test_an_unsupported_parameter_is_refused_by_name(stack: Stack) -> None:
             messages=[{"role": "user", "content": "hi"}],
             audio={"voice": "alloy", "format": "wav"},
         )
+
+
+def test_n_gives_three_choices(stack: Stack) -> None:
+    resp = _client(stack).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name a colour."}],
+        n=3,
+        temperature=1.0,
+        max_tokens=8,
+    )
+    assert [c.index for c in resp.choices] == [0, 1, 2]
+    assert all(c.message.content for c in resp.choices)
+    assert resp.usage is not None and resp.usage.completion_tokens >= 3

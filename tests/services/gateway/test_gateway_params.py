@@ -13,16 +13,9 @@ import openai
 import pytest
 
 from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
-from services.gateway.openai_api import (
-    CompletionRequest,
-    ContentPart,
-    JsonSchemaFormat,
-    OpenAIMessage,
-    ResponseFormatIn,
-    StreamOptions,
-    StructuredOutputs,
-)
+from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
 from services.gateway.params import Strict
+from services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs
 from services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
 from services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder
@@ -265,3 +258,15 @@ async def test_bad_response_formats_are_400(gw: Gateway, responder: Responder, e
         r = await c.post("/v1/chat/completions", json=openai_body(**extra), headers=gw.auth(gw.pro_key))
     assert r.status_code == 400, r.text
     assert len(responder.works) == n
+
+
+async def test_n_answers_are_n_requests_with_consecutive_seeds(gw: Gateway, responder: Responder) -> None:
+    oa = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=gw.pro_key, max_retries=0)
+    resp = await oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], n=3, seed=40)
+    assert [c.index for c in resp.choices] == [0, 1, 2]
+    assert all(c.message.content == "Hello" and c.finish_reason == "stop" for c in resp.choices)
+    rid = resp.id.removeprefix("chatcmpl-")
+    works = {w.rid: w for w in responder.works}
+    seeds = [works[r].sampling.seed for r in (rid, f"{rid}-1", f"{rid}-2")]
+    assert seeds == [40, 41, 42]
+    assert resp.usage is not None and resp.usage.prompt_tokens == 42 and resp.usage.completion_tokens == 9
