@@ -25,6 +25,22 @@ class ChatMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] = Field(default_factory=list)
+
+
+class TokenLogprob(BaseModel):
+    """One answer token's log probability under the model (before penalties, bias and grammar), with the
+    most likely alternatives at its position; OpenAI's `logprobs.content` item."""
+
+    token: str
+    logprob: float
+    bytes: list[int] = Field(default_factory=list)
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
 class ResponseFormat(BaseModel):
     """What the answer must spell, enforced token by token (the engine's grammar-constrained decoding):
     any JSON object, JSON valid against `json_schema`, a match of `regex`, or one of `choices`."""
@@ -52,6 +68,8 @@ class Sampling(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     logit_bias: dict[int, float] = Field(default_factory=dict, max_length=300)
     response_format: ResponseFormat | None = None
+    # Log probabilities of the answer's tokens, with this many alternatives each (None: off).
+    logprobs: int | None = Field(None, ge=0, le=20)
 
 
 class Usage(BaseModel):
@@ -179,6 +197,8 @@ class ChatEvent(BaseModel):
     model: str | None = None
     stage: str | None = None
     replica: str | None = None
+    # On `done`, when asked for and output safety left the answer as the model wrote it.
+    logprobs: list[TokenLogprob] | None = None
 
 
 class StreamOpen(BaseModel):
@@ -205,6 +225,8 @@ class RawChunk(BaseModel):
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     error: ErrorInfo | None = None
+    # On the finished chunk, when asked for: every answer token's log probability, in order.
+    logprobs: list[TokenLogprob] | None = None
 
 
 class CancelNotice(BaseModel):

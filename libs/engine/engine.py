@@ -16,13 +16,21 @@ import torch
 from libs.engine.block_pool import BlockPool
 from libs.engine.kernels import Calibration, measure, row_invariance
 from libs.engine.kv_cache_manager import KVCacheManager
-from libs.engine.logits import adjust_row, adjusts, bad_bias_token
+from libs.engine.logits import adjust_row, adjusts, bad_bias_token, log_probs, token_logprobs
 from libs.engine.model import KVCache, LlamaModel, measure_decode_attention
 from libs.engine.request import Request, TextStream
 from libs.engine.runner import ModelRunner
 from libs.engine.sampler import sample
 from libs.engine.scheduler import ScheduledSeq, Scheduler
-from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+from libs.engine.types import (
+    Constraint,
+    EngineConfig,
+    EngineMetrics,
+    SamplingParams,
+    StreamChunk,
+    TokenLogprobs,
+    Usage,
+)
 from libs.engine.weights import load_weights
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
@@ -274,14 +282,16 @@ class NativeEngine:
         if chunk.finished:
             self._streams.pop(req.request_id, None)
 
-    def _finish(self, req: Request, reason: str, new_ids: list[int] | None = None) -> None:
+    def _finish(
+        self, req: Request, reason: str, new_ids: list[int] | None = None, lps: list[TokenLogprobs] | None = None
+    ) -> None:
         assert self.scheduler is not None
         self.scheduler.finish(req, reason)
         st = self._streams.get(req.request_id)
         text = st.text.push(new_ids or [], final=True) if st is not None and reason != "cancelled" else ""
         self._emit(
             req,
-            StreamChunk(req.request_id, text, new_ids or [], True, reason, req.usage(), req.last_token_at),
+            StreamChunk(req.request_id, text, new_ids or [], True, reason, req.usage(), req.last_token_at, lps),
         )
 
     def _drain_control(self) -> None:
@@ -337,6 +347,8 @@ class NativeEngine:
         # Masks are filled while the forward pass runs; each reads only its own request's matcher.
         masks = self._grammars.fill_async(matchers) if constrained and self._grammars is not None else None
         logits = self.runner.run(seqs)
+        # The model's own distribution, before penalties, bias and grammar change the row (vLLM's default).
+        raw = {i: log_probs(logits[i]) for i, s in enumerate(sampling) if s.request.params.logprobs is not None}
         for i, s in enumerate(sampling):
             req = s.request
             if adjusts(req.params):
@@ -355,19 +367,22 @@ class NativeEngine:
         m.last_batch_size = len(seqs)
         m.max_batch_size_seen = max(m.max_batch_size_seen, len(seqs))
         m.generated_tokens += len(tokens)
-        for s, tok in zip(sampling, tokens, strict=True):
+        for i, (s, tok) in enumerate(zip(sampling, tokens, strict=True)):
             req = s.request
+            lps = [token_logprobs(raw[i], tok, req.params.logprobs or 0)] if i in raw else None
             req.append_token(tok)
             st = self._streams.get(req.request_id)
             reason = req.check_length_or_eos()
             if req.grammar is not None and reason is None:
                 reason = self._advance_grammar(req, tok)
             if reason is not None:
-                self._finish(req, reason, [tok])
+                self._finish(req, reason, [tok], lps)
                 continue
             text = st.text.push([tok]) if st is not None else ""
             if st is not None and st.text.stopped:
                 self.scheduler.finish(req, "stop")
-                self._emit(req, StreamChunk(req.request_id, text, [tok], True, "stop", req.usage(), req.last_token_at))
+                self._emit(
+                    req, StreamChunk(req.request_id, text, [tok], True, "stop", req.usage(), req.last_token_at, lps)
+                )
                 continue
-            self._emit(req, StreamChunk(req.request_id, text, [tok], token_at=req.last_token_at))
+            self._emit(req, StreamChunk(req.request_id, text, [tok], token_at=req.last_token_at, logprobs=lps))

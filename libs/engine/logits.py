@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from libs.engine.types import SamplingParams
+from libs.engine.types import SamplingParams, TokenLogprobs
 
 
 def adjusts(p: SamplingParams) -> bool:
@@ -36,3 +36,18 @@ def adjust_row(row: torch.Tensor, p: SamplingParams, prompt_ids: list[int], outp
     if output_ids and (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0):
         ids, counts = torch.tensor(output_ids, dtype=torch.long).unique(return_counts=True)
         row[ids] -= counts.to(row.dtype) * p.frequency_penalty + p.presence_penalty
+
+
+@torch.inference_mode()
+def log_probs(row: torch.Tensor) -> torch.Tensor:
+    """One row's log-softmax, computed alone so it never depends on the rest of the batch."""
+    return torch.log_softmax(row, dim=-1)
+
+
+def token_logprobs(lp: torch.Tensor, token: int, top: int) -> TokenLogprobs:
+    """The sampled token's log probability and the `top` most likely (id, log probability), best first."""
+    alternatives: list[tuple[int, float]] = []
+    if top > 0:
+        values, ids = torch.topk(lp, top)
+        alternatives = list(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprobs(token, float(lp[token]), alternatives)

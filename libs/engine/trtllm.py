@@ -78,10 +78,11 @@ class TrtLlmEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        # logit_bias and response formats are not passed to the LLM API (yet): refused, never dropped. A tool
+        # logit_bias, logprobs and response formats are not passed to the LLM API (yet): refused, never dropped. A tool
         # constraint is only a guarantee on top of the forced opening the inference service writes anyway.
         constrained = params.constraint is not None and params.constraint.kind != "tools"
-        if self._llm is None or not ids or len(ids) >= self.max_model_len or params.logit_bias or constrained:
+        unserved = bool(params.logit_bias) or constrained or params.logprobs is not None
+        if self._llm is None or not ids or len(ids) >= self.max_model_len or unserved:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return
         t0 = time.monotonic()

@@ -41,6 +41,8 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] = field(default_factory=dict)
     constraint: Constraint | None = None
+    # Return each sampled token's log probability and this many top alternatives (None: off).
+    logprobs: int | None = None
 
 
 @dataclass
@@ -53,6 +55,16 @@ class Usage:
 
 
 @dataclass
+class TokenLogprobs:
+    """A sampled token's log probability under the model's own distribution (before penalties, bias,
+    grammar and temperature, as vLLM reports by default) and the `top` most likely (id, logprob)."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
 class StreamChunk:
     request_id: str
     text: str  # new text since the previous chunk (stop strings never leak)
@@ -62,6 +74,7 @@ class StreamChunk:
     usage: Usage | None = None  # set on the final chunk
     # time.monotonic() of the step that sampled token_ids: per-token latency measured where tokens are made
     token_at: float | None = None
+    logprobs: list[TokenLogprobs] | None = None  # one per token_ids entry, when params.logprobs is set
 
 
 @dataclass

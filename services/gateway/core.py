@@ -113,6 +113,7 @@ def sampling(
     repetition_penalty: float | None = None,
     logit_bias: dict[int, float] | None = None,
     response_format: ResponseFormat | None = None,
+    logprobs: int | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if seed is not None and not 0 <= seed <= MAX_SEED:
@@ -132,6 +133,7 @@ def sampling(
         "repetition_penalty": 1.0 if repetition_penalty is None else repetition_penalty,
         "logit_bias": logit_bias or {},
         "response_format": response_format,
+        "logprobs": logprobs,
     }
     try:
         return Sampling.model_validate(values)

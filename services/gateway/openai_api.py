@@ -84,6 +84,8 @@ class CompletionRequest(Strict):
     # Token ids (JSON keys are strings) to a bias from -100 to 100, as OpenAI bounds it.
     logit_bias: dict[int, Annotated[float, Field(ge=-100, le=100)]] | None = None
     response_format: ResponseFormatIn | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     structured_outputs: StructuredOutputs | None = None  # vLLM's extension
 
 
@@ -146,10 +148,10 @@ class _Chunks:
         }
         self.include_usage = include_usage
 
-    def choice(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def choice(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         chunk: dict[str, Any] = {
             **self.base,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         }
         if self.include_usage:
             chunk["usage"] = None
@@ -191,6 +193,10 @@ async def stream_chunks(
                         finish = "tool_calls"
                     elif held:
                         yield chunks.choice({"content": "".join(held)})
+                if event.logprobs is not None:
+                    # The answer's log probabilities come whole, after its text (output safety releases
+                    # text at its own cuts, not at token boundaries).
+                    yield chunks.choice({}, None, logprobs_json(event))
                 yield chunks.choice({}, finish)
                 if include_usage:
                     yield chunks.usage(event.usage or Usage())
@@ -200,6 +206,12 @@ async def stream_chunks(
         completed = True
     finally:
         gw.streams.detach(run, completed)
+
+
+def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
+    if done.logprobs is None:
+        return None
+    return {"content": [t.model_dump() for t in done.logprobs], "refusal": None}
 
 
 def _choice(index: int, events: list[ChatEvent], tool_names: set[str] | None) -> dict[str, Any]:
@@ -212,7 +224,7 @@ def _choice(index: int, events: list[ChatEvent], tool_names: set[str] | None) ->
         message["content"], message["tool_calls"], finish = None, [call], "tool_calls"
     if thinking:
         message["reasoning_content"] = thinking
-    return {"index": index, "message": message, "logprobs": None, "finish_reason": finish}
+    return {"index": index, "message": message, "logprobs": logprobs_json(events[-1]), "finish_reason": finish}
 
 
 def completion(
@@ -230,6 +242,12 @@ def completion(
         "choices": [_choice(i, a, tool_names) for i, a in enumerate(answers)],
         "usage": usage_json(usage),
     }
+
+
+def logprobs_of(logprobs: bool | None, top: int | None) -> int | None:
+    if top and not logprobs:
+        raise ApiError(ErrorCode.bad_request, "top_logprobs needs logprobs: true")
+    return (top or 0) if logprobs else None
 
 
 @router.post("/v1/chat/completions")
@@ -261,6 +279,7 @@ async def chat_completions(request: Request) -> Response:
         repetition_penalty=body.repetition_penalty,
         logit_bias=body.logit_bias,
         response_format=response_format_of(body.response_format, body.structured_outputs),
+        logprobs=logprobs_of(body.logprobs, body.top_logprobs),
     )
     runs: list[Run] = []
     try:

@@ -32,6 +32,7 @@ def params_of(
         repetition_penalty=s.repetition_penalty,
         logit_bias=dict(s.logit_bias),
         constraint=constraint,
+        logprobs=s.logprobs,
     )
 
 

@@ -16,6 +16,7 @@ from libs.bus import Bus
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
 from libs.engine import AsyncEngine, SamplingParams, create_engine
+from libs.engine.types import TokenLogprobs
 from schemas import (
     CancelNotice,
     ErrorCode,
@@ -30,6 +31,7 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
+from services.inference.logprobs import to_openai
 from services.inference.metrics import InferenceMetrics
 from services.inference.phases import (
     ANSWER_OPEN,
@@ -66,6 +68,7 @@ class Generation:
     ttft_s: float | None = None
     decode_s: float = 0.0
     finish: str = "error"
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # the answer's tokens, when asked for
 
     def usage(self) -> Usage:
         tpot = self.decode_s / (self.completion_tokens - 1) if self.completion_tokens > 1 else None
@@ -114,6 +117,8 @@ class Inference:
         async for chunk in self.engine.generate(request_id, prompt, params):
             if first_ns is None:
                 first_ns = time.time_ns()  # the span event sits where the first token came out, not at the end
+            if chunk.logprobs and kind == "delta":
+                gen.logprobs.extend(chunk.logprobs)
             if chunk.text:
                 out.append(chunk.text)
                 await self.bus.publish(raw, RawChunk(rid=gen.rid, seq=gen.seq, text=chunk.text, kind=kind))  # type: ignore[arg-type]
@@ -212,6 +217,7 @@ class Inference:
                     finish_reason=gen.finish,
                     usage=usage,
                     error=error,  # type: ignore[arg-type]
+                    logprobs=None if s.logprobs is None else to_openai(self.engine.tokenizer, gen.logprobs),
                 ),
             )
         await self.bus.log_stage(

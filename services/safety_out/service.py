@@ -37,6 +37,7 @@ from schemas import (
     StageRecord,
     StreamOpen,
     StreamOpenAck,
+    TokenLogprob,
     Turn,
     Usage,
     Work,
@@ -253,7 +254,11 @@ class SafetyOut:
             elif chunk.finish_reason == "cancelled" or st.delivered_chars is not None:
                 await self._finish(st, "stopped", usage, "cancelled", None)
             else:
-                await self._finish(st, "complete", usage, chunk.finish_reason or "stop", None)
+                # Log probabilities name the model's own tokens: they go out only with an answer output
+                # safety left as the model wrote it (a redaction would otherwise be undone by them).
+                unchanged = st.guard.released_text == st.guard.full_text
+                logprobs = chunk.logprobs if unchanged else None
+                await self._finish(st, "complete", usage, chunk.finish_reason or "stop", None, logprobs=logprobs)
 
     async def _finish(
         self,
@@ -264,6 +269,7 @@ class SafetyOut:
         error: ErrorInfo | None,
         blocked: str | None = None,
         save: bool = True,
+        logprobs: list[TokenLogprob] | None = None,
     ) -> None:
         if st.closed:
             return
@@ -310,6 +316,7 @@ class SafetyOut:
                     usage=usage,
                     finish_reason=finish,  # type: ignore[arg-type]
                     model=work.route.model if work.route else None,
+                    logprobs=logprobs,
                 )
             )
         self.streams.pop(work.rid, None)

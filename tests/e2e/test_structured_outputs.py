@@ -4,6 +4,7 @@ answer is decoded under a grammar, so even the small model's JSON loads and vali
 from __future__ import annotations
 
 import json
+import math
 from typing import Literal
 
 import openai
@@ -131,3 +132,32 @@ def test_n_gives_three_choices(stack: Stack) -> None:
     assert [c.index for c in resp.choices] == [0, 1, 2]
     assert all(c.message.content for c in resp.choices)
     assert resp.usage is not None and resp.usage.completion_tokens >= 3
+
+
+def _check_logprobs(content: list, text: str, top: int) -> None:
+    assert content and "".join(t.token for t in content) == text
+    for t in content:
+        values = [a.logprob for a in t.top_logprobs]
+        assert len(values) == top and values == sorted(values, reverse=True)
+        assert t.logprob <= 0.0 and sum(math.exp(v) for v in values) <= 1.0 + 1e-4
+        assert bytes(t.bytes).decode("utf-8", errors="replace") == t.token
+
+
+def test_logprobs_sum_sensibly_streaming_and_not(stack: Stack) -> None:
+    msgs = [{"role": "user", "content": "Name a colour."}]
+    resp = _client(stack).chat.completions.create(
+        model=MODEL, messages=msgs, logprobs=True, top_logprobs=3, max_tokens=12, seed=3
+    )
+    c = resp.choices[0]
+    assert c.logprobs is not None and c.logprobs.content is not None
+    _check_logprobs(c.logprobs.content, c.message.content or "", 3)
+    chunks = list(
+        _client(stack).chat.completions.create(
+            model=MODEL, messages=msgs, logprobs=True, top_logprobs=2, max_tokens=12, seed=3, stream=True
+        )
+    )
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    content = [
+        t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.content or []
+    ]
+    _check_logprobs(content, text, 2)

@@ -3,6 +3,9 @@ greedy answers, and that a sequence's tokens do not depend on its batch mates.""
 
 from __future__ import annotations
 
+import asyncio
+import math
+
 import pytest
 import torch
 
@@ -89,3 +92,61 @@ def test_a_sequence_does_not_depend_on_its_batch_mates(tiny) -> None:
     together = drive(eng, mates)
     assert together["a"] == alone
     assert alone[0] not in together["c"]
+
+
+async def _logprobs(eng, rid: str, prompt: list[int], params: SamplingParams) -> list:
+    out = []
+    async for c in eng.generate(rid, prompt, params):
+        assert c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
+        out += c.logprobs
+    return out
+
+
+async def test_logprobs_are_the_models_own_and_sum_sensibly(fp32_model, tokenizer, looping_prompt) -> None:
+    eng = make_engine(fp32_model, block_size=16, num_blocks=64)
+    await eng.start()
+    try:
+        # A bias changes what is sampled, not the reported distribution (vLLM's default: raw logprobs).
+        params = SamplingParams(max_tokens=5, logprobs=4, logit_bias={tokenizer.encode(" banana")[-1]: 100.0})
+        lps = await _logprobs(eng, "lp", looping_prompt, params)
+    finally:
+        await eng.stop()
+    assert len(lps) == 5
+    for t in lps:
+        assert len(t.top) == 4 and all(v <= 0.0 for _, v in t.top)
+        values = [v for _, v in t.top]
+        assert values == sorted(values, reverse=True)
+        assert sum(math.exp(v) for v in values) <= 1.0 + 1e-5
+        assert t.logprob <= values[0]
+    plain = SamplingParams(max_tokens=1, logprobs=1)
+    eng = make_engine(fp32_model, block_size=16, num_blocks=64)
+    await eng.start()
+    try:
+        (first,) = await _logprobs(eng, "greedy", looping_prompt, plain)
+    finally:
+        await eng.stop()
+    # Greedy picks the most likely token, so its logprob is the top one's.
+    assert first.top[0] == (first.token_id, first.logprob)
+
+
+async def test_logprobs_do_not_depend_on_batch_mates(tiny) -> None:
+    eng = make_engine(tiny, block_size=4, num_blocks=256)
+    await eng.start()
+    try:
+        prompt = [101, 2002, 3003, 4004, 5005, 6006]
+        params = SamplingParams(max_tokens=8, logprobs=3, temperature=0.9, seed=11)
+        alone = await _logprobs(eng, "a1", prompt, params)
+        mates = await asyncio.gather(
+            _logprobs(eng, "a2", prompt, params),
+            _logprobs(eng, "b", [7, 8, 9], SamplingParams(max_tokens=8, logprobs=1)),
+            _logprobs(eng, "c", prompt[:3], SamplingParams(max_tokens=8, logprobs=0, frequency_penalty=1.0)),
+        )
+    finally:
+        await eng.stop()
+    # Same tokens and alternatives; the values agree to fp32 rounding (the batched forward pass itself
+    # may move a logit's last bit, which no sampled token depends on).
+    assert [(t.token_id, [i for i, _ in t.top]) for t in mates[0]] == [
+        (t.token_id, [i for i, _ in t.top]) for t in alone
+    ]
+    for m, a in zip(mates[0], alone, strict=True):
+        assert m.logprob == pytest.approx(a.logprob, abs=1e-5)

@@ -270,3 +270,24 @@ async def test_n_answers_are_n_requests_with_consecutive_seeds(gw: Gateway, resp
     seeds = [works[r].sampling.seed for r in (rid, f"{rid}-1", f"{rid}-2")]
     assert seeds == [40, 41, 42]
     assert resp.usage is not None and resp.usage.prompt_tokens == 42 and resp.usage.completion_tokens == 9
+
+
+@pytest.mark.parametrize(
+    ("extra", "asked"), [({"logprobs": True}, 0), ({"logprobs": True, "top_logprobs": 5}, 5), ({}, None)]
+)
+async def test_logprobs_travel_to_the_engine(
+    gw: Gateway, responder: Responder, extra: dict[str, Any], asked: int | None
+) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post("/v1/chat/completions", json=openai_body(**extra), headers=gw.auth(gw.pro_key))
+    assert r.status_code == 200, r.text
+    rid = r.json()["id"].removeprefix("chatcmpl-")
+    assert next(w for w in responder.works if w.rid == rid).sampling.logprobs == asked
+    assert r.json()["choices"][0]["logprobs"] is None  # the scripted pipeline sends none back
+
+
+@pytest.mark.parametrize("extra", [{"top_logprobs": 3}, {"logprobs": True, "top_logprobs": 21}])
+async def test_bad_logprobs_are_400(gw: Gateway, extra: dict[str, Any]) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post("/v1/chat/completions", json=openai_body(**extra), headers=gw.auth(gw.pro_key))
+    assert r.status_code == 400 and "top_logprobs" in r.json()["error"]["message"], r.text
