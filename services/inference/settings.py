@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -39,19 +41,9 @@ class InferenceSettings(ServiceSettings):
     engine_env: EngineSettings = Field(default_factory=EngineSettings)
 
     def engine_config(self) -> EngineConfig:
-        """The engine these settings describe (the service's setup and the pipeline benchmark build it alike)."""
-        return self.engine_env.apply(
-            EngineConfig(
-                kind=self.engine,
-                model_path=self.model_path,
-                device=self.device,
-                dtype=self.dtype,
-                block_size=self.block_size,
-                num_blocks=self.num_blocks,
-                max_num_seqs=self.max_num_seqs,
-                max_num_batched_tokens=self.max_num_batched_tokens,
-                enable_prefix_caching=self.enable_prefix_caching,
-                max_model_len=self.max_model_len,
-                cache_dir=self.cache_dir or f"{self.data_dir}/cache/engine",
-            )
-        )
+        """The engine these settings describe (the service's setup and the pipeline benchmark build it alike):
+        every EngineConfig field these settings name alike, the engine kind, and the weights cache."""
+        alike = {f.name for f in dataclasses.fields(EngineConfig)} & set(type(self).model_fields)
+        config = EngineConfig(kind=self.engine, **{name: getattr(self, name) for name in alike})
+        config.cache_dir = self.cache_dir or f"{self.data_dir}/cache/engine"
+        return self.engine_env.apply(config)
