@@ -3,6 +3,7 @@ non-streaming message. Thinking events become a thinking content block before th
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -11,6 +12,15 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field
 
 from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from services.gateway.anthropic_tools import (
+    AnthropicTool,
+    AnthropicToolChoice,
+    pipeline_choice,
+    result_text,
+    tool_specs,
+    tool_use_block,
+    used,
+)
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
 from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
@@ -19,6 +29,7 @@ from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import terminal_error, wait_events
 from services.gateway.sse import SSE_HEADERS, frame
 from services.gateway.streams import Run
+from services.gateway.tool_calls import parse_call
 
 router = APIRouter()
 
@@ -30,6 +41,13 @@ class Block(Strict):
     IGNORED = frozenset({"cache_control", "thinking", "signature", "data"})
     type: str
     text: str | None = None
+    # tool_use (an earlier call) and tool_result (its result, sent back by the client)
+    id: str | None = None
+    name: str | None = None
+    input: Any = None
+    tool_use_id: str | None = None
+    content: Any = None
+    is_error: bool | None = None
 
 
 class AnthropicMessage(Strict):
@@ -49,6 +67,8 @@ class MessagesRequest(Strict):
     stop_sequences: list[str] | None = None
     stream: bool = Field(False, strict=True)
     thinking: dict[str, Any] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
 
 
 def _text(content: str | list[Block]) -> str:
@@ -58,6 +78,11 @@ def _text(content: str | list[Block]) -> str:
     for block in content:
         if block.type == "text" and block.text is not None:
             texts.append(block.text)
+        elif block.type == "tool_use":
+            texts.append(used(block.name, block.input))
+        elif block.type == "tool_result":
+            error = " (error)" if block.is_error else ""
+            texts.append(f"Result of the function call{error}: {result_text(block.content)}")
         elif block.type not in ("thinking", "redacted_thinking"):  # earlier thinking is dropped, as Claude does
             raise ApiError(ErrorCode.bad_request, f"content block type {block.type!r} is not supported; send text")
     return "".join(texts)
@@ -105,7 +130,20 @@ class _Blocks:
         return [_event("content_block_stop", index=self.index)]
 
 
-async def stream_events(gw: Gateway, run: Run, model: str) -> AsyncIterator[bytes]:
+def _call_events(index: int, call: dict[str, Any]) -> list[bytes]:
+    block = tool_use_block(call)
+    start = {**block, "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    return [
+        _event("content_block_start", index=index, content_block=start),
+        _event("content_block_delta", index=index, delta=delta),
+        _event("content_block_stop", index=index),
+    ]
+
+
+async def stream_events(gw: Gateway, run: Run, model: str, tool_names: set[str] | None = None) -> AsyncIterator[bytes]:
+    # With client tools the answer may turn out to be a call: hold the text until it is complete.
+    held: list[str] | None = [] if tool_names else None
     gw.streams.attach(run)
     completed = False
     blocks = _Blocks()
@@ -133,6 +171,8 @@ async def stream_events(gw: Gateway, run: Run, model: str) -> AsyncIterator[byte
                 yield _event(
                     "content_block_delta", index=blocks.index, delta={"type": "thinking_delta", "thinking": event.text}
                 )
+            elif event.type == "delta" and held is not None:
+                held.append(event.text)
             elif event.type == "delta":
                 for b in blocks.switch("text"):
                     yield b
@@ -140,6 +180,20 @@ async def stream_events(gw: Gateway, run: Run, model: str) -> AsyncIterator[byte
                     "content_block_delta", index=blocks.index, delta={"type": "text_delta", "text": event.text}
                 )
             elif event.type == "done":
+                stop = STOP.get(event.finish_reason or "stop", "end_turn")
+                call = parse_call("".join(held), tool_names or set()) if held is not None else None
+                if call is not None:
+                    for b in blocks.close():
+                        yield b
+                    blocks.index += 1
+                    for b in _call_events(blocks.index, call):
+                        yield b
+                    stop = "tool_use"
+                elif held:
+                    for b in blocks.switch("text"):
+                        yield b
+                    delta = {"type": "text_delta", "text": "".join(held)}
+                    yield _event("content_block_delta", index=blocks.index, delta=delta)
                 if blocks.index < 0:
                     for b in blocks.switch("text"):
                         yield b
@@ -147,7 +201,7 @@ async def stream_events(gw: Gateway, run: Run, model: str) -> AsyncIterator[byte
                     yield b
                 yield _event(
                     "message_delta",
-                    delta={"stop_reason": STOP.get(event.finish_reason or "stop", "end_turn"), "stop_sequence": None},
+                    delta={"stop_reason": stop, "stop_sequence": None},
                     usage=usage_json(event.usage or Usage()),
                 )
                 yield _event("message_stop")
@@ -158,20 +212,27 @@ async def stream_events(gw: Gateway, run: Run, model: str) -> AsyncIterator[byte
         gw.streams.detach(run, completed)
 
 
-def message(run: Run, model: str, events: list[ChatEvent]) -> dict[str, Any]:
+def message(run: Run, model: str, events: list[ChatEvent], tool_names: set[str] | None = None) -> dict[str, Any]:
     thinking = "".join(e.text for e in events if e.type == "thinking")
     content: list[dict[str, Any]] = []
     if thinking:
         content.append({"type": "thinking", "thinking": thinking, "signature": ""})
-    content.append({"type": "text", "text": "".join(e.text for e in events if e.type == "delta")})
+    text = "".join(e.text for e in events if e.type == "delta")
     done = events[-1]
+    stop = STOP.get(done.finish_reason or "stop", "end_turn")
+    call = parse_call(text, tool_names) if tool_names else None
+    if call is not None:
+        content.append(tool_use_block(call))
+        stop = "tool_use"
+    else:
+        content.append({"type": "text", "text": text})
     return {
         "id": f"msg_{run.rid}",
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": STOP.get(done.finish_reason or "stop", "end_turn"),
+        "stop_reason": stop,
         "stop_sequence": None,
         "usage": usage_json(done.usage or Usage()),
     }
@@ -192,6 +253,8 @@ async def messages(request: Request) -> Response:
     text = check_text(gw.settings, _text(body.messages[-1].content), "the last user message")
     earlier = [ChatMessage(role=m.role, content=_text(m.content)) for m in body.messages[:-1]]
     system = _text(body.system) if body.system is not None else None
+    tool_choice = pipeline_choice(body.tools, body.tool_choice)
+    tool_names = {t.name for t in body.tools or []} if tool_choice != "none" else set()
     run = await start_run(
         gw,
         request,
@@ -211,17 +274,21 @@ async def messages(request: Request) -> Response:
             max_tokens=body.max_tokens,
             stop=body.stop_sequences,
         ),
+        client_tools=tool_specs(body.tools),
+        tool_choice=tool_choice,
     )
     if body.stream:
         first = await wait_events(gw, run, request, first_only=True)
         err = terminal_error(first)
         if err is not None:
             return error_response(err, request.url.path)
-        return StreamingResponse(stream_events(gw, run, model), media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(
+            stream_events(gw, run, model, tool_names), media_type="text/event-stream", headers=SSE_HEADERS
+        )
     events = await wait_events(gw, run, request)
     if not events or events[-1].type not in ("done", "error"):
         return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
     err = terminal_error(events)
     if err is not None:
         return error_response(err, request.url.path)
-    return JSONResponse(message(run, model, events))
+    return JSONResponse(message(run, model, events, tool_names))

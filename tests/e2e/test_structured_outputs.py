@@ -7,6 +7,7 @@ import json
 import math
 from typing import Literal
 
+import anthropic
 import openai
 import pytest
 from openai import OpenAI
@@ -161,3 +162,21 @@ def test_logprobs_sum_sensibly_streaming_and_not(stack: Stack) -> None:
         t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.content or []
     ]
     _check_logprobs(content, text, 2)
+
+
+@pytest.mark.parametrize("tool_choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+def test_anthropic_forced_tool_use_validates(stack: Stack, tool_choice: dict[str, str]) -> None:
+    client = anthropic.Anthropic(base_url=stack.url, api_key=stack.api_key, max_retries=0)
+    tools = [
+        {"name": WEATHER["function"]["name"], "input_schema": WEATHER["function"]["parameters"]},  # type: ignore[index]
+        {"name": "get_time", "input_schema": {"type": "object", "properties": {}}},
+    ]
+    msgs = [{"role": "user", "content": "What is the weather in Lima?"}]
+    msg = client.messages.create(model=MODEL, max_tokens=80, messages=msgs, tools=tools, tool_choice=tool_choice)  # type: ignore[arg-type]
+    assert msg.stop_reason == "tool_use", msg
+    use = next(b for b in msg.content if b.type == "tool_use")
+    if use.name == "get_weather":
+        _valid_weather_args(json.dumps(use.input))
+    with client.messages.stream(model=MODEL, max_tokens=80, messages=msgs, tools=tools, tool_choice=tool_choice) as s:  # type: ignore[arg-type]
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and any(b.type == "tool_use" for b in final.content)

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
+from services.gateway.anthropic_tools import AnthropicTool, AnthropicToolChoice
 from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
 from services.gateway.params import Strict
 from services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs
@@ -167,6 +168,8 @@ def _documented_ignored() -> set[str]:
         MessagesRequest,
         AnthropicMessage,
         Block,
+        AnthropicTool,
+        AnthropicToolChoice,
     ],
 )
 def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> None:
@@ -291,3 +294,51 @@ async def test_bad_logprobs_are_400(gw: Gateway, extra: dict[str, Any]) -> None:
     async with httpx.AsyncClient(base_url=gw.url) as c:
         r = await c.post("/v1/chat/completions", json=openai_body(**extra), headers=gw.auth(gw.pro_key))
     assert r.status_code == 400 and "top_logprobs" in r.json()["error"]["message"], r.text
+
+
+WEATHER_A = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        (None, None),
+        ({"type": "auto"}, None),
+        ({"type": "any"}, "required"),
+        ({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}, "function:get_weather"),
+        ({"type": "none"}, "none"),
+    ],
+)
+async def test_anthropic_tools_travel_like_openai_functions(
+    gw: Gateway, responder: Responder, choice: dict[str, Any] | None, expected: str | None
+) -> None:
+    an = anthropic.AsyncAnthropic(base_url=gw.url, api_key=gw.pro_key, max_retries=0)
+    history = [
+        {"role": "user", "content": "weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18 C, clear"}]},
+    ]
+    extra = {} if choice is None else {"tool_choice": choice}
+    msg = await an.messages.create(model=MODEL, max_tokens=16, messages=history, tools=[WEATHER_A], **extra)  # type: ignore[arg-type]
+    # The scripted pipeline answers in prose: a text block, no call.
+    assert [b.type for b in msg.content] == ["thinking", "text"] and msg.stop_reason == "end_turn"
+    work = next(w for w in responder.works if w.rid == msg.id.removeprefix("msg_"))
+    assert work.tool_choice == expected
+    assert work.client_tools == [{"name": "get_weather", "description": "", "parameters": WEATHER_A["input_schema"]}]
+    assert work.text == "Result of the function call: 18 C, clear"
+    assert work.messages[1].content == '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    async with an.messages.stream(model=MODEL, max_tokens=16, messages=history, tools=[WEATHER_A], **extra) as stream:  # type: ignore[arg-type]
+        final = await stream.get_final_message()
+    assert [b.type for b in final.content] == ["thinking", "text"] and final.content[1].text == "Hello"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("choice", [{"type": "tool", "name": "nope"}, {"type": "sometimes"}])
+async def test_bad_anthropic_tool_choices_are_400(gw: Gateway, choice: dict[str, Any]) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        r = await c.post(
+            "/v1/messages", json=anthropic_body(tools=[WEATHER_A], tool_choice=choice), headers=gw.auth(gw.pro_key)
+        )
+    assert r.status_code == 400 and r.json()["type"] == "error", r.text
