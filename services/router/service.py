@@ -76,7 +76,8 @@ class Router:
         candidates = [r for r in fitting if r.pool == pool]
         reasons.append(f"pool {pool} is the smallest that fits {need} tokens")
 
-        key = work.chat_id or work.rid
+        # Chat ids are per tenant: two tenants' "demo" chats are two conversations with two prefixes.
+        key = f"{work.tenant}/{work.chat_id}" if work.chat_id else work.rid
         chosen = rendezvous(key, candidates)
         previous = self._last.get(key)
         if previous and previous != chosen.replica and not self.replicas.is_live(previous):

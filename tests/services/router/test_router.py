@@ -69,3 +69,18 @@ async def test_modes_and_no_replica() -> None:
     assert (await r.route(work(mode="fast"))).work.route.mode == "fast"  # type: ignore[union-attr]
     assert classify_mode("Prove that the square root of 2 is irrational") == "reasoning"
     assert classify_mode("hi there") == "fast"
+
+
+async def test_the_same_chat_id_of_two_tenants_is_hashed_apart() -> None:
+    r = router()
+    for name in [f"r{i}" for i in range(8)]:
+        r.replicas.observe(beat(name))
+    # Chat ids are per tenant: across many tenants' "demo" chats the choice must vary, not follow the id.
+    chosen = set()
+    for t in range(16):
+        w = work("demo")
+        w.tenant = f"tenant-{t}"
+        routed = (await r.route(w)).work.route
+        assert routed is not None
+        chosen.add(routed.replica)
+    assert len(chosen) > 1
