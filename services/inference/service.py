@@ -290,7 +290,7 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
     metrics = InferenceMetrics(engine, service.model)
     service.engine = metrics.engine
     if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port)
+        metrics.serve(settings.metrics_port, settings.metrics_host)
     # One subscription for every cancel: it also catches cancels that overtake their work.
     await bus.subscribe("chat.cancel.*", CancelNotice, service.cancel, span=False)
     # Request/reply: the sender learns at once if this replica is gone, and then hands the work to

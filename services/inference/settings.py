@@ -34,6 +34,9 @@ class InferenceSettings(ServiceSettings):
     cache_dir: str | None = None
     heartbeat_s: float = 2.0
     metrics_port: int | None = None  # Prometheus /metrics; None => off
+    # Localhost by default (figures name the engine's load, not a public page); a container sets 0.0.0.0
+    # so a scraper on its network can reach it.
+    metrics_host: str = "127.0.0.1"
     # On SIGTERM, how long the answers being streamed may take to finish before the engine stops.
     drain_timeout_s: float = 30.0
     # The engine's own knobs, under their shared names (SWITCHYARD_ENGINE_THREADS, SWITCHYARD_MODEL_PATH,
