@@ -148,10 +148,10 @@ class _Chunks:
         }
         self.include_usage = include_usage
 
-    def choice(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+    def choice(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, index: int = 0) -> bytes:
         chunk: dict[str, Any] = {
             **self.base,
-            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         }
         if self.include_usage:
             chunk["usage"] = None
@@ -161,16 +161,16 @@ class _Chunks:
         return frame({**self.base, "choices": [], "usage": usage_json(usage)})
 
 
-async def stream_chunks(
-    gw: Gateway, run: Run, model: str, include_usage: bool, tool_names: set[str] | None = None
+async def _choice_frames(
+    gw: Gateway, run: Run, chunks: _Chunks, index: int, tool_names: set[str] | None, usages: list[Usage]
 ) -> AsyncIterator[bytes]:
-    chunks = _Chunks(run, model, include_usage)
+    """One answer's chunks, as choice `index`; its usage goes to `usages` when it is done."""
     # With client tools the answer may turn out to be a call: hold the text until it is complete.
     held: list[str] | None = [] if tool_names else None
     gw.streams.attach(run)
     completed = False
     try:
-        yield chunks.choice({"role": "assistant", "content": ""})
+        yield chunks.choice({"role": "assistant", "content": ""}, index=index)
         async for item in run.follow(-1, gw.settings.keepalive_s):
             if item is None:
                 yield KEEPALIVE
@@ -180,32 +180,69 @@ async def stream_chunks(
                 if held is not None:
                     held.append(event.text)
                 else:
-                    yield chunks.choice({"content": event.text})
+                    yield chunks.choice({"content": event.text}, index=index)
             elif event.type == "thinking":
                 # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
-                yield chunks.choice({"reasoning_content": event.text})
+                yield chunks.choice({"reasoning_content": event.text}, index=index)
             elif event.type == "done":
                 finish = FINISH.get(event.finish_reason or "stop", "stop")
                 if held is not None:
                     call = parse_call("".join(held), tool_names or set())
                     if call is not None:
-                        yield chunks.choice({"tool_calls": [{"index": 0, **call}]})
+                        yield chunks.choice({"tool_calls": [{"index": 0, **call}]}, index=index)
                         finish = "tool_calls"
                     elif held:
-                        yield chunks.choice({"content": "".join(held)})
+                        yield chunks.choice({"content": "".join(held)}, index=index)
                 if event.logprobs is not None:
                     # The answer's log probabilities come whole, after its text (output safety releases
                     # text at its own cuts, not at token boundaries).
-                    yield chunks.choice({}, None, logprobs_json(event))
-                yield chunks.choice({}, finish)
-                if include_usage:
-                    yield chunks.usage(event.usage or Usage())
+                    yield chunks.choice({}, None, logprobs_json(event), index=index)
+                yield chunks.choice({}, finish, index=index)
+                usages.append(event.usage or Usage())
             elif event.type == "error" and event.error is not None:
                 yield frame({"error": event.error.model_dump(mode="json")})
-        yield frame("[DONE]")
         completed = True
     finally:
         gw.streams.detach(run, completed)
+
+
+async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
+    """Frames of several answers as they come (each answer's own frames stay in order)."""
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[bytes]) -> None:
+        try:
+            async for f in stream:
+                await queue.put(f)
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(st)) for st in streams]
+    try:
+        open_streams = len(tasks)
+        while open_streams:
+            f = await queue.get()
+            if f is None:
+                open_streams -= 1
+            else:
+                yield f
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def stream_chunks(
+    gw: Gateway, runs: list[Run], model: str, include_usage: bool, tool_names: set[str] | None = None
+) -> AsyncIterator[bytes]:
+    """The chunks of one or several (`n`) answers, then the usage chunk (the prompt counted once) and [DONE]."""
+    chunks = _Chunks(runs[0], model, include_usage)
+    usages: list[Usage] = []
+    answers = [_choice_frames(gw, r, chunks, i, tool_names, usages) for i, r in enumerate(runs)]
+    async for f in answers[0] if len(answers) == 1 else _merged(answers):
+        yield f
+    if include_usage and usages:
+        yield chunks.usage(usages[0].model_copy(update={"completion_tokens": sum(u.completion_tokens for u in usages)}))
+    yield frame("[DONE]")
 
 
 def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
@@ -256,8 +293,6 @@ async def chat_completions(request: Request) -> Response:
     key = await authenticate(request, gw.keys)
     body = await read_json(request, CompletionRequest, gw.settings.max_body_bytes)
     refuse_unsupported(body)
-    if body.n > 1 and body.stream:
-        raise ApiError(ErrorCode.bad_request, "n > 1 is served without stream only; send stream=false or n=1")
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
     if body.reasoning_effort and body.reasoning_effort not in ("none", "minimal"):
@@ -316,7 +351,7 @@ async def chat_completions(request: Request) -> Response:
             return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            stream_chunks(gw, run, model, include_usage, tool_names),
+            stream_chunks(gw, runs, model, include_usage, tool_names),
             media_type="text/event-stream",
             headers=SSE_HEADERS,
         )

@@ -342,3 +342,27 @@ async def test_bad_anthropic_tool_choices_are_400(gw: Gateway, choice: dict[str,
             "/v1/messages", json=anthropic_body(tools=[WEATHER_A], tool_choice=choice), headers=gw.auth(gw.pro_key)
         )
     assert r.status_code == 400 and r.json()["type"] == "error", r.text
+
+
+async def test_n_answers_stream_interleaved_by_index(gw: Gateway) -> None:
+    oa = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key=gw.pro_key, max_retries=0)
+    stream = await oa.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        n=3,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [c async for c in stream]
+    texts = {
+        i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
+        for i in range(3)
+    }
+    assert texts == {0: "Hello", 1: "Hello", 2: "Hello"}
+    finishes = sorted(c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason == "stop")
+    assert finishes == [0, 1, 2]
+    assert (
+        chunks[-1].usage is not None
+        and chunks[-1].usage.completion_tokens == 9
+        and chunks[-1].usage.prompt_tokens == 42
+    )
