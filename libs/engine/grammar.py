@@ -38,6 +38,13 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def choice_ebnf(choices: list[Any]) -> str:
+    """A grammar whose only sentences are the given strings."""
+    if not choices:
+        raise ConstraintError("a choice constraint needs at least one choice")
+    return "root ::= " + " | ".join(_literal(str(x)) for x in choices)
+
+
 def _call_schema(name: str, parameters: dict[str, Any], first: str | None = None) -> str:
     props = parameters.get("properties")
     if first and isinstance(props, dict) and first in props:
@@ -84,10 +91,7 @@ def build_grammar(c: Constraint) -> xgr.Grammar:
         if c.kind == "regex":
             return xgr.Grammar.from_regex(c.spec)
         if c.kind == "choice":
-            choices = json.loads(c.spec)
-            if not choices:
-                raise ConstraintError("a choice constraint needs at least one choice")
-            return xgr.Grammar.from_ebnf("root ::= " + " | ".join(_literal(str(x)) for x in choices))
+            return xgr.Grammar.from_ebnf(choice_ebnf(json.loads(c.spec)))
         if c.kind == "tools":
             return _tools_grammar(json.loads(c.spec))
     except ConstraintError:

@@ -9,12 +9,13 @@ through EngineSettings) or model_path.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from libs.engine.request import TextStream
-from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
 DEFAULT_HF_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -49,6 +50,8 @@ class TrtLlmEngine:
             kv_cache_config=kv,
             max_batch_size=self.config.max_num_seqs,
             max_num_tokens=self.config.max_num_batched_tokens,
+            # The same grammar library as the native engine: response formats are passed through.
+            guided_decoding_backend="xgrammar",
         )
 
     async def stop(self) -> None:
@@ -72,16 +75,35 @@ class TrtLlmEngine:
                 kw[name] = getattr(p, name)
         if p.repetition_penalty != 1.0:
             kw["repetition_penalty"] = p.repetition_penalty
+        guided = self._guided(p.constraint)
+        if guided is not None:
+            kw["guided_decoding"] = guided
         return self._trt.SamplingParams(**kw)
+
+    def _guided(self, c: Constraint | None) -> Any:
+        """The LLM API's GuidedDecodingParams for a response format. A tool constraint is not passed:
+        its grammar starts inside the forced opening the prompt already ends with, which the LLM API
+        cannot express; that opening alone is what a forced call gets here."""
+        if c is None or c.kind == "tools":
+            return None
+        from tensorrt_llm.llmapi import GuidedDecodingParams
+
+        from libs.engine.grammar import choice_ebnf
+
+        if c.kind == "json_object":
+            return GuidedDecodingParams(json_object=True)
+        if c.kind == "json_schema":
+            return GuidedDecodingParams(json=c.spec)
+        if c.kind == "regex":
+            return GuidedDecodingParams(regex=c.spec)
+        return GuidedDecodingParams(grammar=choice_ebnf(json.loads(c.spec)))
 
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        # logit_bias, logprobs and response formats are not passed to the LLM API (yet): refused, never dropped. A tool
-        # constraint is only a guarantee on top of the forced opening the inference service writes anyway.
-        constrained = params.constraint is not None and params.constraint.kind != "tools"
-        unserved = bool(params.logit_bias) or constrained or params.logprobs is not None
+        # logit_bias and logprobs are not passed to the LLM API (yet): refused, never dropped.
+        unserved = bool(params.logit_bias) or params.logprobs is not None
         if self._llm is None or not ids or len(ids) >= self.max_model_len or unserved:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return

@@ -4,10 +4,11 @@ import asyncio
 import sys
 import types
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
-from libs.engine import EngineConfig, SamplingParams, create_engine
+from libs.engine import Constraint, EngineConfig, SamplingParams, create_engine
 
 
 @dataclass
@@ -67,11 +68,13 @@ class FakeLLM:
         self.kv_cache_config = kv_cache_config
         self.kwargs = kwargs
         self.requests: list[FakeRequestOutput] = []
+        self.params: list[FakeSamplingParams] = []
         FakeLLM.instances.append(self)
 
     def generate_async(self, inputs, sampling_params=None, streaming=False):
         assert streaming
         out = FakeRequestOutput(list(inputs), FakeLLM.script, sampling_params.max_tokens)
+        self.params.append(sampling_params)
         self.requests.append(out)
         return out
 
@@ -84,6 +87,15 @@ class FakeSamplingParams:
     top_k: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    guided_decoding: Any = None
+
+
+@dataclass
+class FakeGuidedDecodingParams:
+    json: str | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    json_object: bool = False
 
 
 @dataclass
@@ -98,6 +110,7 @@ def fake_trt(monkeypatch, tokenizer):
     mod.SamplingParams = FakeSamplingParams
     api = types.ModuleType("tensorrt_llm.llmapi")
     api.KvCacheConfig = FakeKvCacheConfig
+    api.GuidedDecodingParams = FakeGuidedDecodingParams
     mod.llmapi = api
     monkeypatch.setitem(sys.modules, "tensorrt_llm", mod)
     monkeypatch.setitem(sys.modules, "tensorrt_llm.llmapi", api)
@@ -152,4 +165,26 @@ async def test_cancel(fake_trt):
     assert chunks[-1].finish_reason == "cancelled"
     assert FakeLLM.instances[0].requests[0].aborted
     assert eng.metrics().running == 0
+    await eng.stop()
+
+
+async def test_response_formats_go_to_guided_decoding(fake_trt):
+    eng = create_engine(EngineConfig(kind="tensorrt_llm"))
+    await eng.start()
+    assert FakeLLM.instances[-1].kwargs["guided_decoding_backend"] == "xgrammar"
+    cases = [
+        (Constraint("json_object"), FakeGuidedDecodingParams(json_object=True)),
+        (Constraint("json_schema", '{"type": "object"}'), FakeGuidedDecodingParams(json='{"type": "object"}')),
+        (Constraint("regex", "[0-9]+"), FakeGuidedDecodingParams(regex="[0-9]+")),
+        (Constraint("choice", '["yes", "no"]'), FakeGuidedDecodingParams(grammar='root ::= "yes" | "no"')),
+    ]
+    for i, (c, want) in enumerate(cases):
+        await _collect(eng, f"g{i}", "hi", SamplingParams(max_tokens=4, constraint=c))
+        assert FakeLLM.instances[-1].params[-1].guided_decoding == want
+    # A tool call's grammar starts inside the forced opening: only the opening applies here.
+    await _collect(eng, "t", "hi", SamplingParams(max_tokens=4, constraint=Constraint("tools", "{}")))
+    assert FakeLLM.instances[-1].params[-1].guided_decoding is None
+    # What the LLM API cannot take is refused, not dropped.
+    final = (await _collect(eng, "lb", "hi", SamplingParams(max_tokens=4, logit_bias={5: 1.0})))[-1]
+    assert final.finish_reason == "error"
     await eng.stop()
