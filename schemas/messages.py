@@ -6,12 +6,16 @@ route, tool results) and forwards it, so the record of a request is the envelope
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from schemas.errors import ErrorInfo
 from schemas.safety import TenantSafety
+
+if TYPE_CHECKING:
+    # The parts are built from the models here; records.py resolves this name once it has them.
+    from schemas.records import StagePart
 
 Role = Literal["system", "user", "assistant", "tool"]
 Mode = Literal["fast", "reasoning"]
@@ -169,6 +173,8 @@ class Forward(BaseModel):
     subject: str
     work: Work
     decision: dict[str, Any] = Field(default_factory=dict)
+    # The stage's part of the request's record (see schemas/records.py).
+    part: StagePart | None = None
     # Hand over by request/reply: the next stage acks at once, so a dead one is known at once. When
     # nobody answers on `subject`, the work goes to `fallback` (any live replica of the pool) instead.
     ack: bool = True
@@ -314,7 +320,10 @@ class StageRecord(BaseModel):
     started_ms: int
     duration_ms: float
     status: Literal["ok", "error"] = "ok"
+    # Free-form: what the stage decided, kept under `stages.<stage>.decision` in the record.
     decision: dict[str, Any] = Field(default_factory=dict)
+    # Typed: the stage's fields of the request's record, merged into its top level.
+    part: StagePart | None = None
     error: ErrorInfo | None = None
 
 

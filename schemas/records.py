@@ -1,10 +1,16 @@
-"""Request records kept by the logger, and the operator console's queries over them."""
+"""Request records kept by the logger, and the operator console's queries over them.
+
+Each stage publishes its part of a request's record as a typed `StagePart` on its `StageRecord`; the
+logger merges the parts into one stored record, which readers validate as a `RequestRecord`.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from schemas.messages import ChatMessage, Forward, RouteDecision, SafetyVerdict, Sampling, StageRecord, ToolEvent, Usage
 
 ADMIN_REQUESTS_LIST = "admin.requests.list"
 # Dashboard aggregates over a window, bucketed.
@@ -195,3 +201,238 @@ class ReplayResult(BaseModel):
     usage: dict[str, Any] = Field(default_factory=dict)
     original_usage: dict[str, Any] = Field(default_factory=dict)
     duration_ms: float = 0.0
+
+
+# ---- stage parts -------------------------------------------------------------------------------
+
+
+class OnlySet(BaseModel):
+    """Dumps only the fields that were set: a part says what its stage knew, and a field a stage left
+    unset must not overwrite another stage's value in the merged record."""
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        keep = self.model_fields_set | {"kind"}
+        return {k: v for k, v in data.items() if k in keep}
+
+
+class FileVerdict(SafetyVerdict):
+    """A verdict on an attached file, naming the file."""
+
+    file_id: str
+
+
+class ContextPart(OnlySet):
+    kind: Literal["context"] = "context"
+    prompt: str = ""
+    chat_id: str | None = None
+    file_verdicts: list[FileVerdict] = Field(default_factory=list)
+
+
+class SafetyInPart(OnlySet):
+    kind: Literal["safety_in"] = "safety_in"
+    safety_in: list[SafetyVerdict] = Field(default_factory=list)
+    safety_action: str | None = None
+
+
+class RoutePart(OnlySet):
+    kind: Literal["router"] = "router"
+    route: RouteDecision | None = None
+
+
+class ToolsPart(OnlySet):
+    kind: Literal["tools"] = "tools"
+    tools: list[ToolEvent] = Field(default_factory=list)
+    # The prompt with the tool results in it (replaces the context stage's).
+    prompt: str = ""
+    tool_verdicts: list[SafetyVerdict] = Field(default_factory=list)
+
+
+class InferencePart(OnlySet):
+    kind: Literal["inference"] = "inference"
+    model: str | None = None
+    replica: str = ""
+    finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    sampling: Sampling = Field(default_factory=Sampling)
+    prompt_tokens: int = 0
+    # The model's answer before output safety touched it.
+    raw_output: str = ""
+    thinking: str = ""
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
+class SafetyOutcome(BaseModel):
+    redactions: list[dict[str, Any]] = Field(default_factory=list)
+    final_check: list[dict[str, Any]] = Field(default_factory=list)
+    blocked: bool = False
+    answer_release: str = "stream"
+
+
+class SafetyOutPart(OnlySet):
+    kind: Literal["safety_out"] = "safety_out"
+    status: str | None = None
+    finish_reason: str | None = None
+    output: str = ""
+    # What the client was shown (empty when the answer was held back and never admitted).
+    released: str = ""
+    thinking: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+    mode: str | None = None
+    safety_out: SafetyOutcome = Field(default_factory=SafetyOutcome)
+
+
+class LoggedRequest(OnlySet):
+    """The client's request as the gateway read it (empty when it never got that far)."""
+
+    text: str = ""
+    chat_id: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    system: str | None = None
+    messages: list[ChatMessage] = Field(default_factory=list)
+    sampling: Sampling = Field(default_factory=Sampling)
+    user: str = ""
+
+
+class GatewayOutcome(BaseModel):
+    """What only the gateway saw; kept apart so it never overwrites what the answering stages report."""
+
+    route: str = ""
+    cancel_reason: str | None = None
+    finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    events: int = 0
+    first_event_ms: float | None = None
+
+
+class GatewayPart(OnlySet):
+    kind: Literal["gateway"] = "gateway"
+    api: str = ""
+    request: LoggedRequest = Field(default_factory=LoggedRequest)
+    client_status: str = ""
+    key_id: str | None = None
+    gateway: GatewayOutcome = Field(default_factory=GatewayOutcome)
+
+
+class ReplayPart(OnlySet):
+    """The gateway's part of a replay's record."""
+
+    kind: Literal["replay"] = "replay"
+    api: Literal["replay"]
+    replay_of: str = ""
+    replay_mode: str = ""
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    request: LoggedRequest = Field(default_factory=LoggedRequest)
+    client_status: str = ""
+    # Not `key_id`: abuse detection counts blocked requests per key, and an operator replaying a
+    # blocked request is not the one who sent it.
+    replayed_by: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    events: int = 0
+
+
+StagePart = Annotated[
+    ContextPart | SafetyInPart | RoutePart | ToolsPart | InferencePart | SafetyOutPart | GatewayPart | ReplayPart,
+    Field(discriminator="kind"),
+]
+
+# `StageRecord` and `Forward` (in messages.py) carry a part; the parts are built from message models.
+StageRecord.model_rebuild(_types_namespace={"StagePart": StagePart})
+Forward.model_rebuild(_types_namespace={"StagePart": StagePart})
+
+
+# ---- the merged record -------------------------------------------------------------------------
+
+
+class StageEntry(BaseModel):
+    """One stage's timing, status and free-form decision in the merged record."""
+
+    replica: str = ""
+    started_ms: int = 0
+    duration_ms: float = 0.0
+    status: str = "ok"
+    decision: dict[str, Any] = Field(default_factory=dict)
+    error: dict[str, Any] | None = None
+
+
+class TextDigest(BaseModel):
+    """Raw text a record no longer holds (an opted-out tenant, or past retention): its hash and length."""
+
+    sha256: str
+    chars: int
+
+
+# Text in a stored record: as written, or its digest once scrubbed.
+Text = str | TextDigest
+
+
+class RecordedRequest(BaseModel):
+    """The gateway's `request` as stored (`LoggedRequest`, its text possibly scrubbed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: Text = ""
+    chat_id: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    system: Text | None = None
+    # Each `ChatMessage`, its content possibly a digest.
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    sampling: Sampling | None = None
+    user: str = ""
+
+
+class RequestRecord(BaseModel):
+    """A stored request record as readers see it: every stage's part merged, each field optional (a
+    record is written while its request runs, and a stage may never have been reached). The lists whose
+    text scrubbing rewrites (`tools`, `safety_in`, `tool_verdicts`, `file_verdicts`) and `feedback`
+    stay as stored, as extra fields."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rid: str = ""
+    tenant: str = ""
+    trace_id: str = ""
+    stages: dict[str, StageEntry] = Field(default_factory=dict)
+    # Which stage wrote each top-level field.
+    sources: dict[str, str] = Field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    # gateway
+    api: str | None = None
+    request: RecordedRequest | None = None
+    client_status: str | None = None
+    key_id: str | None = None
+    gateway: GatewayOutcome | None = None
+    replay_of: str | None = None
+    replay_mode: str | None = None
+    overrides: dict[str, Any] | None = None
+    replayed_by: str | None = None
+    events: int | None = None
+    # context and tools
+    prompt: Text | None = None
+    chat_id: str | None = None
+    # safety_in
+    safety_action: str | None = None
+    # router
+    route: RouteDecision | None = None
+    # inference and safety_out
+    model: str | None = None
+    mode: str | None = None
+    replica: str | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    sampling: Sampling | None = None
+    prompt_tokens: int | None = None
+    raw_output: Text | None = None
+    thinking: Text | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    status: str | None = None
+    output: Text | None = None
+    released: Text | None = None
+    safety_out: SafetyOutcome | None = None

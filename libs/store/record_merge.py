@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from libs.store.sql import now_ms
-from schemas import StageRecord, subjects
+from schemas import RequestRecord, StageRecord, Usage, subjects
 
 
 def _rank(stage: str) -> int:
@@ -13,29 +13,31 @@ def _rank(stage: str) -> int:
 
 
 def merge_stage(record: dict[str, Any], stage: StageRecord) -> dict[str, Any]:
-    """`record` with one stage's part merged in; applying the same stage twice gives the same record."""
+    """`record` with one stage's part merged in; applying the same stage twice gives the same record.
+
+    The stage's timing, status and free-form decision go under `stages.<stage>`; the fields its typed
+    part set go to the top level, where a later stage's value wins over an earlier one's.
+    """
     out = dict(record)
-    decision = dict(stage.decision)
-    top = decision.pop("record", None)
     stages = dict(out.get("stages") or {})
     stages[stage.stage] = {
         "replica": stage.replica,
         "started_ms": stage.started_ms,
         "duration_ms": stage.duration_ms,
         "status": stage.status,
-        "decision": decision,
+        "decision": {k: v for k, v in stage.decision.items() if k != "record"},
         "error": stage.error.model_dump(mode="json") if stage.error else None,
     }
     out["stages"] = stages
-    if isinstance(top, dict):
-        top = dict(top)
-        if stage.stage == "gateway" and "ttft_ms" in top:
-            # The gateway's is the client's wait for the first event; the engine's own TTFT keeps `ttft_ms`.
-            top["client_ttft_ms"] = top.pop("ttft_ms")
+    top: dict[str, Any] | None = None
+    if stage.part is not None:
+        top = stage.part.model_dump(mode="json")
+        top.pop("kind", None)
+    elif isinstance(stage.decision.get("record"), dict):  # LEGACY: until every stage sends a part
+        top = dict(stage.decision["record"])
+    if top is not None:
         sources = dict(out.get("sources") or {})
         for k, v in top.items():
-            if k in ("stages", "sources"):
-                continue
             owner = sources.get(k)
             if owner is None or owner == stage.stage or _rank(stage.stage) >= _rank(owner):
                 out[k] = v
@@ -51,50 +53,38 @@ def merge_stage(record: dict[str, Any], stage: StageRecord) -> dict[str, Any]:
     return out
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def summarize(record: dict[str, Any]) -> dict[str, Any]:
     """The filterable columns of a record."""
-    stages: dict[str, dict[str, Any]] = record.get("stages") or {}
-    starts = [s["started_ms"] for s in stages.values()]
-    ends = [s["started_ms"] + s["duration_ms"] for s in stages.values()]
+    rec = RequestRecord.model_validate(record)
+    starts = [s.started_ms for s in rec.stages.values()]
+    ends = [s.started_ms + s.duration_ms for s in rec.stages.values()]
     created = min(starts) if starts else now_ms()
-    status = record.get("status")
-    if not isinstance(status, str):
-        status = "error" if any(s["status"] == "error" for s in stages.values()) else "running"
-    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
-    assert isinstance(usage, dict)
+    status = rec.status
+    if status is None:
+        status = "error" if any(s.status == "error" for s in rec.stages.values()) else "running"
+    usage = rec.usage or Usage()
 
     def tokens(key: str) -> int | None:
-        v = _num(usage.get(key))
-        return None if v is None else int(v)
+        # A count the record never reported stays empty rather than 0.
+        return getattr(usage, key) if key in usage.model_fields_set else None
 
-    model = record.get("model")
-    api = record.get("api")
-    replay_of = record.get("replay_of")
-    route = record.get("route") if isinstance(record.get("route"), dict) else {}
-    assert isinstance(route, dict)
-    mode = record.get("mode") or route.get("mode")
-    action = record.get("safety_action")
-    so = record.get("safety_out") if isinstance(record.get("safety_out"), dict) else {}
-    assert isinstance(so, dict)
-    if so.get("blocked"):
+    mode = rec.mode or (rec.route.mode if rec.route else None)
+    action = rec.safety_action
+    if rec.safety_out is not None and rec.safety_out.blocked:
         action = "block"
     return {
-        "tenant": str(record.get("tenant") or ""),
-        "trace_id": str(record.get("trace_id") or ""),
+        "tenant": rec.tenant,
+        "trace_id": rec.trace_id,
         "status": status[:32],
-        "model": str(model)[:200] if model else None,
-        "api": str(api)[:32] if api else None,
-        "replay_of": str(replay_of) if replay_of else None,
-        "mode": str(mode)[:16] if mode else None,
-        "safety_action": str(action)[:16] if action else None,
+        "model": rec.model[:200] if rec.model else None,
+        "api": rec.api[:32] if rec.api else None,
+        "replay_of": rec.replay_of or None,
+        "mode": mode[:16] if mode else None,
+        "safety_action": action[:16] if action else None,
         "created_ms": int(created),
         "latency_ms": (max(ends) - created) if ends else None,
-        "ttft_ms": _num(usage.get("ttft_ms")),
-        "tpot_ms": _num(usage.get("tpot_ms")),
+        "ttft_ms": usage.ttft_ms,
+        "tpot_ms": usage.tpot_ms,
         "prompt_tokens": tokens("prompt_tokens"),
         "cached_tokens": tokens("cached_tokens"),
         "completion_tokens": tokens("completion_tokens"),

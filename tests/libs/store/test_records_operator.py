@@ -9,12 +9,33 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from libs.store.records import RecordStore, feedback, requests
 from libs.store.sql import now_ms
-from schemas import Feedback, PreferenceQuery, RequestListQuery, StageRecord, StatsQuery
+from schemas import (
+    ContextPart,
+    Feedback,
+    GatewayOutcome,
+    GatewayPart,
+    InferencePart,
+    LoggedRequest,
+    PreferenceQuery,
+    ReplayPart,
+    RequestListQuery,
+    SafetyInPart,
+    SafetyOutcome,
+    SafetyOutPart,
+    SafetyVerdict,
+    Sampling,
+    StagePart,
+    StageRecord,
+    StatsQuery,
+    ToolEvent,
+    ToolsPart,
+    Usage,
+)
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 
 
-def _stage(rid: str, stage: str, start: int, record: dict[str, Any], tenant: str = "acme", **kw: Any) -> StageRecord:
+def _stage(rid: str, stage: str, start: int, part: StagePart, tenant: str = "acme") -> StageRecord:
     return StageRecord(
         rid=rid,
         stage=stage,
@@ -23,8 +44,12 @@ def _stage(rid: str, stage: str, start: int, record: dict[str, Any], tenant: str
         trace_id=TRACE,
         started_ms=start,
         duration_ms=10.0,
-        decision={"record": record, **kw},
+        part=part,
     )
+
+
+def _verdict(category: str, detail: str = "") -> SafetyVerdict:
+    return SafetyVerdict(category=category, score=0.1, action="allow", classifier="c", version="1", detail=detail)
 
 
 def _request(rid: str, t0: int, *, tenant: str = "acme", status: str = "complete", **out: Any) -> list[StageRecord]:
@@ -35,47 +60,55 @@ def _request(rid: str, t0: int, *, tenant: str = "acme", status: str = "complete
             rid,
             "gateway",
             t0,
-            {"api": "chat", "request": {"text": "secret question", "user": "ann"}, "ttft_ms": 99.0},
+            GatewayPart(
+                api="chat",
+                request=LoggedRequest(text="secret question", user="ann"),
+                gateway=GatewayOutcome(first_event_ms=99.0),
+            ),
             tenant,
         ),
-        _stage(rid, "context", t0 + 1, {"prompt": "context prompt", "chat_id": "c1"}, tenant),
+        _stage(rid, "context", t0 + 1, ContextPart(prompt="context prompt", chat_id="c1"), tenant),
         _stage(
             rid,
             "safety_in",
             t0 + 2,
-            {"safety_in": [{"category": "x", "detail": "quoted"}], "safety_action": out.pop("action", "allow")},
+            SafetyInPart(safety_in=[_verdict("x", "quoted")], safety_action=out.pop("action", "allow")),
             tenant,
         ),
         _stage(
             rid,
             "tools",
             t0 + 3,
-            {
-                "prompt": "final prompt with tools",
-                "tools": [{"name": "orders", "output": "A1001 shipped", "arguments": {"id": "A1001"}}],
-            },
+            ToolsPart(
+                prompt="final prompt with tools",
+                tools=[
+                    ToolEvent(id="t1", name="orders", output="A1001 shipped", arguments={"id": "A1001"}, status="ok")
+                ],
+            ),
             tenant,
         ),
         _stage(
             rid,
             "inference",
             t0 + 4,
-            {"raw_output": "raw answer", "usage": usage, "sampling": {"seed": 7}, "model": "m"},
+            InferencePart(raw_output="raw answer", usage=Usage(**usage), sampling=Sampling(seed=7), model="m"),
             tenant,
         ),
         _stage(
             rid,
             "safety_out",
             t0 + 5,
-            {
-                "status": status,
-                "output": "answer",
-                "released": "answer",
-                "usage": usage,
-                "model": "m",
-                "mode": out.pop("mode", "fast"),
-                "safety_out": {"redactions": [{"kind": "email", "text": "a@b.c"}], "blocked": out.pop("blocked", None)},
-            },
+            SafetyOutPart(
+                status=status,
+                output="answer",
+                released="answer",
+                usage=Usage(**usage),
+                model="m",
+                mode=out.pop("mode", "fast"),
+                safety_out=SafetyOutcome(
+                    redactions=[{"kind": "email", "text": "a@b.c"}], blocked=out.pop("blocked", False)
+                ),
+            ),
             tenant,
         ),
     ]
@@ -97,7 +130,8 @@ async def test_later_stage_wins_whatever_the_arrival_order(engine: AsyncEngine) 
     summary, rec = got
     assert rec["prompt"] == "final prompt with tools"
     assert rec["sources"]["prompt"] == "tools" and rec["sources"]["usage"] == "safety_out"
-    assert rec["client_ttft_ms"] == 99.0 and "ttft_ms" not in rec
+    # What only the gateway saw stays under "gateway", apart from the engine's figures.
+    assert rec["gateway"]["first_event_ms"] == 99.0 and "ttft_ms" not in rec
     assert summary.mode == "fast" and summary.safety_action == "allow" and summary.tpot_ms == 5.0
     assert summary.ttft_ms == 40.0 and summary.cached_tokens == 60
 
@@ -107,7 +141,7 @@ async def test_filters_and_pagination(engine: AsyncEngine) -> None:
     await store.apply(_request("a", 1_000, mode="reasoning"))
     await store.apply(_request("b", 2_000, action="block", status="error"))
     await store.apply(_request("c", 3_000, tenant="other"))
-    await store.apply([_stage("d", "gateway", 4_000, {"api": "replay", "replay_of": "a"})])
+    await store.apply([_stage("d", "gateway", 4_000, ReplayPart(api="replay", replay_of="a"))])
     assert [r.rid for r in (await store.list_requests(RequestListQuery(mode="reasoning")))[0]] == ["a"]
     assert [r.rid for r in (await store.list_requests(RequestListQuery(safety_action="block")))[0]] == ["b"]
     assert [r.rid for r in (await store.list_requests(RequestListQuery(replays=True)))[0]] == ["d"]
@@ -127,7 +161,7 @@ async def test_stats_buckets(engine: AsyncEngine) -> None:
         await store.apply(_request(f"s{i}", base + i * 1000, usage={"ttft_ms": 10.0 * (i + 1)}))
     await store.apply(_request("blocked", base + 61_000, action="block", status="error"))
     await store.apply(_request("failed", base + 62_000, status="error"))
-    await store.apply([_stage("rep", "gateway", base + 63_000, {"api": "replay", "replay_of": "s0"})])
+    await store.apply([_stage("rep", "gateway", base + 63_000, ReplayPart(api="replay", replay_of="s0"))])
     st = await store.stats(StatsQuery(window_s=3600, bucket_s=60, until_ms=base + 30 * 60_000))
     assert st.total.requests == 8 and st.total.errors == 1 and st.total.blocks == 1
     assert st.bucket_s == 60 and len(st.buckets) == 60
@@ -199,7 +233,7 @@ async def test_dataset_rows_and_preference_pairs(engine: AsyncEngine) -> None:
     assert nxt is None and [r["rid"] for r in rows] == ["y", "x"]
     x = rows[1]
     assert x["text"] == "secret question" and x["prompt"] == "final prompt with tools" and x["output"] == "answer"
-    assert x["raw_output"] == "raw answer" and x["sampling"] == {"seed": 7} and x["feedback"][0]["value"] == 1
+    assert x["raw_output"] == "raw answer" and x["sampling"]["seed"] == 7 and x["feedback"][0]["value"] == 1
     pairs, _ = await store.preferences(PreferenceQuery())
     assert len(pairs) == 1
     p = pairs[0]
