@@ -10,7 +10,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from schemas.messages import ChatMessage, Forward, RouteDecision, SafetyVerdict, Sampling, StageRecord, ToolEvent, Usage
+from schemas.messages import (
+    ChatMessage,
+    Forward,
+    RouteDecision,
+    SafetyVerdict,
+    Sampling,
+    StageRecord,
+    ToolEvent,
+    Usage,
+    Work,
+)
 
 ADMIN_REQUESTS_LIST = "admin.requests.list"
 # Dashboard aggregates over a window, bucketed.
@@ -296,6 +306,19 @@ class LoggedRequest(OnlySet):
     messages: list[ChatMessage] = Field(default_factory=list)
     sampling: Sampling = Field(default_factory=Sampling)
     user: str = ""
+
+    @classmethod
+    def of(cls, work: Work) -> LoggedRequest:
+        return cls(
+            text=work.text,
+            chat_id=work.chat_id,
+            model=work.model,
+            mode=work.mode,
+            system=work.system,
+            messages=work.messages,
+            sampling=work.sampling,
+            user=work.user,
+        )
 
 
 class GatewayOutcome(BaseModel):

@@ -332,6 +332,7 @@ class Bus:
                     started_ms=started,
                     duration_ms=(time.perf_counter() - t0) * 1000,
                     decision=fwd.decision,
+                    part=fwd.part,
                 )
             )
 

@@ -15,9 +15,11 @@ from libs.store.conversations import ConversationStore
 from libs.store.db import make_engine
 from libs.store.knowledge import KnowledgeStore
 from schemas import (
+    ContextPart,
     ConversationQuery,
     ConversationReply,
     ErrorCode,
+    FileVerdict,
     Forward,
     SaveTurn,
     SaveTurnAck,
@@ -128,16 +130,16 @@ class Context:
             "flagged_files": list(file_verdicts),
             "instructions": bool(parts.instructions),
             "safety_policy": safety.model_dump(mode="json"),
-            "record": {
-                "prompt": r.prompt,
-                "chat_id": work.chat_id,
-                # Like the tools stage's `tool_verdicts`, each naming its file.
-                "file_verdicts": [{"file_id": f, **v.model_dump()} for f, vs in file_verdicts.items() for v in vs],
-            },
         }
+        part = ContextPart(
+            prompt=r.prompt,
+            chat_id=work.chat_id,
+            # Like the tools stage's `tool_verdicts`, each naming its file.
+            file_verdicts=[FileVerdict(file_id=f, **v.model_dump()) for f, vs in file_verdicts.items() for v in vs],
+        )
         if r.trimmed_turns:
             log.info("history trimmed", trimmed_turns=r.trimmed_turns, kept=r.history_turns)
-        return Forward(subject=subjects.ROUTE, work=out, decision=decision)
+        return Forward(subject=subjects.ROUTE, work=out, decision=decision, part=part)
 
     async def open(self, q: ConversationQuery) -> ConversationReply:
         """The tenant's conversation (created when absent), without its turns."""

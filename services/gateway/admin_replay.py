@@ -33,6 +33,8 @@ from schemas import (
     ConversationReply,
     DiffSegment,
     ErrorCode,
+    LoggedRequest,
+    ReplayPart,
     ReplayRequest,
     ReplayResult,
     RequestQuery,
@@ -243,6 +245,19 @@ async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> Repl
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error.message))
         released = "".join(e.text for e in events if e.type == "delta")
+        part = ReplayPart(
+            api="replay",
+            replay_of=rid,
+            replay_mode=req.mode,
+            overrides=overrides,
+            request=LoggedRequest.of(work),
+            client_status=status,
+            replayed_by=key.id,
+            finish_reason=final.finish_reason if final is not None else None,
+            events=len(events),
+        )
+        if final is not None and final.usage:
+            part.usage = final.usage  # left out, not empty, when the replay never reported any
         await gw.bus.log_stage(
             StageRecord(
                 rid=work.rid,
@@ -252,31 +267,7 @@ async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> Repl
                 duration_ms=(time.perf_counter() - t0) * 1000,
                 status="error" if status == "error" else "ok",
                 error=error,
-                decision={
-                    "record": {
-                        "api": "replay",
-                        "replay_of": rid,
-                        "replay_mode": req.mode,
-                        "overrides": overrides,
-                        "request": {
-                            "text": work.text,
-                            "chat_id": None,
-                            "model": work.model,
-                            "mode": work.mode,
-                            "system": work.system,
-                            "messages": [m.model_dump() for m in work.messages],
-                            "sampling": work.sampling.model_dump(),
-                            "user": work.user,
-                        },
-                        "client_status": status,
-                        # Not `key_id`: abuse detection counts blocked requests per key, and an operator
-                        # replaying a blocked request is not the one who sent it.
-                        "replayed_by": key.id,
-                        "finish_reason": final.finish_reason if final is not None else None,
-                        "usage": final.usage.model_dump() if final is not None and final.usage else {},
-                        "events": len(events),
-                    }
-                },
+                part=part,
             )
         )
     new = await _replay_record(gw, work.rid, 10.0)

@@ -30,6 +30,9 @@ from schemas import (
     ChatEvent,
     ErrorCode,
     ErrorInfo,
+    GatewayOutcome,
+    GatewayPart,
+    LoggedRequest,
     SaveTurn,
     SaveTurnAck,
     StageRecord,
@@ -395,43 +398,30 @@ class Streams:
                     duration_ms=duration * 1000,
                     status="error" if error is not None else "ok",
                     error=error,
-                    decision={"record": self._record(run, status)},
+                    part=self._record(run, status),
                 )
             )
         run.span.end()
         run._timers = [asyncio.get_running_loop().call_later(self.settings.resume_ttl_s, self._forget, run.rid)]
 
-    def _record(self, run: Run, status: str) -> dict[str, Any]:
-        work = run.work
-        request: dict[str, Any] = {}
-        if work is not None:
-            request = {
-                "text": work.text,
-                "chat_id": work.chat_id,
-                "model": work.model,
-                "mode": work.mode,
-                "system": work.system,
-                "messages": [m.model_dump() for m in work.messages],
-                "sampling": work.sampling.model_dump(),
-                "user": work.user,
-            }
+    def _record(self, run: Run, status: str) -> GatewayPart:
         terminal = run.terminal
-        # The logger merges every stage's `record` into one; what only the gateway saw sits under "gateway"
-        # so it never overwrites the status, usage or finish reason the answering stages report.
-        return {
-            "api": run.api,
-            "request": request,
-            "client_status": status,
-            "key_id": run.key_id,
-            "gateway": {
-                "route": run.route,
-                "cancel_reason": run.cancel_reason,
-                "finish_reason": terminal.finish_reason if terminal is not None else None,
-                "usage": run.usage.model_dump(),
-                "events": len(run.events),
-                "first_event_ms": run.first_event_s * 1000 if run.first_event_s is not None else None,
-            },
-        }
+        # The logger merges every stage's part into one record; what only the gateway saw sits under
+        # "gateway" so it never overwrites the status, usage or finish reason the answering stages report.
+        return GatewayPart(
+            api=run.api,
+            request=LoggedRequest.of(run.work) if run.work is not None else LoggedRequest(),
+            client_status=status,
+            key_id=run.key_id,
+            gateway=GatewayOutcome(
+                route=run.route,
+                cancel_reason=run.cancel_reason,
+                finish_reason=terminal.finish_reason if terminal is not None else None,
+                usage=run.usage,
+                events=len(run.events),
+                first_event_ms=run.first_event_s * 1000 if run.first_event_s is not None else None,
+            ),
+        )
 
     def _forget(self, rid: str) -> None:
         self.runs.pop(rid, None)

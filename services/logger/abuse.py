@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 from pydantic import BaseModel
@@ -24,7 +23,7 @@ from libs.bus import Bus, ServiceSettings
 from libs.bus.durable import DurableConsumer
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
-from schemas import KeyStanding, StageRecord, Strike, subjects
+from schemas import GatewayPart, KeyStanding, SafetyInPart, StageRecord, Strike, subjects
 
 log = structlog.get_logger()
 
@@ -60,9 +59,9 @@ class _Window:
     events: deque[_Event] = field(default_factory=deque)
 
 
-def _categories(decision: dict[str, Any], action: str) -> list[str]:
-    verdicts = (decision.get("record") or {}).get("safety_in") or []
-    return sorted({v["category"] for v in verdicts if isinstance(v, dict) and v.get("action") == action})
+def _categories(part: SafetyInPart | None, action: str) -> list[str]:
+    verdicts = part.safety_in if part is not None else []
+    return sorted({v.category for v in verdicts if v.action == action})
 
 
 def _reason(blocked: int, flagged: int, settings: AbuseSettings) -> str:
@@ -86,13 +85,13 @@ class AbuseMonitor:
             return
         p = self._pending.setdefault(rec.rid, _Pending())
         if rec.stage == "gateway":
-            p.key_id = (rec.decision.get("record") or {}).get("key_id")
+            p.key_id = rec.part.key_id if isinstance(rec.part, GatewayPart) else None
         else:
             p.action = rec.decision.get("action")
             p.started_ms = rec.started_ms
             p.flag_is_strike = rec.decision.get("flag_is_strike") is True
             if p.action in ("block", "flag"):
-                p.categories = _categories(rec.decision, p.action)
+                p.categories = _categories(rec.part if isinstance(rec.part, SafetyInPart) else None, p.action)
         while len(self._pending) > 10_000:
             self._pending.popitem(last=False)
         if p.key_id is None or p.action is None:

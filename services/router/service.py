@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from libs.bus import Bus, BusError
-from schemas import ErrorCode, Forward, Heartbeat, RouteDecision, Work, subjects
+from schemas import ErrorCode, Forward, Heartbeat, RouteDecision, RoutePart, Work, subjects
 from services.router.replicas import ReplicaTable, rendezvous
 from services.router.settings import ModelSpec, RouterSettings
 
@@ -93,7 +93,7 @@ class Router:
             reason="; ".join(reasons),
         )
         work.mode = mode  # type: ignore[assignment]
-        return Forward(subject=subjects.TOOLS, work=work, decision={"record": {"route": work.route.model_dump()}})
+        return Forward(subject=subjects.TOOLS, work=work, part=RoutePart(route=work.route))
 
     async def _wait_live(self, model: str) -> list[Heartbeat]:
         deadline = time.monotonic() + self.settings.wait_for_replica_s

@@ -18,7 +18,7 @@ from libs.safety import InputGuard, Verdict, worst_action
 from libs.safety.batcher import ScoreBatcher
 from libs.safety.taxonomy import action_rank
 from libs.safety.tenant import TenantGuards
-from schemas import ErrorCode, InputDecision, SafetyVerdict, StageRecord, Work, subjects
+from schemas import ErrorCode, InputDecision, SafetyInPart, SafetyVerdict, StageRecord, Work, subjects
 from services.safety_in.settings import SafetyInSettings
 
 
@@ -84,7 +84,6 @@ class SafetyIn:
             "action": action,
             # The abuse monitor counts a flag against the key only where the tenant's policy says so.
             "flag_is_strike": work.safety.flag_is_strike,
-            "record": {"safety_in": [v.model_dump() for v in wire], "safety_action": action},
         }
         error = None
         if action == "block":
@@ -100,6 +99,7 @@ class SafetyIn:
                 status="error" if error else "ok",
                 error=error.info() if error else None,
                 decision=decision,
+                part=SafetyInPart(safety_in=wire, safety_action=action),
             )
         )
         if error is not None:

@@ -32,6 +32,8 @@ from schemas import (
     ErrorInfo,
     InputDecision,
     RawChunk,
+    SafetyOutcome,
+    SafetyOutPart,
     SaveTurn,
     SaveTurnAck,
     StageRecord,
@@ -345,23 +347,23 @@ class SafetyOut:
                 decision={
                     "redactions": len(st.redactions),
                     "blocked": blocked,
-                    "record": {
-                        "status": status,
-                        "finish_reason": finish,
-                        "output": st.guard.full_text,
-                        "released": st.answer if st.admitted else "",
-                        "thinking": st.thinking.full_text,
-                        "usage": usage.model_dump(),
-                        "model": work.route.model if work.route else None,
-                        "mode": work.route.mode if work.route else None,
-                        "safety_out": {
-                            "redactions": st.redactions,
-                            "final_check": final,
-                            "blocked": blocked,
-                            "answer_release": work.safety.answer_release,
-                        },
-                    },
                 },
+                part=SafetyOutPart(
+                    status=status,
+                    finish_reason=finish,
+                    output=st.guard.full_text,
+                    released=st.answer if st.admitted else "",
+                    thinking=st.thinking.full_text,
+                    usage=usage,
+                    model=work.route.model if work.route else None,
+                    mode=work.route.mode if work.route else None,
+                    safety_out=SafetyOutcome(
+                        redactions=st.redactions,
+                        final_check=final,
+                        blocked=blocked,
+                        answer_release=work.safety.answer_release,
+                    ),
+                ),
             )
         )
         # Last: this may run in the subscription's own callback, which unsubscribing cancels.

@@ -20,6 +20,7 @@ from schemas import (
     InputDecision,
     SafetyVerdict,
     ToolEvent,
+    ToolsPart,
     ToolSpecs,
     ToolSpecsQuery,
     Work,
@@ -129,15 +130,13 @@ class ToolsStage:
             msgs = [m.model_dump() for m in work.prompt_messages]
             work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
             work.prompt_tokens = self.tokenizer.count(work.prompt)
-        decision = {
-            "planned": [c.name for c in calls],
-            "record": {
-                "tools": [t.model_dump() for t in work.tools],
-                "prompt": work.prompt,
-                "tool_verdicts": [v.model_dump() for v in work.verdicts if v.source == "tool"],
-            },
-        }
-        return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=decision)
+        part = ToolsPart(
+            tools=work.tools,
+            prompt=work.prompt,
+            tool_verdicts=[v for v in work.verdicts if v.source == "tool"],
+        )
+        decision = {"planned": [c.name for c in calls]}
+        return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=decision, part=part)
 
 
 async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:

@@ -21,6 +21,7 @@ from schemas import (
     Sampling,
     SaveTurn,
     SaveTurnAck,
+    StageRecord,
     Turn,
     Work,
     subjects,
@@ -187,8 +188,6 @@ async def test_remember_that_saves_a_fact_for_later_prompts(harness: Harness) ->
 
 
 async def test_stage_record_carries_the_decision(harness: Harness) -> None:
-    from schemas import StageRecord
-
     rid = uuid.uuid4().hex
     w = await harness.assemble(Work(rid=rid, tenant="acme", user="alice", key_id="k", chat_id=rid, text="hello there"))
     assert isinstance(w, Work)
@@ -200,20 +199,24 @@ async def test_stage_record_carries_the_decision(harness: Harness) -> None:
             break
         await asyncio.sleep(0.05)
     assert record is not None and record.rid == rid and record.status == "ok"
-    d = record.decision
+    d = _logged(record)
     assert (d["history_turns"], d["trimmed_turns"], d["prompt_tokens"]) == (0, 0, w.prompt_tokens)
     assert d["record"] == {"prompt": w.prompt, "chat_id": rid, "file_verdicts": []}
     assert d["files"] == [] and d["flagged_files"] == []
 
 
-async def _stage_record(harness: Harness, rid: str) -> dict[str, Any]:
-    from schemas import StageRecord
+def _logged(record: StageRecord) -> dict[str, Any]:
+    """The stage's decision, and under "record" the fields its part gives the request's record."""
+    assert record.part is not None
+    return {**record.decision, "record": record.part.model_dump(mode="json", exclude={"kind"})}
 
+
+async def _stage_record(harness: Harness, rid: str) -> dict[str, Any]:
     for _ in range(100):
         msg = await harness.client.js.get_last_msg(subjects.LOG_STREAM, subjects.log_stage("context"))
         record = StageRecord.model_validate_json(msg.data or b"{}")
         if record.rid == rid:
-            return record.decision
+            return _logged(record)
         await asyncio.sleep(0.05)
     raise AssertionError(f"no context record for {rid}")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from libs.bus import NatsServer
-from schemas import StageRecord, subjects
+from schemas import GatewayPart, StageRecord, subjects
 from tests.services.gateway.harness import Gateway, Responder, gateway
 from tests.services.gateway.sse_client import parse
 
@@ -215,7 +215,8 @@ async def test_stage_record_and_one_trace(gw: Gateway, responder: Responder) -> 
     assert record is not None and record.rid == rid
     assert record.stage == "gateway" and record.tenant == "acme" and record.status == "ok"
     assert record.trace_id == "0af7651916cd43dd8448eb211c80319c"
-    rec = record.decision["record"]
+    assert isinstance(record.part, GatewayPart)
+    rec = record.part.model_dump(mode="json")
     assert rec["api"] == "chat" and rec["client_status"] == "complete" and rec["key_id"].startswith("key_")
     assert rec["request"]["text"] == "hello" and rec["request"]["chat_id"] == "c7"
     assert rec["request"]["sampling"]["seed"] == 11

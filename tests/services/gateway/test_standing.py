@@ -11,7 +11,7 @@ import httpx
 
 from libs.bus import Bus
 from libs.bus.headers import now_ms
-from schemas import StageRecord
+from schemas import GatewayPart, StageRecord
 from services.logger.abuse import start_abuse_monitor
 from tests.services.gateway.harness import Gateway, Responder
 
@@ -29,9 +29,7 @@ async def flagged_request(bus: Bus, key_id: str, action: str) -> str:
         )
     )
     await bus.log_stage(
-        StageRecord(
-            rid=rid, stage="gateway", started_ms=now_ms(), duration_ms=1, decision={"record": {"key_id": key_id}}
-        )
+        StageRecord(rid=rid, stage="gateway", started_ms=now_ms(), duration_ms=1, part=GatewayPart(key_id=key_id))
     )
     return rid
 

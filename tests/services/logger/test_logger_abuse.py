@@ -13,7 +13,7 @@ from libs.bus import Bus, NatsServer
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
 from libs.telemetry import setup_tracing
-from schemas import KeyStanding, StageRecord, subjects
+from schemas import GatewayPart, KeyStanding, SafetyInPart, SafetyVerdict, StageRecord, subjects
 from services.logger.abuse import AbuseSettings, start_abuse_monitor
 
 
@@ -43,7 +43,11 @@ class Monitor:
     async def request(self, key_id: str, action: str, flag_is_strike: bool = False, category: str = "S14") -> str:
         """One request's records as the gateway and safety_in write them; its rid."""
         rid = uuid.uuid4().hex
-        verdicts = [] if action == "allow" else [{"category": category, "score": 0.6, "action": action}]
+        verdicts = (
+            []
+            if action == "allow"
+            else [SafetyVerdict(category=category, score=0.6, action=action, classifier="c", version="1")]  # type: ignore[arg-type]
+        )
         await self.bus.log_stage(
             StageRecord(
                 rid=rid,
@@ -54,14 +58,12 @@ class Monitor:
                 decision={
                     "action": action,
                     "flag_is_strike": flag_is_strike,
-                    "record": {"safety_in": verdicts, "safety_action": action},
                 },
+                part=SafetyInPart(safety_in=verdicts, safety_action=action),
             )
         )
         await self.bus.log_stage(
-            StageRecord(
-                rid=rid, stage="gateway", started_ms=now_ms(), duration_ms=1, decision={"record": {"key_id": key_id}}
-            )
+            StageRecord(rid=rid, stage="gateway", started_ms=now_ms(), duration_ms=1, part=GatewayPart(key_id=key_id))
         )
         return rid
 
