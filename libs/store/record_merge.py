@@ -25,17 +25,13 @@ def merge_stage(record: dict[str, Any], stage: StageRecord) -> dict[str, Any]:
         "started_ms": stage.started_ms,
         "duration_ms": stage.duration_ms,
         "status": stage.status,
-        "decision": {k: v for k, v in stage.decision.items() if k != "record"},
+        "decision": dict(stage.decision),
         "error": stage.error.model_dump(mode="json") if stage.error else None,
     }
     out["stages"] = stages
-    top: dict[str, Any] | None = None
     if stage.part is not None:
         top = stage.part.model_dump(mode="json")
         top.pop("kind", None)
-    elif isinstance(stage.decision.get("record"), dict):  # LEGACY: until every stage sends a part
-        top = dict(stage.decision["record"])
-    if top is not None:
         sources = dict(out.get("sources") or {})
         for k, v in top.items():
             owner = sources.get(k)

@@ -34,10 +34,12 @@ from schemas import (
     DiffSegment,
     ErrorCode,
     LoggedRequest,
+    RecordedRequest,
     ReplayPart,
     ReplayRequest,
     ReplayResult,
     RequestQuery,
+    RequestRecord,
     RequestRecordReply,
     Sampling,
     StageRecord,
@@ -45,6 +47,7 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
+from schemas.records import Text
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
 
@@ -52,25 +55,23 @@ HISTORY_STATUSES = ("complete", "stopped")
 _WORDS = re.compile(r"\S+\s*|\s+")
 
 
-async def _record(gw: Gateway, rid: str) -> dict[str, Any]:
+async def _record(gw: Gateway, rid: str) -> RequestRecord:
     try:
         reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     except BusError as e:
         raise ApiError.from_bus(e) from e
-    return reply.record
+    return RequestRecord.model_validate(reply.record)
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: Any) -> str:
+def _str(value: Text | None) -> str:
+    """Text the record still holds; "" where it holds none, or only a digest of it."""
     return value if isinstance(value, str) else ""
 
 
-def _sampling(record: dict[str, Any], req: ReplayRequest) -> Sampling:
+def _sampling(record: RequestRecord, req: ReplayRequest) -> Sampling:
     # Inference logs the sampling it ran with (after the router's changes); the gateway logs what was asked.
-    base = _dict(record.get("sampling")) or _dict(_dict(record.get("request")).get("sampling"))
+    logged = record.sampling or (record.request.sampling if record.request else None)
+    base = logged.model_dump() if logged is not None else {}
     o = req.overrides
     values = {**base, **{k: v for k, v in o.model_dump().items() if k not in ("model", "mode") and v is not None}}
     try:
@@ -79,26 +80,27 @@ def _sampling(record: dict[str, Any], req: ReplayRequest) -> Sampling:
         raise ApiError(ErrorCode.bad_request, f"invalid sampling overrides: {e.errors()[0]['msg']}") from e
 
 
-async def _history(gw: Gateway, record: dict[str, Any]) -> list[ChatMessage]:
+async def _history(gw: Gateway, record: RequestRecord, request: RecordedRequest) -> list[ChatMessage]:
     """The conversation as the original request saw it: the turns before its own."""
-    request = _dict(record.get("request"))
-    chat_id = request.get("chat_id")
+    chat_id = request.chat_id
     if not chat_id:
-        return [ChatMessage.model_validate(m) for m in request.get("messages") or []]
+        return [ChatMessage.model_validate(m) for m in request.messages]
     try:
         conv = await gw.bus.request(
             subjects.CONVERSATION_GET,
-            ConversationQuery(tenant=record.get("tenant", ""), chat_id=chat_id),
+            ConversationQuery(tenant=record.tenant, chat_id=chat_id),
             ConversationReply,
-            tenant=record.get("tenant", ""),
+            tenant=record.tenant,
         )
     except BusError as e:
         if e.code != ErrorCode.not_found:
             raise ApiError.from_bus(e) from e
         return []  # the conversation was deleted since: replay the message on its own
     turns = conv.turns
-    idx = next((i for i, t in enumerate(turns) if t.rid == record["rid"]), None)
-    before = turns[:idx] if idx is not None else [t for t in turns if t.created_ms < int(record.get("created_ms", 0))]
+    idx = next((i for i, t in enumerate(turns) if t.rid == record.rid), None)
+    # Without its own turn: the turns from before the request began (its first stage's start).
+    began = min((s.started_ms for s in record.stages.values()), default=0)
+    before = turns[:idx] if idx is not None else [t for t in turns if t.created_ms < began]
     out: list[ChatMessage] = []
     for t in before:
         if t.status in HISTORY_STATUSES:
@@ -106,21 +108,21 @@ async def _history(gw: Gateway, record: dict[str, Any]) -> list[ChatMessage]:
     return out
 
 
-async def _work(gw: Gateway, key: ApiKey, rid: str, record: dict[str, Any], req: ReplayRequest) -> tuple[Work, str]:
-    request = _dict(record.get("request"))
-    if not request:
+async def _work(gw: Gateway, key: ApiKey, rid: str, record: RequestRecord, req: ReplayRequest) -> tuple[Work, str]:
+    request = record.request
+    if request is None or not request.model_fields_set:
         raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged request yet (still running?)")
-    route = _dict(record.get("route"))
+    route = record.route
     o = req.overrides
     common: dict[str, Any] = {
         "rid": uuid.uuid4().hex,
-        "tenant": record.get("tenant") or key.tenant,
-        "user": request.get("user") or key.user,
+        "tenant": record.tenant or key.tenant,
+        "user": request.user or key.user,
         "key_id": key.id,
         "api": "replay",
         "chat_id": None,
-        "text": request.get("text") or "",
-        "system": request.get("system"),
+        "text": _str(request.text),
+        "system": request.system if isinstance(request.system, str) else None,
         "sampling": _sampling(record, req),
         "created_ms": H.now_ms(),
         "persist": False,
@@ -130,29 +132,31 @@ async def _work(gw: Gateway, key: ApiKey, rid: str, record: dict[str, Any], req:
     if o.model is not None and o.model not in gw.settings.models:
         raise ApiError(ErrorCode.not_found, f"model {o.model!r} does not exist; GET /v1/models lists them")
     if req.mode == "inference":
-        if record.get("safety_action") == "block" and "inference" not in _dict(record.get("stages")):
+        if record.safety_action == "block" and "inference" not in record.stages:
             # An inference replay skips input safety: it must not hand the model a prompt that was never allowed.
             raise ApiError(
                 ErrorCode.bad_request, f"request {rid} was blocked by input safety; replay it in pipeline mode"
             )
-        prompt = _str(record.get("prompt"))
+        prompt = _str(record.prompt)
         if not prompt:
             raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged prompt to replay")
-        context = _dict(_dict(_dict(record.get("stages")).get("context")).get("decision"))
-        tokens = _dict(record.get("usage")).get("prompt_tokens") or context.get("prompt_tokens")
+        context = record.stages.get("context")
+        tokens = (record.usage.prompt_tokens if record.usage else 0) or (
+            context.decision.get("prompt_tokens") if context else None
+        )
         work = Work(
             **common,
-            model=o.model or record.get("model") or route.get("model") or request.get("model"),
-            mode=o.mode or record.get("mode") or route.get("mode") or request.get("mode"),
+            model=o.model or record.model or (route.model if route else None) or request.model,
+            mode=o.mode or record.mode or (route.mode if route else None) or request.mode,
             prompt=prompt,
             prompt_tokens=tokens if isinstance(tokens, int) else 0,
         )
         return work, subjects.ROUTE
     work = Work(
         **common,
-        messages=await _history(gw, record),
-        model=o.model or request.get("model"),
-        mode=o.mode or request.get("mode"),
+        messages=await _history(gw, record, request),
+        model=o.model or request.model,
+        mode=o.mode or request.mode,
     )
     return work, subjects.CONTEXT
 
@@ -199,15 +203,15 @@ def word_diff(a: str, b: str) -> tuple[str, list[DiffSegment]]:
     return unified, segs
 
 
-async def _replay_record(gw: Gateway, rid: str, timeout_s: float) -> dict[str, Any]:
+async def _replay_record(gw: Gateway, rid: str, timeout_s: float) -> RequestRecord:
     """The replay's own record once inference has logged its raw output (the logger writes a moment later)."""
     deadline = time.monotonic() + timeout_s
-    last: dict[str, Any] = {}
+    last = RequestRecord()
     while time.monotonic() < deadline:
         try:
             reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
-            last = reply.record
-            if "raw_output" in last or last.get("status") == "error":
+            last = RequestRecord.model_validate(reply.record)
+            if last.raw_output is not None or last.status == "error":
                 return last
         except BusError:
             pass
@@ -272,9 +276,10 @@ async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> Repl
         )
     new = await _replay_record(gw, work.rid, 10.0)
     # Token for token: the raw model output (before output redaction) of each; thinking too when present.
-    a = _str(original.get("raw_output")) or _str(original.get("output"))
-    b = _str(new.get("raw_output")) if "raw_output" in new else released
-    matched = a == b and _str(original.get("thinking")) == _str(new.get("thinking", original.get("thinking")))
+    a = _str(original.raw_output) or _str(original.output)
+    b = _str(new.raw_output) if new.raw_output is not None else released
+    thinking = new.thinking if new.thinking is not None else original.thinking
+    matched = a == b and _str(original.thinking) == _str(thinking)
     diff, segs = ("", []) if matched else word_diff(a, b)
     return ReplayResult(
         rid=work.rid,
@@ -290,6 +295,7 @@ async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> Repl
         diff=diff,
         segments=segs,
         usage=final.usage.model_dump() if final is not None and final.usage else {},
-        original_usage=_dict(original.get("usage")),
+        # As logged: the counts it reported, no defaults filled in.
+        original_usage=original.usage.model_dump(exclude_unset=True) if original.usage else {},
         duration_ms=(time.perf_counter() - t0) * 1000,
     )

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from libs.bus import BusError
 from libs.bus.headers import now_ms
 from libs.store.keys import ApiKey
-from schemas import ErrorCode, Feedback, RequestQuery, RequestRecordReply, subjects
+from schemas import ErrorCode, Feedback, RequestQuery, RequestRecord, RequestRecordReply, subjects
 from schemas.records import LOG_FEEDBACK
 from services.gateway.auth import authenticate
 from services.gateway.body import read_json
@@ -61,7 +61,7 @@ async def own_request(gw: Gateway, key: ApiKey, rid: str) -> None:
                 await asyncio.sleep(0.2)
                 continue
             break
-        if reply.record.get("tenant") == key.tenant:
+        if RequestRecord.model_validate(reply.record).tenant == key.tenant:
             return
         break
     raise ApiError(ErrorCode.not_found, f"request {rid!r} not found")

@@ -6,7 +6,21 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from libs.store.records import RecordStore, merge_stage, requests, spans
-from schemas import ErrorCode, ErrorInfo, Feedback, RequestListQuery, SpanBatch, SpanRecord, StageRecord
+from schemas import (
+    ContextPart,
+    ErrorCode,
+    ErrorInfo,
+    Feedback,
+    GatewayPart,
+    LoggedRequest,
+    ReplayPart,
+    RequestListQuery,
+    SafetyOutPart,
+    SpanBatch,
+    SpanRecord,
+    StageRecord,
+    Usage,
+)
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 
@@ -19,25 +33,23 @@ def _stage(rid: str, stage: str, start: int, dur: float, **kw: Any) -> StageReco
 
 def _pipeline(rid: str, t0: int = 1_000) -> list[StageRecord]:
     return [
-        _stage(rid, "gateway", t0, 900.0, decision={"record": {"api": "chat", "request": {"text": "hi"}}}),
+        _stage(rid, "gateway", t0, 900.0, part=GatewayPart(api="chat", request=LoggedRequest(text="hi"))),
         _stage(
-            rid, "context", t0 + 5, 3.0, decision={"prompt_tokens": 12, "record": {"prompt": "<p>", "chat_id": "c1"}}
+            rid, "context", t0 + 5, 3.0, decision={"prompt_tokens": 12}, part=ContextPart(prompt="<p>", chat_id="c1")
         ),
         _stage(
             rid,
             "safety_out",
             t0 + 20,
             880.0,
-            decision={
-                "redactions": 0,
-                "record": {
-                    "status": "complete",
-                    "output": "hello",
-                    "usage": {"prompt_tokens": 12, "cached_tokens": 8, "completion_tokens": 3, "ttft_ms": 41.5},
-                    "finish_reason": "stop",
-                    "model": "smollm2-135m",
-                },
-            },
+            decision={"redactions": 0},
+            part=SafetyOutPart(
+                status="complete",
+                output="hello",
+                usage=Usage(prompt_tokens=12, cached_tokens=8, completion_tokens=3, ttft_ms=41.5),
+                finish_reason="stop",
+                model="smollm2-135m",
+            ),
         ),
     ]
 
@@ -135,7 +147,7 @@ async def test_list_filters_newest_first(engine: AsyncEngine) -> None:
     assert [s.rid for s in window[0]] == ["q2", "q1"]
     assert [s.rid for s in (await store.list_requests(RequestListQuery(status="running")))[0]] == ["z1"]
     assert len((await store.list_requests(RequestListQuery(model="smollm2-135m", limit=100)))[0]) == 7
-    replay = _stage("q7", "gateway", 20_000, 1.0, decision={"record": {"api": "replay", "replay_of": "q3"}})
+    replay = _stage("q7", "gateway", 20_000, 1.0, part=ReplayPart(api="replay", replay_of="q3"))
     await store.apply([replay])
     replays, _ = await store.list_requests(RequestListQuery(replay_of="q3"))
     assert [(s.rid, s.api, s.replay_of) for s in replays] == [("q7", "replay", "q3")]

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import TypeAdapter
 
 from libs.bus import Bus, NatsServer
 from libs.bus.headers import now_ms
@@ -19,6 +20,7 @@ from schemas import (
     ChatEvent,
     ConversationQuery,
     ConversationReply,
+    StagePart,
     StageRecord,
     Turn,
     Usage,
@@ -59,10 +61,9 @@ class Pipeline:
 
 
 async def log(bus: Bus, rid: str, tenant: str, stage: str, **record: Any) -> None:
+    part = TypeAdapter(StagePart).validate_python({"kind": stage, **record})
     await bus.log_stage(
-        StageRecord(
-            rid=rid, stage=stage, tenant=tenant, started_ms=now_ms(), duration_ms=3.0, decision={"record": record}
-        )
+        StageRecord(rid=rid, stage=stage, tenant=tenant, started_ms=now_ms(), duration_ms=3.0, part=part)
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 from libs.store.db import make_engine
 from libs.store.records import RecordStore
 from libs.store.sql import now_ms
-from schemas import StageRecord
+from schemas import SafetyOutPart, StageRecord
 from services.logger.service import purge_once
 from services.logger.settings import LoggerSettings
 
@@ -21,7 +21,7 @@ def _rec(rid: str, started_ms: int, tenant: str = "acme") -> StageRecord:
         tenant=tenant,
         started_ms=started_ms,
         duration_ms=1.0,
-        decision={"record": {"status": "complete", "output": f"answer {rid}", "prompt": "p"}},
+        part=SafetyOutPart(status="complete", output=f"answer {rid}"),
     )
 
 
@@ -58,7 +58,8 @@ async def test_export_pages_stay_under_the_message_size(tmp_path: Path, monkeypa
     big = "x" * 1000
     for i in range(7):
         rec = _rec(f"r{i}", 1_000 + i)
-        rec.decision["record"]["output"] = big
+        assert isinstance(rec.part, SafetyOutPart)
+        rec.part.output = big
         await store.apply([rec])
     admin = service.Admin(store)
     seen: list[str] = []

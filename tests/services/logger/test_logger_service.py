@@ -15,17 +15,22 @@ from libs.store.db import make_engine
 from libs.store.records import RecordStore
 from libs.telemetry import setup_tracing
 from schemas import (
+    ContextPart,
     ErrorCode,
     Feedback,
     FeedbackList,
     FeedbackQuery,
+    GatewayPart,
+    LoggedRequest,
     RequestList,
     RequestListQuery,
     RequestQuery,
     RequestRecordReply,
+    SafetyOutPart,
     SpanBatch,
     SpanRecord,
     StageRecord,
+    Usage,
     subjects,
 )
 from schemas.records import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
@@ -102,7 +107,7 @@ async def test_records_published_while_down_are_written_once(nats_server: NatsSe
     rids = [f"down-{uuid.uuid4().hex[:8]}-{i}" for i in range(25)]
     for rid in rids:
         await client.log_stage(_record(rid))
-        await client.log_stage(_record(rid, "context", decision={"record": {"prompt": "p"}}))
+        await client.log_stage(_record(rid, "context", part=ContextPart(prompt="p")))
     # Same Nats-Msg-Id (`rid:stage`): JetStream keeps one copy.
     await client.log_stage(_record(rids[0]))
 
@@ -179,24 +184,24 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
             rid=rid,
             stage="gateway",
             duration_ms=50.0,
-            decision={"record": {"api": "openai", "request": {"n": 1}}},
+            part=GatewayPart(api="openai", request=LoggedRequest(text="hi")),
             **base,
         ),  # type: ignore[arg-type]
         StageRecord(
-            rid=rid, stage="context", duration_ms=2.0, decision={"prompt_tokens": 9, "record": {"prompt": "P"}}, **base
+            rid=rid,
+            stage="context",
+            duration_ms=2.0,
+            decision={"prompt_tokens": 9},
+            part=ContextPart(prompt="P"),
+            **base,
         ),  # type: ignore[arg-type]
         StageRecord(
             rid=rid,
             stage="safety_out",
             duration_ms=40.0,
-            decision={
-                "record": {
-                    "status": "complete",
-                    "output": "hi",
-                    "usage": {"prompt_tokens": 9, "completion_tokens": 2},
-                    "model": "m1",
-                }
-            },
+            part=SafetyOutPart(
+                status="complete", output="hi", usage=Usage(prompt_tokens=9, completion_tokens=2), model="m1"
+            ),
             **base,  # type: ignore[arg-type]
         ),
     ]
