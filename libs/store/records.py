@@ -1,12 +1,13 @@
 """Request records, spans and feedback, written by the logger from JetStream `LOG`.
 
 A request's record is one JSON document keyed by rid, merged from every stage's StageRecord:
-`stages[<stage>]` holds that stage's timing, status and decision, and each decision's `record` dict is
-merged into the top level (gateway: api and request; context: prompt; tools: the final prompt;
-safety_out: status, output, usage, model). When two stages set the same key, the later stage of the
-pipeline wins whatever the arrival order (`sources` remembers who set each key), so a record rebuilt
-from a redelivered stream is the same record. Merging is idempotent, so a redelivered message changes
-nothing. A few fields are copied into columns so the console can filter without parsing JSON.
+`stages[<stage>]` holds that stage's timing, status and decision, and the fields of its typed part
+(`schemas.records.StagePart`) are merged into the top level (gateway: api and request; context: prompt;
+tools: the final prompt; safety_out: status, output, usage, model). When two stages set the same key,
+the later stage of the pipeline wins whatever the arrival order (`sources` remembers who set each key),
+so a record rebuilt from a redelivered stream is the same record. Merging is idempotent, so a
+redelivered message changes nothing. A few fields are copied into columns so the console can filter
+without parsing JSON.
 
 Tenants listed in `no_raw_text_tenants` never have raw text written: their records are scrubbed before
 the write. `purge_text` does the same to every record older than the retention cutoff.
