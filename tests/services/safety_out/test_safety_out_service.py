@@ -22,6 +22,7 @@ from schemas import (
     StreamOpen,
     StreamOpenAck,
     TenantSafety,
+    TokenLogprob,
     Usage,
     Work,
     subjects,
@@ -202,3 +203,20 @@ async def test_nothing_is_shown_before_input_safety_admits_and_a_blocked_message
     assert end.type == "error" and end.error is not None and end.error.code == "policy_violation"
     assert client.text == "" and [e.type for e in client.events] == ["error"]
     assert rid not in rig.saved
+
+
+async def test_logprobs_go_out_only_with_an_answer_left_as_written(rig: Rig) -> None:
+    usage = Usage(prompt_tokens=3, completion_tokens=4)
+    lps = [TokenLogprob(token=" Water", logprob=-0.5), TokenLogprob(token=" daily.", logprob=-1.25)]
+    rid, client, seq = await rig.open()
+    await rig.chunk(rid, seq, " Water daily.")
+    await rig.chunk(rid, seq, finished=True, finish_reason="stop", usage=usage, logprobs=lps)
+    done = await client.until_end()
+    assert done.type == "done" and done.logprobs == lps
+    # A redacted answer: its log probabilities would spell out what was redacted, so none go out.
+    rid, client, seq = await rig.open()
+    await rig.chunk(rid, seq, "Call +1 (555) 123-4567 now.")
+    secret = [TokenLogprob(token=" 555", logprob=-0.1)]
+    await rig.chunk(rid, seq, finished=True, finish_reason="stop", usage=usage, logprobs=secret)
+    done = await client.until_end()
+    assert done.type == "done" and done.logprobs is None and "555" not in client.text
