@@ -1,122 +1,55 @@
-"""The TensorRT-LLM adapter against a small fake of the documented LLM API."""
+"""The TensorRT-LLM adapter against fake_tensorrt_llm, a fake that raises where the real library raises.
+
+One test per point of issue 19 (numbered as there); each checks the fake's behaviour and the adapter's."""
 
 import asyncio
-import sys
-import types
-from dataclasses import dataclass, field
-from typing import Any
+import json
+import threading
 
 import pytest
 
-from libs.engine import Constraint, EngineConfig, SamplingParams, create_engine
+from libs.engine import EngineConfig, SamplingParams, create_engine
+from libs.engine.trtllm import kv_cache_max_tokens
+from tests.engine.fake_tensorrt_llm import LLM, KvCacheConfig, install
+from tests.engine.fake_tensorrt_llm import SamplingParams as TrtSamplingParams
+
+# SmolLM2-135M's shape, as `python -m cli export-hf` writes it.
+HF_CONFIG = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 2
 
 
-@dataclass
-class FakeCompletion:
-    index: int = 0
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
-    _last_token_ids_len: int = 0
+class DirTokenizer:
+    """The tokenizer the library would load from the checkpoint (ours, in its interface)."""
 
-    @property
-    def token_ids_diff(self) -> list[int]:
-        return self.token_ids[self._last_token_ids_len :]
+    def __init__(self, tok) -> None:
+        self._tok = tok
+        self.eos_token_id = tok.eos_token_id
 
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text)
 
-class FakeRequestOutput:
-    """Mimics tensorrt_llm's streaming RequestOutput: async-iterable, abortable."""
-
-    def __init__(self, prompt: list[int], script: list[int], max_tokens: int) -> None:
-        self.prompt_token_ids = prompt
-        self.outputs = [FakeCompletion()]
-        self.finished = False
-        self.cached_tokens = 16
-        self._script = script[:max_tokens]
-        self._max = max_tokens
-        self.aborted = False
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def __aiter__(self):
-        return self._gen()
-
-    async def _gen(self):
-        comp = self.outputs[0]
-        for tok in self._script:
-            await asyncio.sleep(0)
-            if self.aborted:
-                self.finished = True
-                comp.finish_reason = "cancelled"
-                yield self
-                return
-            comp._last_token_ids_len = len(comp.token_ids)
-            comp.token_ids.append(tok)
-            if len(comp.token_ids) == self._max:
-                self.finished = True
-                comp.finish_reason = "length"
-            yield self
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
 
 
-class FakeLLM:
-    instances: list["FakeLLM"] = []
-    script: list[int] = []
-
-    def __init__(self, model, kv_cache_config=None, **kwargs) -> None:
-        self.model = model
-        self.kv_cache_config = kv_cache_config
-        self.kwargs = kwargs
-        self.requests: list[FakeRequestOutput] = []
-        self.params: list[FakeSamplingParams] = []
-        FakeLLM.instances.append(self)
-
-    def generate_async(self, inputs, sampling_params=None, streaming=False):
-        assert streaming
-        out = FakeRequestOutput(list(inputs), FakeLLM.script, sampling_params.max_tokens)
-        self.params.append(sampling_params)
-        self.requests.append(out)
-        return out
-
-
-@dataclass
-class FakeSamplingParams:
-    max_tokens: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int | None = None
-    seed: int | None = None
-    stop: list[str] | None = None
-    guided_decoding: Any = None
-
-
-@dataclass
-class FakeGuidedDecodingParams:
-    json: str | None = None
-    regex: str | None = None
-    grammar: str | None = None
-    json_object: bool = False
-
-
-@dataclass
-class FakeKvCacheConfig:
-    enable_block_reuse: bool = True
+@pytest.fixture
+def hf_dir(tmp_path, tokenizer):
+    d = tmp_path / "hf"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**HF_CONFIG, "vocab_size": tokenizer.vocab_size}))
+    return d
 
 
 @pytest.fixture
 def fake_trt(monkeypatch, tokenizer):
-    mod = types.ModuleType("tensorrt_llm")
-    mod.LLM = FakeLLM
-    mod.SamplingParams = FakeSamplingParams
-    api = types.ModuleType("tensorrt_llm.llmapi")
-    api.KvCacheConfig = FakeKvCacheConfig
-    api.GuidedDecodingParams = FakeGuidedDecodingParams
-    mod.llmapi = api
-    monkeypatch.setitem(sys.modules, "tensorrt_llm", mod)
-    monkeypatch.setitem(sys.modules, "tensorrt_llm.llmapi", api)
-    FakeLLM.instances.clear()
-    FakeLLM.script = tokenizer.encode("Hello there, friend. STOP here and more words follow")
+    mod = install(monkeypatch)
+    LLM.script = tokenizer.encode("Hello there, friend. STOP here and more words follow")
+    LLM.directory_tokenizer = DirTokenizer(tokenizer)
     return mod
+
+
+def _engine(hf_dir, **overrides):
+    return create_engine(EngineConfig(kind="tensorrt_llm", trtllm_model=str(hf_dir), **overrides))
 
 
 async def _collect(eng, rid, prompt, params):
@@ -128,63 +61,171 @@ async def _collect(eng, rid, prompt, params):
     return chunks
 
 
-async def test_streams_usage_and_block_reuse(fake_trt):
-    eng = create_engine(EngineConfig(kind="tensorrt_llm"))
+async def test_streams_text_and_usage(fake_trt, hf_dir):
+    eng = _engine(hf_dir)
     await eng.start()
-    llm = FakeLLM.instances[0]
-    assert llm.kv_cache_config.enable_block_reuse is True
     chunks = await _collect(eng, "t1", "<|im_start|>user\nhi<|im_end|>\n", SamplingParams(max_tokens=4))
     final = chunks[-1]
     assert final.finish_reason == "length"
     assert sum(len(c.token_ids) for c in chunks) == 4
     assert "".join(c.text for c in chunks) == "Hello there, friend"
-    assert final.usage is not None and final.usage.cached_tokens == 16 and final.usage.completion_tokens == 4
+    assert final.usage is not None and final.usage.completion_tokens == 4
     await eng.stop()
 
 
-async def test_stop_string_does_not_leak_and_aborts(fake_trt):
-    eng = create_engine(EngineConfig(kind="tensorrt_llm"))
+async def test_1_llm_takes_only_arguments_it_knows(fake_trt, hf_dir):
+    with pytest.raises(ValueError, match="invalid argument: max_num_seqs"):
+        LLM(model=str(hf_dir), max_num_seqs=8)
+    eng = _engine(hf_dir, max_num_seqs=8)
+    await eng.start()
+    args = LLM.instances[-1].args
+    assert (args.max_batch_size, args.enable_iter_perf_stats, args.return_perf_metrics) == (8, True, True)
+    await eng.stop()
+
+
+async def test_2_prompt_longer_than_max_num_tokens(fake_trt, hf_dir):
+    llm = LLM(model=str(hf_dir), max_num_tokens=512)
+    with pytest.raises(ValueError, match="max_num_tokens"):
+        llm.generate_async(list(range(600)), TrtSamplingParams(end_id=2), streaming=True)
+    eng = _engine(hf_dir, max_num_batched_tokens=512)
+    await eng.start()
+    assert LLM.instances[-1].args.enable_chunked_prefill is True
+    chunks = await _collect(eng, "long", [5] * 600, SamplingParams(max_tokens=3))
+    assert chunks[-1].finish_reason == "length"
+    await eng.stop()
+
+
+async def test_3_kv_cache_capped_by_our_budget(fake_trt, hf_dir):
+    with pytest.raises(ValueError):
+        KvCacheConfig(enable_block_reuse=True, max_blocks=10)
+    with pytest.raises(ValueError):
+        KvCacheConfig(free_gpu_memory_fraction=1.5)
+    assert KvCacheConfig().free_gpu_memory_fraction == 0.9 and KvCacheConfig().max_tokens is None
+    eng = _engine(hf_dir, kv_cache_bytes=256 << 20, enable_prefix_caching=False)
+    await eng.start()
+    kv = LLM.instances[-1].args.kv_cache_config
+    assert kv.max_tokens == (256 << 20) // KV_BYTES_PER_TOKEN and kv.enable_block_reuse is False
+    await eng.stop()
+    cfg = EngineConfig(num_blocks=4096, block_size=16)
+    assert kv_cache_max_tokens(cfg, HF_CONFIG, 8192) == 4096 * 16
+
+
+async def test_4_model_must_be_our_checkpoint_directory(fake_trt, hf_dir, tmp_path, model_path):
+    with pytest.raises(ValueError, match="GGUF"):
+        LLM(model=model_path)
+    with pytest.raises(OSError, match="Hub"):
+        LLM(model="HuggingFaceTB/SmolLM2-135M-Instruct")
+    for model in (None, model_path, "HuggingFaceTB/SmolLM2-135M-Instruct", str(tmp_path)):
+        with pytest.raises(ValueError, match="export-hf"):
+            await create_engine(EngineConfig(kind="tensorrt_llm", trtllm_model=model)).start()
+    (hf_dir / "config.json").write_text(json.dumps({**HF_CONFIG, "vocab_size": 32000}))
+    with pytest.raises(ValueError, match="not our model"):
+        await _engine(hf_dir).start()
+    assert LLM.instances == []  # refused before the library loaded anything
+
+
+async def test_5_sampling_params_validate_and_mean_what_we_mean(fake_trt, hf_dir, tokenizer):
+    with pytest.raises(TypeError):
+        TrtSamplingParams(32)  # keyword-only
+    for bad in ({"top_p": 1.5}, {"temperature": -0.5}, {"top_k": -1}, {"n": 2, "best_of": 1}):
+        with pytest.raises(ValueError):
+            TrtSamplingParams(**bad)
+    d = TrtSamplingParams()
+    assert (d.temperature, d.top_p, d.top_k, d.seed, d.max_tokens, d.ignore_eos) == (None, None, None, None, 32, False)
+    eng = _engine(hf_dir)
+    await eng.start()
+    await _collect(eng, "g", [1, 2, 3], SamplingParams(max_tokens=2))
+    await _collect(eng, "s1", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.7, top_p=0.9))
+    await _collect(eng, "s2", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.7, ignore_eos=True))
+    greedy, s1, s2 = (r.sampling_params for r in LLM.instances[-1].requests)
+    assert greedy.greedy and greedy.temperature is None and greedy.end_id == tokenizer.eos_token_id
+    assert (s1.temperature, s1.top_p, s1.top_k) == (0.7, 0.9, None) and not s1.greedy
+    assert isinstance(s1.seed, int) and s1.seed != s2.seed and s2.ignore_eos
+    # A value the library refuses ends the request with an error, not an exception.
+    chunks = await _collect(eng, "bad", [1, 2, 3], SamplingParams(temperature=0.7, top_p=1.5))
+    assert chunks[-1].finish_reason == "error" and eng.metrics().running == 0
+    await eng.stop()
+
+
+async def test_6_stop_strings_are_applied_here_once(fake_trt, hf_dir, tokenizer):
+    llm = LLM(model=str(hf_dir))
+    with pytest.raises(RuntimeError, match="not processed by tokenizer"):
+        llm.generate_async([1, 2], TrtSamplingParams(end_id=2, stop=["STOP"]), streaming=True)
+    # The library's own stop: the stop word's ids leave token_ids after they were counted as new.
+    out = llm.generate_async([1, 2], TrtSamplingParams(stop=[" STOP"], max_tokens=50), streaming=True)
+    diffs = [list(o.outputs[0].token_ids_diff) async for o in out]
+    assert out.outputs[0].stop_reason == " STOP" and diffs[-1] == []
+    assert tokenizer.decode(out.outputs[0].token_ids) == "Hello there, friend."
+    llm.shutdown()
+
+    eng = _engine(hf_dir)
     await eng.start()
     chunks = await _collect(eng, "t2", [1, 2, 3], SamplingParams(max_tokens=50, stop=["STOP"]))
+    req = LLM.instances[-1].requests[0]
+    assert req.sampling_params.stop is None and req.aborted()
     assert chunks[-1].finish_reason == "stop"
     assert "".join(c.text for c in chunks) == "Hello there, friend. "
-    assert FakeLLM.instances[0].requests[0].aborted
+    assert chunks[-1].usage.completion_tokens == sum(len(c.token_ids) for c in chunks)
     await eng.stop()
 
 
-async def test_cancel(fake_trt):
-    eng = create_engine(EngineConfig(kind="tensorrt_llm"))
+async def test_7_cancel_from_another_thread_ends_cancelled(fake_trt, hf_dir):
+    eng = _engine(hf_dir)
     await eng.start()
+    loop_thread = threading.get_ident()
     chunks = []
     async for c in eng.generate("t3", [1, 2, 3], SamplingParams(max_tokens=50)):
         chunks.append(c)
         if len(chunks) == 2:
-            eng.cancel("t3")
+            t = threading.Thread(target=eng.cancel, args=("t3",))
+            t.start()
+            t.join()
         if c.finished:
             break
-    assert chunks[-1].finish_reason == "cancelled"
-    assert FakeLLM.instances[0].requests[0].aborted
+    req = LLM.instances[-1].requests[0]
+    assert chunks[-1].finish_reason == "cancelled" and req.outputs[0].finish_reason == "cancelled"
+    assert req.aborted() and set(req.abort_threads) == {loop_thread}
     assert eng.metrics().running == 0
+    # Cancelled before generate() ran: never submitted.
+    eng.cancel("early")
+    chunks = await _collect(eng, "early", [1, 2, 3], SamplingParams(max_tokens=5))
+    assert chunks[-1].finish_reason == "cancelled" and len(LLM.instances[-1].requests) == 1
     await eng.stop()
 
 
-async def test_response_formats_go_to_guided_decoding(fake_trt):
-    eng = create_engine(EngineConfig(kind="tensorrt_llm"))
+async def test_8_executor_errors_and_shutdown_end_the_request(fake_trt, hf_dir):
+    eng = _engine(hf_dir)
     await eng.start()
-    assert FakeLLM.instances[-1].kwargs["guided_decoding_backend"] == "xgrammar"
-    cases = [
-        (Constraint("json_object"), FakeGuidedDecodingParams(json_object=True)),
-        (Constraint("json_schema", '{"type": "object"}'), FakeGuidedDecodingParams(json='{"type": "object"}')),
-        (Constraint("regex", "[0-9]+"), FakeGuidedDecodingParams(regex="[0-9]+")),
-        (Constraint("choice", '["yes", "no"]'), FakeGuidedDecodingParams(grammar='root ::= "yes" | "no"')),
-    ]
-    for i, (c, want) in enumerate(cases):
-        await _collect(eng, f"g{i}", "hi", SamplingParams(max_tokens=4, constraint=c))
-        assert FakeLLM.instances[-1].params[-1].guided_decoding == want
-    # A tool call's grammar starts inside the forced opening: only the opening applies here.
-    await _collect(eng, "t", "hi", SamplingParams(max_tokens=4, constraint=Constraint("tools", "{}")))
-    assert FakeLLM.instances[-1].params[-1].guided_decoding is None
-    # What the LLM API cannot take is refused, not dropped.
-    final = (await _collect(eng, "lb", "hi", SamplingParams(max_tokens=4, logit_bias={5: 1.0})))[-1]
-    assert final.finish_reason == "error"
+    LLM.fail_after = 2
+    chunks = await _collect(eng, "boom", [1, 2, 3], SamplingParams(max_tokens=10))
+    assert [c.finish_reason for c in chunks] == [None, None, "error"]
+    assert chunks[-1].usage.completion_tokens == 2 and eng.metrics().running == 0
+    LLM.fail_after = None
+    llm = LLM.instances[-1]
+    llm.shutdown()
+    with pytest.raises(RuntimeError, match="shutting down"):
+        llm.generate_async([1], TrtSamplingParams(end_id=2))
+    chunks = await _collect(eng, "late", [1, 2, 3], SamplingParams(max_tokens=10))
+    assert chunks[-1].finish_reason == "error" and eng.metrics().running == 0
+    await eng.stop()
+
+
+async def test_9_cached_tokens_timings_and_engine_stats(fake_trt, hf_dir):
+    eng = _engine(hf_dir)
+    await eng.start()
+    llm = LLM.instances[-1]
+    prompt = list(range(100, 200))
+    out = llm.generate_async(prompt, TrtSamplingParams(end_id=2, max_tokens=2), streaming=True)
+    assert out.cached_tokens == 0  # until the first response
+    async for _ in out:
+        pass
+    chunks = await _collect(eng, "again", prompt, SamplingParams(max_tokens=3))
+    usage = chunks[-1].usage
+    assert usage.cached_tokens == 96  # three whole 32-token blocks of the earlier prompt
+    assert usage.ttft_s is not None and usage.ttft_s >= 0 and usage.tpot_s is not None
+    await asyncio.wait_for(llm.stats_drained.wait(), 10)  # the adapter applies each stat as it takes it
+    m = eng.metrics()
+    assert m.prefix_cache_hits_tokens == 96 and m.prefix_cache_queries_tokens == 100
+    assert m.kv_blocks_free + m.kv_blocks_used == kv_cache_max_tokens(EngineConfig(), HF_CONFIG, 8192) // 32
+    assert m.steps > 0 and m.max_batch_size_seen >= 1
     await eng.stop()
