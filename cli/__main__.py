@@ -1,4 +1,4 @@
-"""`switchyard run | status | keys ... | replay ... | export ...`"""
+"""`switchyard run | status | keys ... | replay ... | export ... | export-hf DIR`"""
 
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("keys", help="create, list and revoke API keys", add_help=False)
     sub.add_parser("replay", help="replay logged requests and report changed outputs", add_help=False)
     sub.add_parser("export", help="write logged requests or preference pairs as JSONL", add_help=False)
+    sub.add_parser("export-hf", help="write a Hugging Face checkpoint directory from the GGUF", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.cmd == "run":
         return run(args)
@@ -110,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         from cli.export import main as export_main
 
         return export_main(rest)
+    if args.cmd == "export-hf":
+        from cli.export_hf import main as export_hf_main
+
+        return export_hf_main(rest)
     return 2
 
 
