@@ -5,6 +5,8 @@
 1. Greedy agreement: the same prompts through the CPU engine (fp32) and the CUDA engine
    (fp32, then the bf16 that `auto` picks on a GPU); token-identical prefixes are counted.
 2. TTFT, TPOT and aggregate output tokens/s at each stream count on CUDA.
+3. With --trtllm-model DIR (default SWITCHYARD_TRTLLM_MODEL) and `tensorrt_llm` importable: the
+   TensorRT-LLM adapter on the checkpoint `python -m cli export-hf DIR` wrote, the same two checks.
 
 Written for a lent GPU machine (the project's CI has none); it exits with a note where torch
 sees no CUDA device.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime as dt
 import os
 import statistics
@@ -46,8 +49,8 @@ async def _run(eng: Any, rid: str, prompt: str, max_tokens: int, ignore_eos: boo
     return ids, usage
 
 
-async def greedy(device: str, dtype: str, max_tokens: int) -> list[list[int]]:
-    eng = create_engine(EngineSettings().apply(EngineConfig(device=device, dtype=dtype)))
+async def greedy(config: EngineConfig, max_tokens: int) -> list[list[int]]:
+    eng = create_engine(EngineSettings().apply(config))
     await eng.start()
     tok = eng.tokenizer
     outs = [
@@ -67,8 +70,8 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-async def speed(dtype: str, streams: list[int], max_tokens: int) -> dict[int, dict[str, float]]:
-    eng = create_engine(EngineSettings().apply(EngineConfig(device="cuda", dtype=dtype, max_num_seqs=max(streams))))
+async def speed(config: EngineConfig, streams: list[int], max_tokens: int) -> dict[int, dict[str, float]]:
+    eng = create_engine(EngineSettings().apply(dataclasses.replace(config, max_num_seqs=max(streams))))
     await eng.start()
     tok = eng.tokenizer
     prompt = [
@@ -97,13 +100,23 @@ def main() -> int:
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--streams", default="1,32,128")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--trtllm-model", default=EngineSettings().trtllm_model, help="HF checkpoint directory")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure")
         return 0
     streams = [int(s) for s in args.streams.split(",")]
-    cpu = asyncio.run(greedy("cpu", "fp32", 32))
-    agree = {d: asyncio.run(greedy("cuda", d, 32)) for d in ("fp32", "bf16")}
+    cpu = asyncio.run(greedy(EngineConfig(device="cpu", dtype="fp32"), 32))
+    configs = {d: EngineConfig(device="cuda", dtype=d) for d in ("bf16", "fp32")}
+    trt_note = ""
+    if args.trtllm_model:
+        try:
+            import tensorrt_llm  # noqa: F401
+        except ImportError as e:
+            trt_note = f"- TensorRT-LLM skipped: `import tensorrt_llm` failed ({e})"
+        else:
+            configs["tensorrt_llm"] = EngineConfig(kind="tensorrt_llm", trtllm_model=args.trtllm_model)
+    agree = {d: asyncio.run(greedy(c, 32)) for d, c in configs.items()}
     lines = [
         MARK_BEGIN,
         "## Native engine on CUDA",
@@ -111,18 +124,19 @@ def main() -> int:
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; GPU: {torch.cuda.get_device_name(0)}; "
         f"torch {torch.__version__}",
         f"- command: `python bench/gpu_check.py {' '.join(sys.argv[1:])}`",
+        *([trt_note] if trt_note else []),
         "",
         "Greedy agreement with the CPU engine (fp32), 32 tokens per prompt: identical leading tokens / 32",
         "",
-        "| CUDA weights | " + " | ".join(f"prompt {i + 1}" for i in range(len(PROMPTS))) + " |",
+        "| CUDA weights (or engine) | " + " | ".join(f"prompt {i + 1}" for i in range(len(PROMPTS))) + " |",
         "|---|" + "---|" * len(PROMPTS),
     ]
     for d, outs in agree.items():
         lines.append(f"| {d} | " + " | ".join(str(common_prefix(a, b)) for a, b in zip(cpu, outs, strict=True)) + " |")
     lines += ["", f"Speed ({args.max_tokens} new tokens per stream, EOS ignored):", ""]
     lines += ["| weights | streams | aggregate tok/s | median TTFT ms | median TPOT ms |", "|---|---|---|---|---|"]
-    for d in ("bf16", "fp32"):
-        for s, r in asyncio.run(speed(d, streams, args.max_tokens)).items():
+    for d, config in configs.items():
+        for s, r in asyncio.run(speed(config, streams, args.max_tokens)).items():
             lines.append(f"| {d} | {s} | {r['tok_s']:.0f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} |")
     lines += [MARK_END, ""]
     section = "\n".join(lines)
