@@ -277,7 +277,8 @@ class InferencePart(OnlySet):
 class SafetyOutcome(BaseModel):
     redactions: list[dict[str, Any]] = Field(default_factory=list)
     final_check: list[dict[str, Any]] = Field(default_factory=list)
-    blocked: bool = False
+    # The category that stopped the answer; None when nothing did.
+    blocked: str | None = None
     answer_release: str = "stream"
 
 
@@ -309,16 +310,8 @@ class LoggedRequest(OnlySet):
 
     @classmethod
     def of(cls, work: Work) -> LoggedRequest:
-        return cls(
-            text=work.text,
-            chat_id=work.chat_id,
-            model=work.model,
-            mode=work.mode,
-            system=work.system,
-            messages=work.messages,
-            sampling=work.sampling,
-            user=work.user,
-        )
+        # Every field is the `Work` field of that name, and every one is set (so every one is logged).
+        return cls(**{name: getattr(work, name) for name in cls.model_fields})
 
 
 class GatewayOutcome(BaseModel):

@@ -10,6 +10,9 @@ from schemas import (
     RequestRecord,
     RouteDecision,
     RoutePart,
+    SafetyInPart,
+    SafetyOutcome,
+    SafetyOutPart,
     Sampling,
     StagePart,
     StageRecord,
@@ -60,3 +63,12 @@ def test_the_record_reads_back_typed_and_scrubbed() -> None:
     assert not isinstance(hidden.prompt, str) and hidden.prompt is not None and hidden.prompt.chars == 1
     summary = summarize(rec)
     assert summary["mode"] == "reasoning" and summary["prompt_tokens"] is None and summary["status"] == "running"
+
+
+def test_an_answer_stopped_by_output_safety_summarizes_as_a_block() -> None:
+    stopped = SafetyOutPart(status="error", safety_out=SafetyOutcome(blocked="violence"))
+    rec = merge_stage(
+        merge_stage({}, _stage("safety_in", SafetyInPart(safety_action="allow"))), _stage("safety_out", stopped)
+    )
+    assert rec["safety_out"]["blocked"] == "violence"
+    assert summarize(rec)["safety_action"] == "block" and summarize(rec)["status"] == "error"

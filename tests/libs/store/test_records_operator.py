@@ -106,7 +106,7 @@ def _request(rid: str, t0: int, *, tenant: str = "acme", status: str = "complete
                 model="m",
                 mode=out.pop("mode", "fast"),
                 safety_out=SafetyOutcome(
-                    redactions=[{"kind": "email", "text": "a@b.c"}], blocked=out.pop("blocked", False)
+                    redactions=[{"kind": "email", "text": "a@b.c"}], blocked=out.pop("blocked", None)
                 ),
             ),
             tenant,
