@@ -19,8 +19,10 @@ instead. It was written from the signatures and checks read in NVIDIA/TensorRT-L
   000a01de66f0eab4ab05640711f0253f50f5209c predates those checks): `@dataclass(slots=True, kw_only=True)`,
   `max_tokens=32`, `temperature`/`top_p`/`top_k`/`seed` default None (None: the runtime's default, a
   fixed seed 0), `ignore_eos`, `detokenize`; `_validate` raises for top_p outside [0, 1], top_k < 0,
-  temperature < 0, best_of < n, and greedy with best_of > 1; stop strings left unencoded raise
-  RuntimeError when the request is built.
+  temperature < 0, best_of < n, and greedy with best_of > 1; stop strings left unencoded (end_id
+  given, so `_setup` never ran) raise RuntimeError when the request is built. The real library builds
+  it in its executor worker, so that error may reach the caller from the stream instead; this fake
+  raises it from `generate_async` (the adapter turns either into an 'error' finish).
 - tensorrt_llm/executor/result.py @ 005bc848893f575ec14b45d6b13139360d67c790: `CompletionOutput`
   (`token_ids_diff`, `text_diff`, finish_reason in stop/length/timeout/cancelled, `stop_reason`; a stop
   word's ids are cut from `token_ids` after the diff mark, so the final diff can be empty); the result

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from cli.__main__ import main as cli_main
-from libs.engine.weights import read_gguf
+from libs.engine.weights import load_weights
+from tests.engine.conftest import CACHE_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ def test_export_hf_writes_our_model(tmp_path, monkeypatch, model_path, tokenizer
     assert EXPECTED_FILES <= {p.name for p in out.iterdir()}
 
     cfg = json.loads((out / "config.json").read_text())
-    gguf_cfg, gguf_tensors = read_gguf(model_path)
+    gguf_cfg, gguf_tensors = load_weights(model_path, "fp32", CACHE_DIR)  # the GGUF dequantized, cached
     assert cfg["vocab_size"] == tokenizer.vocab_size and "quantization_config" not in cfg
     assert cfg["num_hidden_layers"] == gguf_cfg.num_layers and cfg["num_key_value_heads"] == gguf_cfg.num_kv_heads
     assert cfg["rope_theta"] == gguf_cfg.rope_theta and cfg["torch_dtype"] == "bfloat16"  # for transformers 4.x
