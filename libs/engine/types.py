@@ -93,7 +93,7 @@ class EngineConfig:
     threads: int = 0  # torch intra-op threads of the step loop; 0 => cores - 1
     kv_cache_bytes: int = 1 << 30  # KV budget when num_blocks is 0
     tokenizer_cache_dir: str | None = None  # None => var/cache/tokenizer; "" => none
-    trtllm_model: str | None = None  # tensorrt_llm: an HF checkpoint; None => from model_path
+    trtllm_model: str | None = None  # tensorrt_llm: HF checkpoint dir (cli export-hf); None => model_path if one
 
 
 @dataclass
