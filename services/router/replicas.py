@@ -39,6 +39,11 @@ class ReplicaTable:
         return r is not None and time.monotonic() - r.seen <= self.ttl_s
 
 
+def sticky_key(tenant: str, chat_id: str | None, rid: str) -> str:
+    """What a request is hashed by: its tenant's chat (chat ids are per tenant), or itself without one."""
+    return f"{tenant}/{chat_id}" if chat_id else rid
+
+
 def rendezvous(key: str, replicas: list[Heartbeat]) -> Heartbeat:
     """Highest-random-weight hashing: a conversation keeps its replica while that replica lives, and
     only the conversations of a replica that goes away move (its KV prefix cache is what we protect)."""

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from libs.bus import Bus, BusError
 from schemas import ErrorCode, Forward, Heartbeat, RouteDecision, RoutePart, Work, subjects
-from services.router.replicas import ReplicaTable, rendezvous
+from services.router.replicas import ReplicaTable, rendezvous, sticky_key
 from services.router.settings import ModelSpec, RouterSettings
 
 # Messages that benefit from a thinking phase: proofs, multi-step maths, explicit requests to reason.
@@ -76,8 +76,7 @@ class Router:
         candidates = [r for r in fitting if r.pool == pool]
         reasons.append(f"pool {pool} is the smallest that fits {need} tokens")
 
-        # Chat ids are per tenant: two tenants' "demo" chats are two conversations with two prefixes.
-        key = f"{work.tenant}/{work.chat_id}" if work.chat_id else work.rid
+        key = sticky_key(work.tenant, work.chat_id, work.rid)
         chosen = rendezvous(key, candidates)
         previous = self._last.get(key)
         if previous and previous != chosen.replica and not self.replicas.is_live(previous):

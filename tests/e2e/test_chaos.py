@@ -16,7 +16,7 @@ import pytest
 from cli.stack import Stack
 from libs.bus.headers import now_ms
 from schemas import Heartbeat
-from services.router.replicas import rendezvous
+from services.router.replicas import rendezvous, sticky_key
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.sse import Event, events
 
@@ -79,7 +79,8 @@ def test_a_stage_killed_mid_answer_ends_the_stream_at_once_and_keeps_the_partial
 
 def test_work_for_a_dead_replica_fails_over_to_a_live_one(client: httpx.Client, stack: Stack) -> None:
     _, probe = chat(client, f"f-{uuid.uuid4().hex[:8]}", "Hi")
-    main = admin_record(stack, probe.headers["x-request-id"], lambda r: "route" in r["record"])["record"]["route"]
+    probed = admin_record(stack, probe.headers["x-request-id"], lambda r: "route" in r["record"])["record"]
+    main, tenant = probed["route"], probed["tenant"]
     doomed = "chaos-b"
     proc = stack.start_service("inference", stack.service_env, replica=doomed)
     beats = [
@@ -87,7 +88,9 @@ def test_work_for_a_dead_replica_fails_over_to_a_live_one(client: httpx.Client, 
         for r in (main["replica"], doomed)
     ]
     chat_id = next(
-        c for c in (f"f-{i}-{uuid.uuid4().hex[:6]}" for i in range(100)) if rendezvous(c, beats).replica == doomed
+        c
+        for c in (f"f-{i}-{uuid.uuid4().hex[:6]}" for i in range(100))
+        if rendezvous(sticky_key(tenant, c, ""), beats).replica == doomed
     )
     try:
         # Until the router knows the new replica (its heartbeat is in the registry).

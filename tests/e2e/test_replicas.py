@@ -11,7 +11,7 @@ import httpx
 from cli.stack import Stack
 from libs.bus.headers import now_ms
 from schemas import Heartbeat
-from services.router.replicas import rendezvous
+from services.router.replicas import rendezvous, sticky_key
 from tests.e2e.conftest import admin_record, chat
 
 
@@ -29,6 +29,7 @@ def send(client: httpx.Client, stack: Stack, chat_id: str, text: str) -> tuple[d
 def test_sticky_replica_cache_hit_and_failover(client: httpx.Client, stack: Stack) -> None:
     _, probe = chat(client, f"r-{uuid.uuid4().hex[:8]}", "Hi")
     first = route_of(stack, probe.headers["x-request-id"])["replica"]
+    tenant = admin_record(stack, probe.headers["x-request-id"])["record"]["tenant"]
     second = "replica-b"
     proc = stack.start_service("inference", stack.service_env, replica=second)
     try:
@@ -37,7 +38,9 @@ def test_sticky_replica_cache_hit_and_failover(client: httpx.Client, stack: Stac
             Heartbeat(replica=r, pool="default", model="m", max_model_len=1, ts_ms=now_ms()) for r in (first, second)
         ]
         chat_id = next(
-            c for c in (f"s-{i}-{uuid.uuid4().hex[:6]}" for i in range(100)) if rendezvous(c, beats).replica == second
+            c
+            for c in (f"s-{i}-{uuid.uuid4().hex[:6]}" for i in range(100))
+            if rendezvous(sticky_key(tenant, c, ""), beats).replica == second
         )
         deadline = time.monotonic() + 180
         while True:
