@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from libs.engine.request import TextStream
-from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ class TrtLlmEngine:
             enable_chunked_prefill=True,
             return_perf_metrics=True,
             enable_iter_perf_stats=True,
+            # The grammar library the native engine uses: response formats are passed through to it.
+            guided_decoding_backend="xgrammar",
         )
         self._loop = asyncio.get_running_loop()
         self._stats_task = asyncio.create_task(self._follow_stats())
@@ -161,16 +163,35 @@ class TrtLlmEngine:
                 kw[name] = getattr(p, name)
         if p.repetition_penalty != 1.0:
             kw["repetition_penalty"] = p.repetition_penalty
+        guided = self._guided(p.constraint)
+        if guided is not None:
+            kw["guided_decoding"] = guided
         return self._trt.SamplingParams(**kw)
+
+    def _guided(self, c: Constraint | None) -> Any:
+        """The LLM API's GuidedDecodingParams for a response format. A tool constraint is not passed: its
+        grammar starts inside the forced opening the prompt already ends with, which one guide cannot
+        say; that opening alone is what a forced call gets on this engine."""
+        if c is None or c.kind == "tools":
+            return None
+        from tensorrt_llm.llmapi import GuidedDecodingParams
+
+        from libs.engine.grammar import choice_ebnf
+
+        if c.kind == "json_object":
+            return GuidedDecodingParams(json_object=True)
+        if c.kind == "json_schema":
+            return GuidedDecodingParams(json=c.spec)
+        if c.kind == "regex":
+            return GuidedDecodingParams(regex=c.spec)
+        return GuidedDecodingParams(grammar=choice_ebnf(json.loads(c.spec)))
 
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        # logit_bias, logprobs and response formats are not passed to the LLM API (yet): refused, never dropped. A tool
-        # constraint is only a guarantee on top of the forced opening the inference service writes anyway.
-        constrained = params.constraint is not None and params.constraint.kind != "tools"
-        unserved = bool(params.logit_bias) or constrained or params.logprobs is not None
+        # logit_bias and logprobs are not passed to the LLM API (yet): refused, never dropped.
+        unserved = bool(params.logit_bias) or params.logprobs is not None
         if self._llm is None or not ids or len(ids) >= self.max_model_len or unserved:
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return

@@ -119,6 +119,24 @@ class KvCacheConfig:
 
 
 @dataclass(slots=True, kw_only=True)
+class GuidedDecodingParams:
+    """As tensorrt_llm/sampling_params.py @ 000a01de: one guide per request (`_validate` raises otherwise)."""
+
+    json: str | dict[str, Any] | None = None
+    regex: str | None = None
+    grammar: str | None = None
+    json_object: bool = False
+    structural_tag: str | None = None
+
+    def _validate(self) -> None:
+        guides = sum(
+            bool(getattr(self, name)) for name in ("json", "regex", "grammar", "json_object", "structural_tag")
+        )
+        if guides > 1:
+            raise ValueError(f"Only one guide can be used for a request, but got {guides}.")
+
+
+@dataclass(slots=True, kw_only=True)
 class SamplingParams:
     end_id: int | None = None
     pad_id: int | None = None
@@ -139,6 +157,7 @@ class SamplingParams:
     frequency_penalty: float | None = None
     logprobs: int | None = None
     return_perf_metrics: bool = False
+    guided_decoding: GuidedDecodingParams | None = None
     ignore_eos: bool = False
     detokenize: bool = True
     add_special_tokens: bool = True
@@ -348,6 +367,8 @@ class LLM:
             self.hf_config = json.load(f)
         self.model = path
         self.args = types.SimpleNamespace(**{**_LLM_DEFAULTS, **kwargs})
+        if self.args.guided_decoding_backend not in (None, "xgrammar", "llguidance"):
+            raise ValueError(f"Unrecognized guided decoding backend {self.args.guided_decoding_backend}")
         if self.args.kv_cache_config is None:
             self.args.kv_cache_config = KvCacheConfig()
         self.tokenizer = None if skip_tokenizer_init else (tokenizer or LLM.directory_tokenizer)
@@ -394,6 +415,11 @@ class LLM:
                 f"The sum of prompt length ({len(prompt)}), query length (0) should not exceed max_num_tokens ({limit})"
             )
         sp._stop_words()  # building the executor request reads them
+        if sp.guided_decoding is not None:
+            sp.guided_decoding._validate()
+            if self.args.guided_decoding_backend is None:
+                # Not read in the library: this fake refuses a guide the LLM was not built to apply.
+                raise ValueError("guided decoding needs an LLM built with guided_decoding_backend")
         self._next_id += 1
         req = RequestOutput(self, self._next_id, prompt, sp, streaming)
         self.requests.append(req)
@@ -572,6 +598,7 @@ def install(monkeypatch: Any) -> types.ModuleType:
     api = types.ModuleType("tensorrt_llm.llmapi")
     mod.LLM = api.LLM = LLM  # type: ignore[attr-defined]
     mod.SamplingParams = api.SamplingParams = SamplingParams  # type: ignore[attr-defined]
+    api.GuidedDecodingParams = GuidedDecodingParams  # type: ignore[attr-defined]
     api.KvCacheConfig = KvCacheConfig  # type: ignore[attr-defined]
     api.RequestOutput = RequestOutput  # type: ignore[attr-defined]
     mod.llmapi = api  # type: ignore[attr-defined]

@@ -10,7 +10,8 @@ import pytest
 
 from libs.engine import EngineConfig, SamplingParams, create_engine
 from libs.engine.trtllm import kv_cache_max_tokens
-from tests.engine.fake_tensorrt_llm import LLM, KvCacheConfig, install
+from libs.engine.types import Constraint
+from tests.engine.fake_tensorrt_llm import LLM, GuidedDecodingParams, KvCacheConfig, install
 from tests.engine.fake_tensorrt_llm import SamplingParams as TrtSamplingParams
 
 # SmolLM2-135M's shape, as `python -m cli export-hf` writes it.
@@ -228,4 +229,38 @@ async def test_9_cached_tokens_timings_and_engine_stats(fake_trt, hf_dir):
     assert m.prefix_cache_hits_tokens == 96 and m.prefix_cache_queries_tokens == 100
     assert m.kv_blocks_free + m.kv_blocks_used == kv_cache_max_tokens(EngineConfig(), HF_CONFIG, 8192) // 32
     assert m.steps > 0 and m.max_batch_size_seen >= 1
+    await eng.stop()
+
+
+async def test_response_formats_go_to_the_library_guided_decoding(fake_trt, hf_dir):
+    with pytest.raises(ValueError, match="Only one guide"):
+        GuidedDecodingParams(json="{}", regex="a+")._validate()
+    with pytest.raises(ValueError, match="Unrecognized guided decoding backend"):
+        LLM(model=str(hf_dir), guided_decoding_backend="outlines")
+    # An LLM built without a backend cannot apply a guide: the request is refused, never left unguided.
+    plain = LLM(model=str(hf_dir))
+    with pytest.raises(ValueError, match="guided_decoding_backend"):
+        plain.generate_async([1, 2], TrtSamplingParams(end_id=2, guided_decoding=GuidedDecodingParams(regex="a+")))
+    eng = _engine(hf_dir)
+    await eng.start()
+    assert LLM.instances[-1].args.guided_decoding_backend == "xgrammar"
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    constraints = {
+        "obj": Constraint("json_object"),
+        "schema": Constraint("json_schema", schema),
+        "re": Constraint("regex", "[a-z]+"),
+        "pick": Constraint("choice", json.dumps(["yes", "no"])),
+        "tool": Constraint("tools", json.dumps({"mode": "required", "tools": []}), prefix="<tool_call>"),
+    }
+    for rid, c in constraints.items():
+        chunks = await _collect(eng, rid, [1, 2, 3], SamplingParams(max_tokens=2, constraint=c))
+        assert chunks[-1].finish_reason == "length", rid
+    sent = {
+        rid: r.sampling_params.guided_decoding for rid, r in zip(constraints, LLM.instances[-1].requests, strict=True)
+    }
+    assert sent["obj"] is not None and sent["obj"].json_object
+    assert sent["schema"] is not None and sent["schema"].json == schema
+    assert sent["re"] is not None and sent["re"].regex == "[a-z]+"
+    assert sent["pick"] is not None and "yes" in (sent["pick"].grammar or "")
+    assert sent["tool"] is None  # the forced opening is what a tool call gets here
     await eng.stop()
