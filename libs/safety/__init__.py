@@ -38,6 +38,7 @@ from libs.safety.taxonomy import (
     Verdict,
     user_message,
     worst_action,
+    worst_first,
     worst_verdict,
 )
 
@@ -81,5 +82,6 @@ __all__ = [
     "redact",
     "user_message",
     "worst_action",
+    "worst_first",
     "worst_verdict",
 ]

@@ -17,7 +17,3 @@ class ScoreBatcher(PassBatcher[Scores]):
 
     async def score_many(self, texts: list[str]) -> list[Scores]:
         return await self.run_many(texts)
-
-    @property
-    def scored(self) -> int:
-        return self.done_texts

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
 from libs.safety.policy import SOURCES, SafetyPolicy
 from libs.safety.rules import RULES_VERSION, normalize, rule_hits
-from libs.safety.taxonomy import ALLOW, BENIGN, BLOCK, EMBEDDING, FLAG, RULES, SECRETS, Verdict, action_rank
+from libs.safety.taxonomy import ALLOW, BENIGN, BLOCK, EMBEDDING, FLAG, RULES, SECRETS, Verdict, worst_first
 from libs.safety.technical import technical
 
 if TYPE_CHECKING:
@@ -87,42 +87,35 @@ class InputGuard:
     def learned_many(self, texts: list[str], *, source: str = "user") -> list[list[Verdict]]:
         """The classifier's verdicts alone (no rules): for text that is not itself shown, such as an
         answer sentence judged after the question it answers."""
-        return self._learned(texts, self.classifier.score_many([normalize(t) for t in texts]), source)
+        return self._learned(self.classifier.score_many([normalize(t) for t in texts]), source)
 
     async def learned_many_batched(
         self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"
     ) -> list[list[Verdict]]:
         """``learned_many`` whose classifier pass is shared with every other caller of ``batcher``."""
-        return self._learned(texts, await batcher.score_many([normalize(t) for t in texts]), source)
+        return self._learned(await batcher.score_many([normalize(t) for t in texts]), source)
 
-    def _learned(self, texts: list[str], scores: list[dict[str, float]], source: str) -> list[list[Verdict]]:
-        if source not in SOURCES:
-            raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
-        out = [self._model_verdicts(sc, source, set()) for sc in scores]
-        for vs in out:
-            vs.sort(key=lambda v: (-action_rank(v.action), -v.score))
-        return out
+    def _learned(self, scores: list[dict[str, float]], source: str) -> list[list[Verdict]]:
+        _check_source(source)
+        return [worst_first(self._model_verdicts(sc, source, set())) for sc in scores]
 
     def for_technical(self, verdicts: list[Verdict]) -> list[Verdict]:
         """The verdicts on a message that carries code, shell, logs or configuration, or runs code with
         the code tool: the classifier's blocks in ``policy.technical_flag_only`` become flags."""
         soft = self.policy.technical_flag_only
-        out = [
+        return worst_first(
             replace(v, action=FLAG, detail="technical")
             if v.classifier == EMBEDDING and v.category in soft and v.action == BLOCK
             else v
             for v in verdicts
-        ]
-        out.sort(key=lambda v: (-action_rank(v.action), -v.score))
-        return out
+        )
 
     def with_policy(self, policy: SafetyPolicy) -> InputGuard:
         """The same classifier judged by another policy (a tenant's thresholds)."""
         return InputGuard(policy, use_embeddings=self.use_embeddings, classifier=self._classifier)
 
     def _start(self, texts: list[str], source: str) -> tuple[list[list[Verdict]], list[int]]:
-        if source not in SOURCES:
-            raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
+        _check_source(source)
         out: list[list[Verdict]] = [self._rule_verdicts(t, source) for t in texts]
         todo = [i for i, t in enumerate(texts) if t.strip()] if self.use_embeddings else []
         return out, todo
@@ -134,9 +127,7 @@ class InputGuard:
             out[i] += self._model_verdicts(sc, source, {v.category for v in out[i]})
             if source == "user" and technical(texts[i]):
                 out[i] = self.for_technical(out[i])
-        for vs in out:
-            vs.sort(key=lambda v: (-action_rank(v.action), -v.score))
-        return out
+        return [worst_first(vs) for vs in out]
 
     def _rule_verdicts(self, text: str, source: str) -> list[Verdict]:
         out = []
@@ -156,3 +147,8 @@ class InputGuard:
             if action != ALLOW:
                 out.append(Verdict(cat, round(score, 4), action, EMBEDDING, clf.version))
         return out
+
+
+def _check_source(source: str) -> None:
+    if source not in SOURCES:
+        raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")

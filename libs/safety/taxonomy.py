@@ -76,6 +76,11 @@ def action_rank(action: str) -> int:
     return _RANK[action]
 
 
+def worst_first(verdicts: Iterable[Verdict]) -> list[Verdict]:
+    """The verdicts, most severe action first, then highest score."""
+    return sorted(verdicts, key=lambda v: (-_RANK[v.action], -v.score))
+
+
 def worst_action(verdicts: Iterable[Verdict]) -> str:
     """The most severe action among the verdicts; ``allow`` when there are none."""
     worst = ALLOW

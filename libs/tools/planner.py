@@ -230,7 +230,7 @@ class ToolPlanner:
     def plan(self, text: str, ctx: ToolContext) -> list[ToolCall]:
         """The tool calls ``text`` needs (rules, then embeddings for the clauses no rule matched)."""
         draft = self.draft(text, ctx)
-        return self.finish(draft, self.embed_clauses(draft.unmatched) if self.use_embeddings else [])
+        return self.finish(draft, self.embed_clauses(draft.unmatched))
 
     async def plan_batched(self, text: str, ctx: ToolContext, embed_many: EmbedMany) -> list[ToolCall]:
         """``plan`` whose embedding pass is shared with every other request waiting (``embed_many``)."""

@@ -16,7 +16,7 @@ from libs.bus import Bus, BusError
 from libs.bus.headers import now_ms
 from libs.safety import InputGuard, Verdict, worst_action
 from libs.safety.batcher import ScoreBatcher
-from libs.safety.taxonomy import action_rank
+from libs.safety.taxonomy import action_rank, worst_first
 from libs.safety.tenant import TenantGuards
 from schemas import ErrorCode, InputDecision, SafetyInPart, SafetyVerdict, StageRecord, Work, subjects
 from services.safety_in.settings import SafetyInSettings
@@ -58,7 +58,7 @@ def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
             had = best.get(v.category)
             if had is None or (action_rank(v.action), v.score) > (action_rank(had.action), had.score):
                 best[v.category] = v
-    return sorted(best.values(), key=lambda v: (-action_rank(v.action), -v.score))
+    return worst_first(best.values())
 
 
 class SafetyIn:

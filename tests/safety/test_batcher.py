@@ -27,7 +27,7 @@ async def test_concurrent_callers_share_passes_and_get_their_own_rows() -> None:
         first = asyncio.create_task(batcher.score_many(["warm"]))
         rest = [asyncio.create_task(batcher.score_many([t])) for t in TEXTS]
         got = [await first] + [await r for r in rest]
-        assert batcher.scored == len(TEXTS) + 1
+        assert batcher.done_texts == len(TEXTS) + 1
         assert batcher.passes < len(TEXTS) + 1
         alone = clf.score_many(["warm", *TEXTS])
         for rows, want in zip(got, alone, strict=True):
