@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
-from pathlib import Path
+
+from cli.settings import CliSettings
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings: CliSettings) -> int:
     from cli.stack import SERVICES, Stack, StackStopping
     from cli.supervise import Backoff
 
@@ -19,9 +19,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"unknown service(s): {', '.join(unknown)}; choose from {', '.join(SERVICES)}", file=sys.stderr)
         return 2
     stack = Stack(
-        data_dir=Path(os.environ.get("SWITCHYARD_DATA_DIR", "var")).resolve(),
-        port=int(os.environ.get("SWITCHYARD_PORT", "8000")),
-        nats_url=os.environ.get("NATS_URL"),
+        data_dir=settings.data_dir.resolve(),
+        port=settings.port,
+        nats_url=settings.nats_url,
+        api_key=settings.api_key,
+        admin_key=settings.admin_key,
         services=services,
         supervise=not args.no_restart,
         backoff=Backoff(initial_s=args.restart_delay, cap_s=args.restart_max_delay),
@@ -61,12 +63,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def status(args: argparse.Namespace) -> int:
+def status(args: argparse.Namespace, settings: CliSettings) -> int:
     import json
 
     from cli.supervise import print_status, read_status
 
-    path = Path(os.environ.get("SWITCHYARD_DATA_DIR", "var")) / "stack.json"
+    path = settings.data_dir / "stack.json"
     doc = read_status(path)
     if doc is None:
         print(f"no stack status at {path}: is `switchyard run` started from here?", file=sys.stderr)
@@ -95,10 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("export", help="write logged requests or preference pairs as JSONL", add_help=False)
     sub.add_parser("export-hf", help="write a Hugging Face checkpoint directory from the GGUF", add_help=False)
     args, rest = parser.parse_known_args(argv)
+    settings = CliSettings()
     if args.cmd == "run":
-        return run(args)
+        return run(args, settings)
     if args.cmd == "status":
-        return status(args)
+        return status(args, settings)
     if args.cmd == "keys":
         from cli.keys import main as keys_main
 
@@ -106,11 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "replay":
         from cli.replay import main as replay_main
 
-        return replay_main(rest)
+        return replay_main(rest, settings)
     if args.cmd == "export":
         from cli.export import main as export_main
 
-        return export_main(rest)
+        return export_main(rest, settings)
     if args.cmd == "export-hf":
         from cli.export_hf import main as export_hf_main
 

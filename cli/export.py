@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from cli.replay import add_connection_args, client
+from cli.settings import CliSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: CliSettings) -> int:
     args = _parser().parse_args(argv)
     if args.requests:
         path, out_file = "/v1/admin/export/requests", args.requests
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         path, out_file = "/v1/admin/export/preferences", args.preferences
         params = {"tenant": args.tenant} if args.tenant else {}
     rows = 0
-    with client(args) as c, c.stream("GET", path, params=params) as r:
+    with client(args, settings) as c, c.stream("GET", path, params=params) as r:
         if r.status_code != 200:
             r.read()
             print(f"export failed: HTTP {r.status_code} {r.text[:300]}", file=sys.stderr)
@@ -68,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(None, CliSettings()))

