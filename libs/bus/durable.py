@@ -19,6 +19,8 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import BaseModel, ValidationError
 
+from libs.bus.bus import Bus
+
 log = structlog.get_logger()
 Handler = Callable[[str, BaseModel], Awaitable[None]]
 
@@ -60,7 +62,7 @@ class BatchConsumer:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        bus: Bus | JetStreamContext,
         stream: str,
         filter_subject: str,
         durable: str,
@@ -72,7 +74,8 @@ class BatchConsumer:
         max_ack_pending: int | None = None,
         stop_timeout_s: float | None = None,
     ):
-        self._js = js
+        # A service passes its Bus, so it never holds nats-py's JetStream context itself.
+        self._js = bus.js if isinstance(bus, Bus) else bus
         self._stream = stream
         self._filter = filter_subject
         self._durable = durable
@@ -133,7 +136,7 @@ class DurableConsumer:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        bus: Bus | JetStreamContext,
         stream: str,
         filter_subject: str,
         durable: str,
@@ -145,7 +148,7 @@ class DurableConsumer:
         self._handler = handler
         self._durable = durable
         self._consumer = BatchConsumer(
-            js, stream, filter_subject, durable, self._handle, batch=batch, stop_timeout_s=5.0
+            bus, stream, filter_subject, durable, self._handle, batch=batch, stop_timeout_s=5.0
         )
 
     async def start(self) -> None:

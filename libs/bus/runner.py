@@ -32,6 +32,7 @@ def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[C
             log_level=settings.log_level,
             torch_threads=settings.torch_threads,
             js_replicas=settings.nats_replicas,
+            otlp_endpoint=settings.otlp_endpoint,
         )
     )
 
@@ -45,10 +46,11 @@ async def serve(
     log_level: str = "INFO",
     torch_threads: int = 0,
     js_replicas: int = 1,
+    otlp_endpoint: str | None = None,
 ) -> None:
     configure_logging(service, log_level)
     log = structlog.get_logger()
-    telemetry = setup_tracing(service)
+    telemetry = setup_tracing(service, otlp_endpoint)
     replica = replica or uuid.uuid4().hex[:8]
     bus = await Bus.connect(nats_url, service, replica, telemetry, js_replicas)
     await bus.ensure_log_stream()

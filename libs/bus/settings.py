@@ -17,6 +17,11 @@ class ServiceSettings(BaseSettings):
     log_level: str = Field("INFO", validation_alias=AliasChoices("SWITCHYARD_LOG_LEVEL", "log_level"))
     data_dir: str = Field("var", validation_alias=AliasChoices("SWITCHYARD_DATA_DIR", "data_dir"))
     replica: str | None = None
+    # An OTLP/HTTP collector's base URL: spans go there too (the NATS exporter always runs). The
+    # OpenTelemetry variable, read without the service's prefix.
+    otlp_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint")
+    )
     # Torch intra-op threads for this service's own model work (classifier, embeddings); 0 leaves torch's
     # default. One: on the shared 2-core box a MiniLM pass beside the busy engine took 83 ms (p50) on
     # two threads and 11 ms on one, and the engine keeps its core.

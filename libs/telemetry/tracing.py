@@ -1,10 +1,9 @@
-"""Tracing: OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and always a NATS exporter that hands
+"""Tracing: OTLP when the service's settings name an endpoint (`OTEL_EXPORTER_OTLP_ENDPOINT`), and always a NATS exporter that hands
 finished spans to the logger through JetStream (`log.spans`), so the console needs no other software."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,10 +96,17 @@ class Telemetry:
         await asyncio.to_thread(self.provider.shutdown)
 
 
-def setup_tracing(service: str) -> Telemetry:
+def otlp_traces_url(endpoint: str) -> str:
+    """The traces URL under an OTLP/HTTP base endpoint, as the exporter derives it from the variable."""
+    return endpoint.rstrip("/") + "/v1/traces"
+
+
+def setup_tracing(service: str, otlp_endpoint: str | None = None) -> Telemetry:
+    """`otlp_endpoint`: the collector's OTLP/HTTP base URL (`ServiceSettings.otlp_endpoint`); None exports
+    over NATS only."""
     provider = TracerProvider(resource=Resource.create({"service.name": service, "service.namespace": "switchyard"}))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+    if otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_traces_url(otlp_endpoint))))
     return Telemetry(provider=provider, service=service)

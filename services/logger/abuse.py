@@ -17,26 +17,15 @@ from dataclasses import dataclass, field
 
 import structlog
 from pydantic import BaseModel
-from pydantic_settings import SettingsConfigDict
 
-from libs.bus import Bus, ServiceSettings
+from libs.bus import Bus
 from libs.bus.durable import DurableConsumer
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
 from schemas import GatewayPart, KeyStanding, SafetyInPart, StageRecord, Strike, subjects
+from services.logger.settings import LoggerSettings
 
 log = structlog.get_logger()
-
-
-class AbuseSettings(ServiceSettings):
-    model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_LOGGER_ABUSE_")
-
-    enabled: bool = True
-    # Strikes (blocked requests, and flagged ones where the tenant's policy says so) of one key
-    # within `window_s` that suspend it.
-    threshold: int = 5
-    window_s: float = 600.0
-    durable: str = "abuse"
 
 
 @dataclass
@@ -64,15 +53,15 @@ def _categories(part: SafetyInPart | None, action: str) -> list[str]:
     return sorted({v.category for v in verdicts if v.action == action})
 
 
-def _reason(blocked: int, flagged: int, settings: AbuseSettings) -> str:
+def _reason(blocked: int, flagged: int, settings: LoggerSettings) -> str:
     what = f"{blocked} blocked requests"
     if flagged:
         what = f"{blocked} blocked and {flagged} flagged requests (the tenant's policy counts flags)"
-    return f"{what} within {settings.window_s:.0f}s (threshold {settings.threshold})"
+    return f"{what} within {settings.abuse_window_s:.0f}s (threshold {settings.abuse_threshold})"
 
 
 class AbuseMonitor:
-    def __init__(self, standing: TypedKV[KeyStanding], settings: AbuseSettings):
+    def __init__(self, standing: TypedKV[KeyStanding], settings: LoggerSettings):
         self.standing = standing
         self.settings = settings
         # A request's key (gateway record) and verdict (safety_in record) arrive separately, in any order.
@@ -107,13 +96,13 @@ class AbuseMonitor:
             return  # already suspended, or an event from before an admin reinstated the key
         w = self._windows.setdefault(key_id, _Window())
         w.events.append(_Event(strike, counts))
-        horizon = now_ms() - int(self.settings.window_s * 1000)
+        horizon = now_ms() - int(self.settings.abuse_window_s * 1000)
         while w.events and (w.events[0].strike.at_ms < horizon or w.events[0].strike.at_ms < current.since_ms):
             w.events.popleft()
         strikes = [e.strike for e in w.events if e.counts]
         blocked = sum(1 for e in w.events if e.strike.action == "block")
         flagged = len(w.events) - blocked
-        if len(strikes) >= self.settings.threshold:
+        if len(strikes) >= self.settings.abuse_threshold:
             reason = _reason(blocked, sum(1 for s in strikes if s.action == "flag"), self.settings)
             await self.standing.put(
                 key_id,
@@ -139,12 +128,14 @@ def _decode(_subject: str, data: bytes) -> BaseModel:
     return StageRecord.model_validate_json(data)
 
 
-async def start_abuse_monitor(bus: Bus, settings: AbuseSettings | None = None) -> DurableConsumer | None:
-    settings = settings or AbuseSettings()
-    if not settings.enabled:
+async def start_abuse_monitor(bus: Bus, settings: LoggerSettings | None = None) -> DurableConsumer | None:
+    # The logger's __main__ passes its settings; the default only serves tests/services/gateway, which
+    # still start the monitor with the bus alone (see the report of issue 20).
+    settings = settings or LoggerSettings()
+    if not settings.abuse_enabled:
         return None
     standing = await bus.kv(subjects.STANDING_BUCKET, KeyStanding)
     monitor = AbuseMonitor(standing, settings)
-    consumer = DurableConsumer(bus.js, subjects.LOG_STREAM, "log.*", settings.durable, _decode, monitor.on_record)
+    consumer = DurableConsumer(bus, subjects.LOG_STREAM, "log.*", settings.abuse_durable, _decode, monitor.on_record)
     await consumer.start()
     return consumer

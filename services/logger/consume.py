@@ -51,7 +51,7 @@ class LogConsumer:
         await self.bus.ensure_log_stream()
         s = self.settings
         self._consumer = BatchConsumer(
-            self.bus.js,
+            self.bus,
             subjects.LOG_STREAM,
             subjects.LOG_SUBJECTS,
             s.durable,

@@ -128,7 +128,7 @@ async def setup(bus: Bus, settings: LoggerSettings) -> Callable[[], Awaitable[No
     consumer = LogConsumer(bus, store, settings)
     await consumer.start()
     # Its own durable consumer on the same stream: counting blocks never waits on the record writer.
-    abuse = await start_abuse_monitor(bus)
+    abuse = await start_abuse_monitor(bus, settings)
     admin = Admin(store)
     purge: asyncio.Task[None] | None = None
     if settings.retention_days is not None or settings.record_retention_days is not None:

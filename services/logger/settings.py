@@ -29,5 +29,13 @@ class LoggerSettings(ServiceSettings):
     record_retention_days: float | None = None
     purge_interval_s: float = 3600.0
 
+    # Abuse detection (`abuse.py`), on its own durable consumer of the same stream.
+    abuse_enabled: bool = True
+    # Strikes (blocked requests, and flagged ones where the tenant's policy says so) of one key
+    # within `abuse_window_s` that suspend it.
+    abuse_threshold: int = 5
+    abuse_window_s: float = 600.0
+    abuse_durable: str = "abuse"
+
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "logger")

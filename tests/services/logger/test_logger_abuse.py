@@ -14,7 +14,8 @@ from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
 from libs.telemetry import setup_tracing
 from schemas import GatewayPart, KeyStanding, SafetyInPart, SafetyVerdict, StageRecord, subjects
-from services.logger.abuse import AbuseSettings, start_abuse_monitor
+from services.logger.abuse import start_abuse_monitor
+from services.logger.settings import LoggerSettings
 
 
 @dataclass
@@ -73,7 +74,7 @@ async def monitor(nats_server: NatsServer) -> AsyncIterator[Monitor]:
     bus = await Bus.connect(nats_server.url, "logger", uuid.uuid4().hex[:6], setup_tracing("logger"))
     await bus.ensure_log_stream()
     consumer = await start_abuse_monitor(
-        bus, AbuseSettings(threshold=5, window_s=600, durable=f"abuse-{uuid.uuid4().hex[:6]}")
+        bus, LoggerSettings(abuse_threshold=5, abuse_window_s=600, abuse_durable=f"abuse-{uuid.uuid4().hex[:6]}")
     )
     assert consumer is not None
     standing = await bus.kv(subjects.STANDING_BUCKET, KeyStanding)
