@@ -13,7 +13,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from libs.bus import BusError
 from schemas import (
     ErrorCode,
     PreferenceList,
@@ -82,10 +81,7 @@ def list_query(request: Request) -> RequestListQuery:
 
 
 async def ask(gw: Gateway, subject: str, query: BaseModel, reply: type[Any], timeout: float = 10.0) -> Any:
-    try:
-        return await gw.bus.request(subject, query, reply, timeout=timeout)
-    except BusError as e:
-        raise ApiError.from_bus(e) from e
+    return await gw.bus.request(subject, query, reply, timeout=timeout)
 
 
 @router.get("/v1/admin/requests")

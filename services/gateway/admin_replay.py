@@ -56,10 +56,7 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 
 
 async def _record(gw: Gateway, rid: str) -> RequestRecord:
-    try:
-        reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
-    except BusError as e:
-        raise ApiError.from_bus(e) from e
+    reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     return RequestRecord.model_validate(reply.record)
 
 
@@ -94,7 +91,7 @@ async def _history(gw: Gateway, record: RequestRecord, request: RecordedRequest)
         )
     except BusError as e:
         if e.code != ErrorCode.not_found:
-            raise ApiError.from_bus(e) from e
+            raise
         return []  # the conversation was deleted since: replay the message on its own
     turns = conv.turns
     idx = next((i for i, t in enumerate(turns) if t.rid == record.rid), None)

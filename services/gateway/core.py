@@ -172,7 +172,7 @@ async def open_conversation(gw: Gateway, key: ApiKey, chat_id: str) -> Conversat
         if e.code == ErrorCode.not_found:
             # Opening creates the tenant's conversation, so this is not expected; keep it a clean 404.
             raise ApiError(ErrorCode.not_found, f"conversation {chat_id!r} not found") from e
-        raise ApiError.from_bus(e) from e
+        raise
 
 
 async def start_run(
@@ -237,11 +237,11 @@ async def start_run(
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)
         await gw.streams.launch(run, work)
-    except ApiError as e:
+    except BusError as e:
         await gw.streams.abandon(run, e)
         raise
     except Exception as e:
-        err = ApiError.from_bus(e) if isinstance(e, BusError) else ApiError(ErrorCode.unavailable, f"bus: {e}")
+        err = ApiError(ErrorCode.unavailable, f"bus: {e}")
         await gw.streams.abandon(run, err)
         raise err from e
     return run

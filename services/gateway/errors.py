@@ -14,20 +14,19 @@ from libs.bus import BusError
 from schemas import ErrorCode, ErrorInfo, http_status
 
 
-class ApiError(Exception):
+class ApiError(BusError):
+    """A `BusError` the gateway raises itself: the same code and message, and where the contract's status
+    is not the one it wants, its own; `Retry-After` when the client should wait. A `BusError` from a stage
+    needs no mapping: the one handler answers both."""
+
     def __init__(self, code: ErrorCode, message: str, *, status: int | None = None, retry_after: float | None = None):
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.status = status or http_status(code)
         self.retry_after = retry_after
 
-    @classmethod
-    def from_bus(cls, e: BusError) -> ApiError:
-        return cls(e.code, e.message)
 
-    def info(self) -> ErrorInfo:
-        return ErrorInfo.of(self.code, self.message)
+def status_of(e: BusError) -> int:
+    return e.status if isinstance(e, ApiError) else http_status(e.code)
 
 
 def error_body(info: ErrorInfo, *, anthropic: bool = False) -> dict[str, Any]:
@@ -38,12 +37,12 @@ def error_body(info: ErrorInfo, *, anthropic: bool = False) -> dict[str, Any]:
     return body
 
 
-def error_response(e: ApiError, path: str = "", headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(e: BusError, path: str = "", headers: dict[str, str] | None = None) -> JSONResponse:
     headers = dict(headers or {})
-    if e.retry_after is not None:
+    if isinstance(e, ApiError) and e.retry_after is not None:
         headers["Retry-After"] = str(max(1, int(e.retry_after + 0.999)))
     return JSONResponse(
-        error_body(e.info(), anthropic=path.startswith("/v1/messages")), status_code=e.status, headers=headers
+        error_body(e.info(), anthropic=path.startswith("/v1/messages")), status_code=status_of(e), headers=headers
     )
 
 
@@ -80,8 +79,9 @@ def allowed_methods(request: Request) -> str:
 
 
 def install(app: FastAPI) -> None:
-    async def on_api_error(request: Request, e: Exception) -> JSONResponse:
-        assert isinstance(e, ApiError)
+    async def on_error(request: Request, e: Exception) -> JSONResponse:
+        # ApiError is a BusError: what the gateway refuses and what a stage refused answer alike.
+        assert isinstance(e, BusError)
         return error_response(e, request.url.path)
 
     async def on_http(request: Request, e: Exception) -> JSONResponse:
@@ -98,11 +98,6 @@ def install(app: FastAPI) -> None:
         assert isinstance(e, RequestValidationError)
         return error_response(ApiError(ErrorCode.bad_request, _validation_message(e)), request.url.path)
 
-    async def on_bus(request: Request, e: Exception) -> JSONResponse:
-        assert isinstance(e, BusError)
-        return error_response(ApiError.from_bus(e), request.url.path)
-
-    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(BusError, on_error)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(BusError, on_bus)

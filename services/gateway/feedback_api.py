@@ -56,7 +56,7 @@ async def own_request(gw: Gateway, key: ApiKey, rid: str) -> None:
             reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
         except BusError as e:
             if e.code != ErrorCode.not_found:
-                raise ApiError.from_bus(e) from e
+                raise
             if time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
                 continue

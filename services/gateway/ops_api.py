@@ -22,7 +22,6 @@ from schemas import (
 )
 from services.gateway.auth import authenticate, authenticate_admin
 from services.gateway.core import gateway
-from services.gateway.errors import ApiError
 
 router = APIRouter()
 
@@ -75,10 +74,7 @@ async def tools(request: Request) -> dict[str, Any]:
     """The server-side tools the pipeline runs before the model writes (asked of the tools stage)."""
     gw = gateway(request)
     key = await authenticate(request, gw.keys)
-    try:
-        reply = await gw.bus.request(subjects.TOOLS_SPECS, ToolSpecsQuery(tenant=key.tenant), ToolSpecs, timeout=3.0)
-    except BusError as e:
-        raise ApiError.from_bus(e) from e
+    reply = await gw.bus.request(subjects.TOOLS_SPECS, ToolSpecsQuery(tenant=key.tenant), ToolSpecs, timeout=3.0)
     return {"object": "list", "data": [{"type": "function", "function": t} for t in reply.tools]}
 
 
@@ -100,10 +96,7 @@ def span_tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
 async def admin_request(rid: str, request: Request) -> JSONResponse:
     gw = gateway(request)
     await authenticate_admin(request, gw.keys)
-    try:
-        reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
-    except BusError as e:
-        raise ApiError.from_bus(e) from e
+    reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     return JSONResponse(
         {
             "rid": reply.rid,

@@ -1,4 +1,4 @@
-"""Asking the context service on behalf of an HTTP route: one place maps its bus errors onto the API."""
+"""Asking the context service on behalf of an HTTP route: one place names what was not found."""
 
 from __future__ import annotations
 
@@ -22,4 +22,4 @@ async def ask(gw: Gateway, subject: str, msg: BaseModel, reply_type: type[R], *,
     except BusError as e:
         if e.code == ErrorCode.not_found:
             raise ApiError(ErrorCode.not_found, f"{missing} not found") from e
-        raise ApiError.from_bus(e) from e
+        raise

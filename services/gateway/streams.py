@@ -22,7 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from libs.bus import Bus, Holder, Liveness
+from libs.bus import Bus, BusError, Holder, Liveness
 from libs.bus import headers as H
 from libs.bus.bus import FORWARD_ACK_S
 from schemas import (
@@ -42,7 +42,7 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
-from services.gateway.errors import ApiError
+from services.gateway.errors import ApiError, status_of
 from services.gateway.metrics import Metrics
 from services.gateway.settings import GatewaySettings
 
@@ -180,7 +180,7 @@ class Streams:
         self.metrics.active_streams.set(self.active)
         return run
 
-    async def abandon(self, run: Run, error: ApiError) -> None:
+    async def abandon(self, run: Run, error: BusError) -> None:
         """A request refused before launch (unknown chat, limit): return its lease, close the span, keep nothing."""
         if run.launched:  # the publish itself failed: it is a run, and ends like one
             await self._end(run, ChatEvent(rid=run.rid, type="error", error=error.info()))
@@ -191,7 +191,7 @@ class Streams:
             except Exception:
                 log.exception("finish hook failed", rid=run.rid)
         run.span.set_status(Status(StatusCode.ERROR, error.message))
-        run.span.set_attribute("http.response.status_code", error.status)
+        run.span.set_attribute("http.response.status_code", status_of(error))
         run.span.end()
         self.active -= 1
         self.metrics.active_streams.set(self.active)
