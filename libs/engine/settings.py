@@ -18,6 +18,17 @@ class EngineSettings(TokenizerSettings):
     kv_cache_bytes: int = 1 << 30
     # SWITCHYARD_TRTLLM_MODEL: the HF checkpoint the TensorRT-LLM kind serves.
     trtllm_model: str | None = None
+    # The vllm kind (libs/engine/vllm_engine.py); the KV budget is SWITCHYARD_KV_CACHE_BYTES, as vLLM's
+    # kv_cache_memory_bytes (what its CPU build's VLLM_CPU_KVCACHE_SPACE, in GiB, would set; that one,
+    # when set, wins inside vLLM).
+    # SWITCHYARD_VLLM_MODEL: the HF checkpoint it serves; None => written once from the GGUF (cache dir).
+    vllm_model: str | None = None
+    # SWITCHYARD_VLLM_ENFORCE_EAGER: skip the start-up compile (minutes on 2 cores; ~10 % slower decode).
+    vllm_enforce_eager: bool = False
+    # SWITCHYARD_VLLM_DTYPE: float32 on AVX2 CPUs (bf16 is emulated there, ~4x slower); bfloat16 on GPUs.
+    vllm_dtype: str = "float32"
+    # SWITCHYARD_VLLM_TENSOR_PARALLEL_SIZE: GPUs one replica spans.
+    vllm_tensor_parallel_size: int = 1
 
     def apply(self, config: EngineConfig) -> EngineConfig:
         """`config` with this environment's knobs filled in; what the config sets itself wins."""
@@ -33,4 +44,16 @@ class EngineSettings(TokenizerSettings):
             if config.tokenizer_cache_dir is not None
             else self.tokenizer_cache,
             trtllm_model=config.trtllm_model or self.trtllm_model,
+        )
+
+    def vllm_config(self, config: EngineConfig) -> EngineConfig:
+        """`config` (already applied) with this environment's vLLM knobs: a VllmEngineConfig."""
+        from libs.engine.vllm_engine import VllmEngineConfig
+
+        return VllmEngineConfig.of(
+            config,
+            vllm_model=getattr(config, "vllm_model", None) or self.vllm_model,
+            enforce_eager=getattr(config, "enforce_eager", False) or self.vllm_enforce_eager,
+            vllm_dtype=self.vllm_dtype,
+            tensor_parallel_size=self.vllm_tensor_parallel_size,
         )

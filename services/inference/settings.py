@@ -12,7 +12,7 @@ from libs.engine import EngineConfig, EngineSettings
 class InferenceSettings(ServiceSettings):
     model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_INFERENCE_")
 
-    engine: str = "native"  # 'native' | 'tensorrt_llm'
+    engine: str = "native"  # 'native' | 'tensorrt_llm' | 'vllm' (SWITCHYARD_VLLM_*: libs/engine/settings.py)
     # The engine sets its own step-loop threads (SWITCHYARD_ENGINE_THREADS): leave torch alone here.
     torch_threads: int = 0
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
@@ -49,4 +49,5 @@ class InferenceSettings(ServiceSettings):
         alike = {f.name for f in dataclasses.fields(EngineConfig)} & set(type(self).model_fields)
         config = EngineConfig(kind=self.engine, **{name: getattr(self, name) for name in alike})
         config.cache_dir = self.cache_dir or f"{self.data_dir}/cache/engine"
-        return self.engine_env.apply(config)
+        config = self.engine_env.apply(config)
+        return self.engine_env.vllm_config(config) if config.kind == "vllm" else config
