@@ -1,4 +1,5 @@
-"""Operator routes (admin key): request list, dashboard stats, dataset exports, replay, and the console page."""
+"""Operator routes (the app includes this router under the admin guard): request list, dashboard stats,
+dataset exports, replay, and key standing. Query strings are pydantic models; a bad one is a 400."""
 
 from __future__ import annotations
 
@@ -6,15 +7,16 @@ import datetime as dt
 import json
 import re
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
+from libs.bus.headers import now_ms
 from schemas import (
     ErrorCode,
+    KeyStanding,
     PreferenceList,
     PreferenceQuery,
     ReplayRequest,
@@ -26,13 +28,12 @@ from schemas import (
 )
 from schemas.records import ADMIN_PREFERENCES_EXPORT, ADMIN_REQUESTS_EXPORT, ADMIN_REQUESTS_LIST, ADMIN_STATS
 from services.gateway.admin_replay import replay
-from services.gateway.auth import authenticate_admin
-from services.gateway.body import read_json
-from services.gateway.core import Gateway, gateway
+from services.gateway.auth import AdminKey
+from services.gateway.body import json_body
+from services.gateway.core import Gateway, Gw
 from services.gateway.errors import ApiError
 
 router = APIRouter()
-STATIC = Path(__file__).parent / "static"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -41,43 +42,90 @@ def parse_duration_s(raw: str) -> int:
     """`90`, `15m`, `1h`, `7d` → seconds."""
     m = _DURATION.match(raw.strip().lower())
     if not m:
-        raise ApiError(ErrorCode.bad_request, f"bad duration {raw!r}: use seconds or 15m, 1h, 7d")
+        raise ValueError(f"bad duration {raw!r}: use seconds or 15m, 1h, 7d")
     return int(float(m.group(1)) * _UNIT_S[m.group(2)])
 
 
-def parse_time_ms(raw: str | None) -> int | None:
+def parse_time_ms(raw: str) -> int:
     """Epoch milliseconds, or ISO 8601 (UTC when it names no zone)."""
-    if raw is None or raw == "":
-        return None
     if raw.isdigit():
         return int(raw)
     try:
         when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError as e:
-        raise ApiError(ErrorCode.bad_request, f"bad time {raw!r}: use epoch ms or ISO 8601") from e
+        raise ValueError(f"bad time {raw!r}: use epoch ms or ISO 8601") from e
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1000)
 
 
-def list_query(request: Request) -> RequestListQuery:
-    p = request.query_params
-    replays = p.get("replays")
-    values: dict[str, Any] = {
-        k: p.get(k) or None for k in ("tenant", "status", "model", "api", "mode", "safety_action", "replay_of")
-    }
-    values |= {
-        "replays": None if replays in (None, "") else replays.lower() in ("1", "true", "yes"),
-        "since_ms": parse_time_ms(p.get("since")),
-        "until_ms": parse_time_ms(p.get("until")),
-        "cursor": p.get("cursor") or None,
-    }
-    if p.get("limit"):
-        values["limit"] = p.get("limit")
+def _blank_is_none(parse: Any = None) -> BeforeValidator:
+    """`?x=` asks for nothing, as leaving `x` out does; anything else goes through `parse`."""
+    return BeforeValidator(lambda v: None if v in (None, "") else parse(v) if parse else v)
+
+
+Text = Annotated[str | None, _blank_is_none()]
+TimeMs = Annotated[int | None, _blank_is_none(parse_time_ms)]
+Seconds = Annotated[int | None, _blank_is_none(parse_duration_s)]
+Flag = Annotated[bool | None, _blank_is_none(lambda v: str(v).lower() in ("1", "true", "yes"))]
+
+
+def _as(schema: type[BaseModel], values: dict[str, Any]) -> None:
+    """Check the values against the bus query they become, as a validation error of the query string."""
     try:
-        return RequestListQuery.model_validate(values)
+        schema.model_validate(values)
     except ValidationError as e:
-        raise ApiError(ErrorCode.bad_request, f"invalid filter: {e.errors()[0]['msg']}") from e
+        raise ValueError(e.errors()[0]["msg"]) from e
+
+
+class RequestFilters(BaseModel):
+    tenant: Text = None
+    status: Text = None
+    model: Text = None
+    api: Text = None
+    mode: Text = None
+    safety_action: Text = None
+    replay_of: Text = None
+    replays: Flag = None
+    since: TimeMs = None
+    until: TimeMs = None
+    cursor: Text = None
+    limit: int | None = None
+
+    def query(self) -> RequestListQuery:
+        values = self.model_dump(exclude={"since", "until", "max"}, exclude_none=True)
+        return RequestListQuery.model_validate({**values, "since_ms": self.since, "until_ms": self.until})
+
+    @model_validator(mode="after")
+    def _valid(self) -> RequestFilters:
+        _as(RequestListQuery, self.model_dump(exclude={"since", "until", "max"}, exclude_none=True))
+        return self
+
+
+class ExportFilters(RequestFilters):
+    max: int | None = Field(None, ge=0)
+
+
+class StatsParams(BaseModel):
+    window: Seconds = None
+    bucket: Seconds = None
+    tenant: Text = None
+    replays: Flag = None
+    until: TimeMs = None
+
+    def query(self) -> StatsQuery:
+        return StatsQuery(
+            window_s=self.window or 3600,
+            bucket_s=self.bucket,
+            tenant=self.tenant,
+            include_replays=bool(self.replays),
+            until_ms=self.until,
+        )
+
+    @model_validator(mode="after")
+    def _valid(self) -> StatsParams:
+        _as(StatsQuery, {"window_s": self.window or 3600, "bucket_s": self.bucket})
+        return self
 
 
 async def ask(gw: Gateway, subject: str, query: BaseModel, reply: type[Any], timeout: float = 10.0) -> Any:
@@ -85,29 +133,14 @@ async def ask(gw: Gateway, subject: str, query: BaseModel, reply: type[Any], tim
 
 
 @router.get("/v1/admin/requests")
-async def list_requests(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
-    got: RequestList = await ask(gw, ADMIN_REQUESTS_LIST, list_query(request), RequestList)
+async def list_requests(gw: Gw, filters: Annotated[RequestFilters, Query()]) -> JSONResponse:
+    got: RequestList = await ask(gw, ADMIN_REQUESTS_LIST, filters.query(), RequestList)
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.get("/v1/admin/stats")
-async def stats(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
-    p = request.query_params
-    try:
-        q = StatsQuery(
-            window_s=parse_duration_s(p.get("window") or "1h"),
-            bucket_s=parse_duration_s(p["bucket"]) if p.get("bucket") else None,
-            tenant=p.get("tenant") or None,
-            include_replays=(p.get("replays") or "").lower() in ("1", "true", "yes"),
-            until_ms=parse_time_ms(p.get("until")),
-        )
-    except ValidationError as e:
-        raise ApiError(ErrorCode.bad_request, f"invalid stats query: {e.errors()[0]['msg']}") from e
-    got: Stats = await ask(gw, ADMIN_STATS, q, Stats)
+async def stats(gw: Gw, params: Annotated[StatsParams, Query()]) -> JSONResponse:
+    got: Stats = await ask(gw, ADMIN_STATS, params.query(), Stats)
     return JSONResponse(got.model_dump(mode="json"))
 
 
@@ -126,17 +159,12 @@ async def _jsonl_requests(gw: Gateway, q: RequestListQuery, limit: int | None) -
 
 
 @router.get("/v1/admin/export/requests")
-async def export_requests(request: Request) -> StreamingResponse:
+async def export_requests(gw: Gw, filters: Annotated[ExportFilters, Query()]) -> StreamingResponse:
     """Logged requests as JSONL (newest first), with the same filters as the list; `max` caps the count."""
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
-    q = list_query(request).model_copy(update={"limit": 50, "cursor": None})
-    cap = request.query_params.get("max")
+    q = filters.query().model_copy(update={"limit": 50, "cursor": None})
     first: RequestExport = await ask(gw, ADMIN_REQUESTS_EXPORT, q.model_copy(update={"limit": 1}), RequestExport)
     del first  # fail before the 200 when the logger is away
-    return StreamingResponse(
-        _jsonl_requests(gw, q, int(cap) if cap and cap.isdigit() else None), media_type="application/x-ndjson"
-    )
+    return StreamingResponse(_jsonl_requests(gw, q, filters.max), media_type="application/x-ndjson")
 
 
 async def _jsonl_preferences(gw: Gateway, q: PreferenceQuery) -> AsyncIterator[bytes]:
@@ -150,35 +178,36 @@ async def _jsonl_preferences(gw: Gateway, q: PreferenceQuery) -> AsyncIterator[b
 
 
 @router.get("/v1/admin/export/preferences")
-async def export_preferences(request: Request) -> StreamingResponse:
+async def export_preferences(gw: Gw, tenant: Annotated[Text, Query()] = None) -> StreamingResponse:
     """Preference pairs as JSONL: prompt, chosen, rejected (and both rids)."""
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
-    q = PreferenceQuery(tenant=request.query_params.get("tenant") or None, limit=100)
+    q = PreferenceQuery(tenant=tenant, limit=100)
     await ask(gw, ADMIN_PREFERENCES_EXPORT, q.model_copy(update={"limit": 1}), PreferenceList)
     return StreamingResponse(_jsonl_preferences(gw, q), media_type="application/x-ndjson")
 
 
 @router.post("/v1/admin/replay/{rid}")
-async def replay_request(rid: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate_admin(request, gw.keys)
-    empty = request.headers.get("content-length") in (None, "0") and "transfer-encoding" not in request.headers
-    body = ReplayRequest() if empty else await read_json(request, ReplayRequest, gw.settings.max_body_bytes)
+async def replay_request(
+    rid: str, gw: Gw, key: AdminKey, body: Annotated[ReplayRequest, json_body(ReplayRequest, optional=True)]
+) -> JSONResponse:
     result = await replay(gw, key, rid, body)
     return JSONResponse(result.model_dump(mode="json"))
 
 
-# The console is static: the page asks for the admin key and calls the routes above, so serving it
-# needs no key (it holds no data).
-@router.get("/console", include_in_schema=False)
-async def console() -> FileResponse:
-    return FileResponse(STATIC / "console.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+@router.get("/v1/admin/keys/standing")
+async def list_standing(gw: Gw) -> dict[str, object]:
+    await gw.standings.kv()
+    return {"data": [s.model_dump() for s in gw.standings.all()]}
 
 
-@router.get("/console/{name}", include_in_schema=False)
-async def console_asset(name: str) -> FileResponse:
-    if name not in ("console.js", "console.css"):
-        raise ApiError(ErrorCode.not_found, "no such route")
-    media = "text/javascript" if name.endswith(".js") else "text/css"
-    return FileResponse(STATIC / name, media_type=media, headers={"Cache-Control": "no-cache"})
+@router.post("/v1/admin/keys/{key_id}/reinstate")
+async def reinstate(key_id: str, gw: Gw) -> dict[str, object]:
+    # Only a key the store knows: anything else (a typo, a non-ASCII id the bucket could not even name)
+    # is 404 and writes nothing.
+    if key_id not in {k.id for k in await gw.keys.list()}:
+        raise ApiError(ErrorCode.not_found, f"no API key with id {key_id!r}")
+    kv = await gw.standings.kv()
+    if kv is None:
+        raise ApiError(ErrorCode.unavailable, "key standing store is unavailable")
+    standing = KeyStanding(key_id=key_id, state="active", reason="reinstated by an admin", since_ms=now_ms())
+    await kv.put(key_id, standing)
+    return standing.model_dump()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -21,9 +21,9 @@ from services.gateway.anthropic_tools import (
     tool_use_block,
     used,
 )
-from services.gateway.auth import authenticate
-from services.gateway.body import read_json
-from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
+from services.gateway.auth import Principal
+from services.gateway.body import json_body
+from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import terminal_error, wait_events
@@ -239,10 +239,9 @@ def message(run: Run, model: str, events: list[ChatEvent], tool_names: set[str] 
 
 
 @router.post("/v1/messages")
-async def messages(request: Request) -> Response:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, MessagesRequest, gw.settings.max_body_bytes)
+async def messages(
+    request: Request, gw: Gw, key: Principal, body: Annotated[MessagesRequest, json_body(MessagesRequest)]
+) -> Response:
     refuse_unsupported(body)
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None

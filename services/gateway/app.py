@@ -6,7 +6,7 @@ import json
 import uuid
 
 import structlog
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,11 +19,12 @@ from services.gateway import (
     chat_api,
     errors,
     feedback_api,
+    knowledge_api,
     openai_api,
     openapi,
     ops_api,
-    standing,
 )
+from services.gateway.auth import require_admin
 from services.gateway.core import Gateway
 from services.gateway.metrics import Metrics
 from services.gateway.product import router as product_router
@@ -94,9 +95,12 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(openai_api.router)
     app.include_router(anthropic_api.router)
     app.include_router(ops_api.router)
-    app.include_router(standing.router)
-    app.include_router(admin_api.router)
     app.include_router(feedback_api.router)
+    # Every admin route, wherever it is written, behind one guard.
+    admin = APIRouter(dependencies=[Depends(require_admin)])
+    for router in (admin_api.router, ops_api.admin_router, knowledge_api.admin_router):
+        admin.include_router(router)
+    app.include_router(admin)
     openapi.install(app)
     app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
     return app

@@ -1,11 +1,16 @@
-"""API-key authentication: `Authorization: Bearer <key>` or `x-api-key: <key>` (what the Anthropic SDK sends)."""
+"""API-key authentication as FastAPI dependencies: `Authorization: Bearer <key>` or `x-api-key: <key>`
+(what the Anthropic SDK sends). `Principal` is the verified key of a request; `require_admin` guards the
+admin router."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated
 
-from libs.store.keys import ApiKey, KeyStore
+from fastapi import Depends, Request
+
+from libs.store.keys import ApiKey
 from schemas import ErrorCode
+from services.gateway.core import Gw
 from services.gateway.errors import ApiError
 
 
@@ -18,27 +23,30 @@ def presented_key(request: Request) -> str | None:
     return key or None
 
 
-async def authenticate(request: Request, keys: KeyStore) -> ApiKey:
+async def authenticate(request: Request, gw: Gw) -> ApiKey:
     raw = presented_key(request)
     if raw is None:
         raise ApiError(ErrorCode.unauthorized, "missing API key: send Authorization: Bearer <key> or x-api-key")
-    key = await keys.verify(raw)
+    key = await gw.keys.verify(raw)
     if key is None:
         # One message for unknown and revoked keys: the answer must not tell an attacker which it was.
         raise ApiError(ErrorCode.unauthorized, "invalid API key")
-    standings = getattr(getattr(request.app.state, "gateway", None), "standings", None)
-    if standings is not None and not key.admin:
-        standing = await standings.get(key.id)
+    if not key.admin:
+        standing = await gw.standings.get(key.id)
         if standing is not None and standing.state == "suspended":
             raise ApiError(
                 ErrorCode.forbidden, f"this API key is suspended: {standing.reason}. An admin can reinstate it."
             )
-    request.state.key = key
     return key
 
 
-async def authenticate_admin(request: Request, keys: KeyStore) -> ApiKey:
-    key = await authenticate(request, keys)
+Principal = Annotated[ApiKey, Depends(authenticate)]
+
+
+async def require_admin(key: Principal) -> ApiKey:
     if not key.admin:
         raise ApiError(ErrorCode.forbidden, "this route needs an admin key")
     return key
+
+
+AdminKey = Annotated[ApiKey, Depends(require_admin)]

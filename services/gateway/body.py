@@ -4,13 +4,15 @@ anything is published or stored."""
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import Depends, Request
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
 from schemas import ErrorCode
+from services.gateway.core import gateway
 from services.gateway.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
@@ -93,3 +95,21 @@ async def read_json(request: Request, model: type[M], max_bytes: int) -> M:
         return model.model_validate(data)
     except ValidationError as e:
         raise ApiError(ErrorCode.bad_request, _describe(e)) from e
+
+
+def has_body(request: Request) -> bool:
+    return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
+
+
+def json_body(model: type[M], *, optional: bool = False, max_bytes: int | None = None) -> Any:
+    """A dependency that reads the body as `model` (`Annotated[Model, json_body(Model)]`); `optional`: a
+    request without a body gets the model's defaults. Put it after the key in a handler's parameters:
+    dependencies resolve in order, so an unauthenticated request is refused before its body is read."""
+
+    async def read(request: Request) -> M:
+        if optional and not has_body(request):
+            return model()
+        return await read_json(request, model, max_bytes or gateway(request).settings.max_body_bytes)
+
+    reader: Callable[[Request], Awaitable[M]] = read
+    return Depends(reader)

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
 from services.gateway.attach import attach_files
-from services.gateway.auth import authenticate
-from services.gateway.body import read_json
-from services.gateway.core import Gateway, check_text, gateway, resolve_model, sampling, start_run
+from services.gateway.auth import Principal
+from services.gateway.body import json_body
+from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
 from services.gateway.proxy import ask
 from services.gateway.replay import owned, replay
@@ -73,10 +73,9 @@ async def relay_chat(gw: Gateway, run: Run, after: int = -1) -> AsyncIterator[by
 
 
 @router.post("/chat")
-async def chat(request: Request) -> StreamingResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, ChatRequest, gw.settings.max_body_bytes)
+async def chat(
+    request: Request, gw: Gw, key: Principal, body: Annotated[ChatRequest, json_body(ChatRequest)]
+) -> StreamingResponse:
     text = check_text(gw.settings, body.text)
     model, mode = resolve_model(gw.settings, body.model)
     if body.file_ids:
@@ -127,15 +126,15 @@ async def relay_replay(gw: Gateway, rid: str, after: int) -> AsyncIterator[bytes
 
 
 @router.get("/v1/streams/{rid}")
-async def resume(rid: str, request: Request) -> StreamingResponse:
+async def resume(
+    rid: str,
+    gw: Gw,
+    key: Principal,
+    last_event_id: Annotated[int | None, Header()] = None,
+    after: Annotated[int | None, Query()] = None,
+) -> StreamingResponse:
     """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live."""
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "-1"
-    try:
-        after = int(raw)
-    except ValueError as e:
-        raise ApiError(ErrorCode.bad_request, f"Last-Event-ID must be an event id, got {raw!r}") from e
+    after = last_event_id if last_event_id is not None else after if after is not None else -1
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
         body = relay_chat(gw, run, after)
@@ -148,10 +147,8 @@ async def resume(rid: str, request: Request) -> StreamingResponse:
 
 
 @router.post("/v1/streams/{rid}/cancel")
-async def stop(rid: str, request: Request) -> JSONResponse:
+async def stop(rid: str, gw: Gw, key: Principal) -> JSONResponse:
     """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
         await gw.streams.cancel(run, "stopped")
@@ -165,9 +162,7 @@ async def stop(rid: str, request: Request) -> JSONResponse:
 
 
 @router.get("/v1/conversations/{chat_id}")
-async def conversation(chat_id: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
+async def conversation(chat_id: str, gw: Gw, key: Principal) -> JSONResponse:
     reply = await ask(
         gw,
         subjects.CONVERSATION_GET,

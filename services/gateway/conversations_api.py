@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,10 +29,10 @@ from schemas import (
     subjects,
 )
 from schemas import conversations as subj
-from services.gateway.auth import authenticate
-from services.gateway.body import read_json
+from services.gateway.auth import Principal
+from services.gateway.body import json_body
 from services.gateway.chat_api import CHAT_ID_PATTERN
-from services.gateway.core import gateway
+from services.gateway.core import Gw
 from services.gateway.proxy import ask
 
 router = APIRouter()
@@ -52,19 +52,10 @@ class RenameConversation(BaseModel):
     title: str = Field(min_length=1, max_length=200)
 
 
-def _has_body(request: Request) -> bool:
-    return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
-
-
 @router.post("/v1/conversations")
-async def create(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = (
-        await read_json(request, CreateConversation, gw.settings.max_body_bytes)
-        if _has_body(request)
-        else CreateConversation()
-    )
+async def create(
+    gw: Gw, key: Principal, body: Annotated[CreateConversation, json_body(CreateConversation, optional=True)]
+) -> JSONResponse:
     chat_id = body.id or uuid.uuid4().hex
     missing = f"conversation {chat_id!r}"
     conv = await ask(
@@ -90,12 +81,11 @@ async def create(request: Request) -> JSONResponse:
 
 @router.get("/v1/conversations")
 async def list_conversations(
-    request: Request,
+    gw: Gw,
+    key: Principal,
     limit: Annotated[int, Query(ge=1, le=200)] = 20,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
 ) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
     page = await ask(
         gw,
         subj.CONVERSATIONS_LIST,
@@ -109,12 +99,11 @@ async def list_conversations(
 
 @router.get("/v1/conversations/search")
 async def search(
-    request: Request,
+    gw: Gw,
+    key: Principal,
     q: Annotated[str, Query(min_length=1, max_length=200)],
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
     reply = await ask(
         gw,
         subj.CONVERSATIONS_SEARCH,
@@ -127,10 +116,9 @@ async def search(
 
 
 @router.patch("/v1/conversations/{chat_id}")
-async def rename(chat_id: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, RenameConversation, gw.settings.max_body_bytes)
+async def rename(
+    chat_id: str, gw: Gw, key: Principal, body: Annotated[RenameConversation, json_body(RenameConversation)]
+) -> JSONResponse:
     summary = await ask(
         gw,
         subj.CONVERSATIONS_RENAME,
@@ -143,9 +131,7 @@ async def rename(chat_id: str, request: Request) -> JSONResponse:
 
 
 @router.delete("/v1/conversations/{chat_id}")
-async def delete(chat_id: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
+async def delete(chat_id: str, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.CONVERSATIONS_DELETE,

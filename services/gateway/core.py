@@ -6,10 +6,10 @@ import asyncio
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import structlog
-from fastapi import Request
+from fastapi import Depends, Request
 from opentelemetry import context as otel_context
 
 from libs.bus import Bus, BusError
@@ -76,6 +76,9 @@ class Gateway:
 def gateway(request: Request) -> Gateway:
     gw: Gateway = request.app.state.gateway
     return gw
+
+
+Gw = Annotated[Gateway, Depends(gateway)]
 
 
 def request_id(request: Request) -> str:

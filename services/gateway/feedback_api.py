@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,14 +21,16 @@ from libs.bus.headers import now_ms
 from libs.store.keys import ApiKey
 from schemas import ErrorCode, Feedback, RequestQuery, RequestRecord, RequestRecordReply, subjects
 from schemas.records import LOG_FEEDBACK
-from services.gateway.auth import authenticate
-from services.gateway.body import read_json
-from services.gateway.core import Gateway, gateway
+from services.gateway.auth import Principal
+from services.gateway.body import json_body
+from services.gateway.core import Gateway, Gw
 from services.gateway.errors import ApiError
 
 router = APIRouter()
 # The logger writes a request's record a moment after `done`: a rating sent at once waits this long for it.
 RECORD_WAIT_S = 3.0
+# A rating is a few short fields.
+MAX_BODY_BYTES = 16_000
 
 
 class ThumbsBody(BaseModel):
@@ -75,10 +77,9 @@ async def publish(gw: Gateway, fb: Feedback) -> None:
 
 
 @router.post("/v1/feedback")
-async def thumbs(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, ThumbsBody, 16_000)
+async def thumbs(
+    gw: Gw, key: Principal, body: Annotated[ThumbsBody, json_body(ThumbsBody, max_bytes=MAX_BODY_BYTES)]
+) -> JSONResponse:
     await own_request(gw, key, body.rid)
     fb = Feedback(
         rid=body.rid,
@@ -94,10 +95,9 @@ async def thumbs(request: Request) -> JSONResponse:
 
 
 @router.post("/v1/feedback/preference")
-async def preference(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, PreferenceBody, 16_000)
+async def preference(
+    gw: Gw, key: Principal, body: Annotated[PreferenceBody, json_body(PreferenceBody, max_bytes=MAX_BODY_BYTES)]
+) -> JSONResponse:
     if body.rid_a == body.rid_b:
         raise ApiError(ErrorCode.bad_request, "rid_a and rid_b must be two different requests")
     await asyncio.gather(own_request(gw, key, body.rid_a), own_request(gw, key, body.rid_b))

@@ -22,10 +22,10 @@ from fastapi.responses import JSONResponse
 
 from schemas import DeleteAck, ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
 from schemas import conversations as subj
-from services.gateway.auth import authenticate
+from services.gateway.auth import Principal
 from services.gateway.body import read_body
 from services.gateway.chat_api import CHAT_ID_PATTERN
-from services.gateway.core import gateway
+from services.gateway.core import Gw
 from services.gateway.errors import ApiError
 from services.gateway.proxy import ask
 
@@ -141,10 +141,8 @@ async def extract_text(data: bytes, media_type: str) -> str:
 
 
 @router.post("/v1/files")
-async def upload(request: Request) -> JSONResponse:
+async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
     """multipart/form-data: `file` (required), `chatId` (optional: attach to that conversation)."""
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
     content_type = request.headers.get("content-type", "")
     _boundary(content_type)  # the wrong type fails before the body is read
     parts = parse_form(content_type, await read_body(request, MAX_UPLOAD_BYTES))
@@ -181,10 +179,8 @@ async def upload(request: Request) -> JSONResponse:
 
 @router.get("/v1/files")
 async def list_files(
-    request: Request, chat_id: Annotated[str | None, Query(alias="chatId", max_length=128)] = None
+    gw: Gw, key: Principal, chat_id: Annotated[str | None, Query(alias="chatId", max_length=128)] = None
 ) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
     got = await ask(
         gw,
         subj.FILES_LIST,
@@ -197,9 +193,7 @@ async def list_files(
 
 
 @router.get("/v1/files/{file_id}")
-async def get_file(file_id: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
+async def get_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
     got = await ask(
         gw,
         subj.FILES_GET,
@@ -212,9 +206,7 @@ async def get_file(file_id: str, request: Request) -> JSONResponse:
 
 
 @router.delete("/v1/files/{file_id}")
-async def delete_file(file_id: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
+async def delete_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.FILES_DELETE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,12 +25,14 @@ from schemas import (
 )
 from schemas import conversations as subj
 from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
-from services.gateway.auth import authenticate, authenticate_admin
-from services.gateway.body import read_json
-from services.gateway.core import gateway
+from services.gateway.auth import AdminKey, Principal
+from services.gateway.body import json_body
+from services.gateway.core import Gw
 from services.gateway.proxy import ask
 
 router = APIRouter()
+# Included by the app under the admin guard.
+admin_router = APIRouter()
 
 
 class NewMemory(BaseModel):
@@ -56,9 +58,7 @@ class SetSafetyPolicy(BaseModel):
 
 
 @router.get("/v1/memory")
-async def memory_list(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
+async def memory_list(gw: Gw, key: Principal) -> JSONResponse:
     items = await ask(
         gw,
         subj.MEMORY_LIST,
@@ -71,10 +71,7 @@ async def memory_list(request: Request) -> JSONResponse:
 
 
 @router.post("/v1/memory")
-async def memory_add(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, NewMemory, gw.settings.max_body_bytes)
+async def memory_add(gw: Gw, key: Principal, body: Annotated[NewMemory, json_body(NewMemory)]) -> JSONResponse:
     item = await ask(
         gw,
         subj.MEMORY_ADD,
@@ -87,9 +84,7 @@ async def memory_add(request: Request) -> JSONResponse:
 
 
 @router.delete("/v1/memory/{item_id}")
-async def memory_delete(item_id: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
+async def memory_delete(item_id: str, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.MEMORY_DELETE,
@@ -101,11 +96,8 @@ async def memory_delete(item_id: str, request: Request) -> JSONResponse:
     return JSONResponse(ack.model_dump(mode="json"))
 
 
-@router.put("/v1/admin/instructions")
-async def instructions_set(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
-    body = await read_json(request, SetInstructions, gw.settings.max_body_bytes)
+@admin_router.put("/v1/admin/instructions")
+async def instructions_set(gw: Gw, body: Annotated[SetInstructions, json_body(SetInstructions)]) -> JSONResponse:
     saved = await ask(
         gw,
         subj.INSTRUCTIONS_SET,
@@ -117,13 +109,11 @@ async def instructions_set(request: Request) -> JSONResponse:
     return JSONResponse(saved.model_dump(mode="json"))
 
 
-@router.get("/v1/admin/instructions")
+@admin_router.get("/v1/admin/instructions")
 async def instructions_get(
-    request: Request, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+    gw: Gw, key: AdminKey, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
 ) -> JSONResponse:
     """`?tenant=`; without it, the admin key's own tenant."""
-    gw = gateway(request)
-    key = await authenticate_admin(request, gw.keys)
     who = tenant or key.tenant
     got = await ask(
         gw, subj.INSTRUCTIONS_GET, InstructionsQuery(tenant=who), Instructions, tenant=who, missing="instructions"
@@ -131,11 +121,8 @@ async def instructions_get(
     return JSONResponse(got.model_dump(mode="json"))
 
 
-@router.put("/v1/admin/safety-policy")
-async def safety_policy_set(request: Request) -> JSONResponse:
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
-    body = await read_json(request, SetSafetyPolicy, gw.settings.max_body_bytes)
+@admin_router.put("/v1/admin/safety-policy")
+async def safety_policy_set(gw: Gw, body: Annotated[SetSafetyPolicy, json_body(SetSafetyPolicy)]) -> JSONResponse:
     saved = await ask(
         gw,
         SAFETY_POLICY_SET,
@@ -147,13 +134,11 @@ async def safety_policy_set(request: Request) -> JSONResponse:
     return JSONResponse(saved.model_dump(mode="json"))
 
 
-@router.get("/v1/admin/safety-policy")
+@admin_router.get("/v1/admin/safety-policy")
 async def safety_policy_get(
-    request: Request, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+    gw: Gw, key: AdminKey, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
 ) -> JSONResponse:
     """`?tenant=`; without it, the admin key's own tenant. A tenant that set nothing gets the defaults."""
-    gw = gateway(request)
-    key = await authenticate_admin(request, gw.keys)
     who = tenant or key.tenant
     got = await ask(
         gw, SAFETY_POLICY_GET, SafetyPolicyQuery(tenant=who), SafetyPolicyEntry, tenant=who, missing="safety policy"

@@ -12,13 +12,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field
 
 from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
-from services.gateway.auth import authenticate
-from services.gateway.body import read_json
+from services.gateway.auth import Principal
+from services.gateway.body import json_body
 from services.gateway.core import (
     MAX_SEED,
     Gateway,
+    Gw,
     check_text,
-    gateway,
     request_id,
     resolve_model,
     sampling,
@@ -288,10 +288,9 @@ def logprobs_of(logprobs: bool | None, top: int | None) -> int | None:
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
-    body = await read_json(request, CompletionRequest, gw.settings.max_body_bytes)
+async def chat_completions(
+    request: Request, gw: Gw, key: Principal, body: Annotated[CompletionRequest, json_body(CompletionRequest)]
+) -> Response:
     refuse_unsupported(body)
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None

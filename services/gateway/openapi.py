@@ -1,10 +1,11 @@
 """The OpenAPI document at `/openapi.json`, made true to the API.
 
-FastAPI's own document says little here: handlers read their bodies with `read_json` (so the error shape,
-415 and 413 come before validation), stream SSE or JSONL, and answer errors in one shape. So the generated
-document is completed from this table: the request body of each operation (the same pydantic model the
-handler reads), its success status and media types, the error statuses it can answer with their shape,
-the query parameters read by hand, and the two ways to present a key. FastAPI's 422 never happens (bad
+FastAPI's own document says little here: handlers read their bodies through the `json_body` dependency (so
+the error shape, 415 and 413 come before validation), stream SSE or JSONL, and answer errors in one shape. So
+the generated document is completed from this table: the request body of each operation (the same pydantic
+model the handler reads), its success status and media types, the error statuses it can answer with their
+shape, the admin query strings as clients write them (times and durations are strings their models parse),
+and the two ways to present a key. FastAPI's 422 never happens (bad
 input is 400), so it is removed."""
 
 from __future__ import annotations
@@ -90,10 +91,6 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "replays": {"type": "boolean"},
         "until": _TIME,
     },
-    ("get", "/v1/streams/{rid}"): {"after": {"type": "integer", "description": "resume after this event id"}},
-}
-HEADERS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
-    ("get", "/v1/streams/{rid}"): {"Last-Event-ID": {"type": "integer"}},
 }
 
 ERRORS = {
@@ -192,7 +189,6 @@ def _complete(method: str, path: str, op: dict[str, Any]) -> None:
         op["requestBody"] = _upload_body()
     params = [p for p in op.get("parameters", []) if p["in"] != "query" or key not in QUERY]
     params += [{"name": n, "in": "query", "required": False, "schema": s} for n, s in QUERY.get(key, {}).items()]
-    params += [{"name": n, "in": "header", "required": False, "schema": s} for n, s in HEADERS.get(key, {}).items()]
     if params:
         op["parameters"] = params
     status, media = SUCCESS.get(key, ("200", (JSON,)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -20,10 +20,12 @@ from schemas import (
     ToolSpecsQuery,
     subjects,
 )
-from services.gateway.auth import authenticate, authenticate_admin
-from services.gateway.core import gateway
+from services.gateway.auth import Principal
+from services.gateway.core import Gw
 
 router = APIRouter()
+# Included by the app under the admin guard.
+admin_router = APIRouter()
 
 
 @router.get("/healthz")
@@ -32,8 +34,7 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(request: Request) -> JSONResponse:
-    gw = gateway(request)
+async def readyz(gw: Gw) -> JSONResponse:
     stages = [s for s in subjects.STAGES if s != "gateway"]
 
     async def probe(stage: str) -> dict[str, Any]:
@@ -55,14 +56,12 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    return Response(generate_latest(gateway(request).metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(gw: Gw) -> Response:
+    return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/models")
-async def models(request: Request) -> dict[str, Any]:
-    gw = gateway(request)
-    await authenticate(request, gw.keys)
+async def models(gw: Gw, key: Principal) -> dict[str, Any]:
     return {
         "object": "list",
         "data": [{"id": m, "object": "model", "created": 0, "owned_by": "switchyard"} for m in gw.settings.models],
@@ -70,10 +69,8 @@ async def models(request: Request) -> dict[str, Any]:
 
 
 @router.get("/v1/tools")
-async def tools(request: Request) -> dict[str, Any]:
+async def tools(gw: Gw, key: Principal) -> dict[str, Any]:
     """The server-side tools the pipeline runs before the model writes (asked of the tools stage)."""
-    gw = gateway(request)
-    key = await authenticate(request, gw.keys)
     reply = await gw.bus.request(subjects.TOOLS_SPECS, ToolSpecsQuery(tenant=key.tenant), ToolSpecs, timeout=3.0)
     return {"object": "list", "data": [{"type": "function", "function": t} for t in reply.tools]}
 
@@ -92,10 +89,8 @@ def span_tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
     return roots
 
 
-@router.get("/v1/admin/requests/{rid}")
-async def admin_request(rid: str, request: Request) -> JSONResponse:
-    gw = gateway(request)
-    await authenticate_admin(request, gw.keys)
+@admin_router.get("/v1/admin/requests/{rid}")
+async def admin_request(rid: str, gw: Gw) -> JSONResponse:
     reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     return JSONResponse(
         {

@@ -12,6 +12,9 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 
+from schemas import ErrorCode
+from services.gateway.errors import ApiError
+
 router = APIRouter()
 
 STATIC = Path(__file__).parent / "static"
@@ -43,6 +46,21 @@ async def script() -> FileResponse:
 @router.get("/static/chat.markdown.js", include_in_schema=False)
 async def markdown() -> FileResponse:
     return _file("chat.markdown.js", "text/javascript; charset=utf-8")
+
+
+# The console is static too: the page asks for the admin key and calls the admin routes, so serving it
+# needs no key (it holds no data).
+@router.get("/console", include_in_schema=False)
+async def console() -> FileResponse:
+    return FileResponse(STATIC / "console.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/console/{name}", include_in_schema=False)
+async def console_asset(name: str) -> FileResponse:
+    if name not in ("console.js", "console.css"):
+        raise ApiError(ErrorCode.not_found, "no such route")
+    media = "text/javascript" if name.endswith(".js") else "text/css"
+    return FileResponse(STATIC / name, media_type=media, headers={"Cache-Control": "no-cache"})
 
 
 @router.get("/static/chat.css", include_in_schema=False)
