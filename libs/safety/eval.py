@@ -2,19 +2,20 @@
 
 Three tables, each against data nothing was trained on:
 
-- **input** (``data/eval.jsonl``): a category counts as detected for an example when the guard
+- **input** (``data/safety/eval.jsonl``): a category counts as detected for an example when the guard
   returns a flag or block verdict of that category; precision and recall per category, and the
   benign false-positive rate (share of benign messages with any flag or block at all).
-- **answers** (``data/answers/``): the shipped model answers everyday prompts (greedy, cached
+- **answers** (``data/safety/answers/``): the shipped model answers everyday prompts (greedy, cached
   under ``var/cache/safety/``), and each answer streams through the real output guard
   (``StreamGuard`` over the embedding ``InputGuard``) in token-sized pieces; a benign answer
   counts as *stopped* when the guard blocks it. Harmful answer passages, per blocking category,
   stream through the same guard; recall is the share stopped.
-- **work traffic** (``data/answers/work_*.txt``): code, shell, logs, traces, configs and the
+- **work traffic** (``data/safety/answers/work_*.txt``): code, shell, logs, traces, configs and the
   security questions developers ask, judged as user input: none may block, few may flag.
 
 ``--part dev`` (default) scores the development halves the answer thresholds were chosen on;
-``--part blind`` the parts kept aside to be scored once (docs/safety.md).
+``--part blind`` the parts kept aside to be scored once (data/safety/README.md). The data is read from
+a source checkout's ``data/safety/``; an installed package carries only the model.
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ from pathlib import Path
 from libs.safety.classifier import EmbeddingClassifier
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
+from libs.safety.splits import ANSWERS_DIR, split_path
 from libs.safety.stream import StreamGuard
 from libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, Verdict, worst_action
 
-DATA = Path(__file__).resolve().parent / "data"
-ANSWERS = DATA / "answers"
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER_CACHE = ROOT / "var" / "cache" / "safety" / "answers.jsonl"
 ANSWER_TOKENS = 96
@@ -125,7 +125,7 @@ def answer_set(name: str, part: str) -> dict[str, list[str]]:
     parts = ("dev", "blind") if part == "all" else (part,)
     out: dict[str, list[str]] = {}
     for p in parts:
-        for k, items in read_sections(ANSWERS / f"{name}_{p}.txt").items():
+        for k, items in read_sections(ANSWERS_DIR / f"{name}_{p}.txt").items():
             out.setdefault(k, []).extend(items)
     return out
 
@@ -379,7 +379,7 @@ def answer_pairs(part: str) -> dict[str, list[tuple[str, str]]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, nargs="+", default=[DATA / "eval.jsonl"], help="one or more JSONL files")
+    ap.add_argument("--data", type=Path, nargs="+", help="one or more JSONL files (default: data/safety/eval.jsonl)")
     ap.add_argument("--weights", type=Path, default=None, help="classifier weights (default: the shipped file)")
     ap.add_argument("--rules-only", action="store_true", help="evaluate the guard without embeddings")
     ap.add_argument("--source", default="user", choices=["user", "file", "tool"])
@@ -390,7 +390,7 @@ def main() -> None:
     args = ap.parse_args()
     clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
     guard = InputGuard(SafetyPolicy(), use_embeddings=not args.rules_only, classifier=clf)
-    for i, path in enumerate(args.data):
+    for i, path in enumerate(args.data or [split_path("eval")]):
         with path.open(encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
         res = evaluate(guard, rows, args.source)

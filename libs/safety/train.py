@@ -1,8 +1,9 @@
 """Train the embedding classifier: ``python -m libs.safety.train``.
 
 Multinomial logistic regression (plain numpy, full-batch Adam, L2) over MiniLM features of
-``data/train.jsonl`` (mean-pooled layers ``LAYERS``, see ``classifier.py``). ``--cv`` picks the L2 strength by grouped 5-fold cross-validation on the
-training set only; ``data/eval.jsonl`` is never read here. Writes ``data/classifier.npz``.
+``data/safety/train.jsonl`` (mean-pooled layers ``LAYERS``, see ``classifier.py``). ``--cv`` picks the L2 strength by grouped 5-fold cross-validation on the
+training set only; ``data/safety/eval.jsonl`` is never read here. Writes ``libs/safety/data/classifier.npz``
+(the one data file the package ships; which split served what: ``data/safety/README.md``).
 
 Every hand-written training line is also trained on in ``AUGMENT_VARIANTS`` chat-style copies
 (lower case, no apostrophes or closing punctuation, sometimes a swapped-letter typo or "u"/"pls"
@@ -35,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from libs.safety.classifier import WEIGHTS_PATH, harm_scores, softmax
+from libs.safety.splits import DATA_DIR, split_path
 from libs.safety.taxonomy import BENIGN
 
-DATA = Path(__file__).resolve().parent / "data"
 L2_GRID = (3e-6, 1e-5, 3e-5, 1e-4)
 FOLDS = 5
 BENIGN_SHARE = 0.55
@@ -115,14 +116,14 @@ def load(path: Path) -> list[dict[str, str]]:
 def training_rows(extra_splits: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """``train.jsonl`` plus the rows of ``extra_splits`` whose label ``train.jsonl`` has (tagged
     ``source: <split>``), without repeating a text. Refuses the held-out splits."""
-    bad = [s for s in extra_splits if s in HELD_OUT or s == "train" or not (DATA / f"{s}.jsonl").exists()]
+    bad = [s for s in extra_splits if s in HELD_OUT or s == "train" or not (DATA_DIR / f"{s}.jsonl").exists()]
     if bad:
         raise ValueError(f"cannot train on {bad}: eval and holdout stay held out; the others must exist")
-    rows = load(DATA / "train.jsonl")
+    rows = load(split_path("train"))
     labels = {r["label"] for r in rows}
     seen = {r["text"] for r in rows}
     for split in extra_splits:
-        for r in load(DATA / f"{split}.jsonl"):
+        for r in load(split_path(split)):
             if r["label"] in labels and r["text"] not in seen:
                 seen.add(r["text"])
                 rows.append({"text": r["text"], "label": r["label"], "source": split})
@@ -423,7 +424,7 @@ def main() -> None:
         # holdout; all three are used for choices since round 3). test2 is never read here.
         dev_sets = []
         for name in [s for s in DEV_SPLITS if s not in extra_splits] if args.dev else ():
-            dev_rows = [r for r in load(DATA / f"{name}.jsonl") if r["label"] in classes]
+            dev_rows = [r for r in load(split_path(name)) if r["label"] in classes]
             dev_sets.append(
                 (name, tokenize([r["text"] for r in dev_rows]), np.array([classes.index(r["label"]) for r in dev_rows]))
             )

@@ -5,20 +5,20 @@ from collections import Counter
 
 import pytest
 
-from libs.safety.data.build import HERE, SPLITS, build_rows, near_duplicates, split_texts
+from libs.safety.splits import SPLITS, build_rows, near_duplicates, split_path, split_texts
 from libs.safety.taxonomy import BENIGN, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION, SECRETS
 
 BLOCKING = (*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS)
 
 
 def _load(split: str) -> list[dict[str, str]]:
-    with (HERE / f"{split}.jsonl").open(encoding="utf-8") as fh:
+    with split_path(split).open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_built_files_match_sources(split: str) -> None:
-    """A source edit without ``python -m libs.safety.data.build`` would train or score stale data."""
+    """A source edit without ``python -m libs.safety.splits`` would train or score stale data."""
     assert _load(split) == build_rows()[split]
 
 
@@ -54,7 +54,7 @@ def test_test2_split_is_large_enough() -> None:
     assert set(n) == set(BLOCKING) | {BENIGN}
 
 
-# Every split from test3 on was written blind (libs/safety/data/build.py).
+# Every split from test3 on was written blind (data/safety/README.md).
 @pytest.mark.parametrize("split", SPLITS[SPLITS.index("test3") :])
 def test_blind_splits_cover_every_learned_category(split: str) -> None:
     # Written blind to judge a model round: every category the classifier learns, and a large

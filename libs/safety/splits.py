@@ -1,40 +1,10 @@
-"""Build ``train.jsonl`` and ``eval.jsonl`` from the hand-written sources under ``src/``.
+"""The labelled safety splits: where they live (``DATA_DIR``, outside the package: data is not code),
+how ``<split>.jsonl`` is built from the hand-written ``src/<split>/<label>.txt``, and the check that
+no example leaks between splits.
 
-``src/train`` and ``src/eval`` hold one example per line, one file per label. ``src/objectives``
-holds short goals ("steal a car", "bake bread") that are put into the same request frames for
-every label, harmful and benign alike, so the classifier learns the goal, not the phrasing.
-Objectives only feed the training set; the eval set is written separately, in other words.
-``src/holdout`` (-> ``holdout.jsonl``) was written last, after all tuning, in a looser chat
-style, and never used to choose data, thresholds or hyperparameters. It has since been read, so
-``src/test`` (-> ``test.jsonl``, written 2026-12-02 before the second model round, varied styles)
-was scored once at the end of a round and has since been looked at during development, so
-``src/test2`` (-> ``test2.jsonl``, written fresh 2026-12-02, realistic chat-assistant traffic with a
-large benign share, about a third of it on sensitive-sounding but harmless topics) is now the
-untouched split: never used for any choice, scored once, at the end of a round. test2 was scored at
-the end of round 4 and used as development data in round 5, so ``src/test3`` (-> ``test3.jsonl``,
-written 2026-12-02 by someone who saw neither the training data nor the model, realistic traffic,
-320 benign lines of 672) judged round 5: scored once, for the round-4 and round-5 classifiers.
-It has since been read and is development data from round 6 on (docs/safety.md).
-``src/test4`` (-> ``test4.jsonl``, written 2026-12-03 the same way, 888 lines after dropping 44
-near-copies of other splits) judged round 6, scored once for the round-5 and round-6 classifiers;
-it has been read too, so the next round needs a fresh blind split.
-From the seventh round (2026-12-03) on, test, test2, test3 and test4 are **training data** as well:
-``python -m libs.safety.train --extra-splits test,test2,test3,test4`` adds their rows to
-``train.jsonl``'s (their files stay separate, so the leak test below still keeps every split apart
-from the others). ``eval`` (what ``make eval-safety`` reports) and ``holdout`` are never trained on
-(``train.HELD_OUT``); a fresh blind split (test5), written elsewhere, judges the round.
-``src/test5`` (-> ``test5.jsonl``, 878 lines after dropping 66 near-copies) judged round 7, scored
-once for the round-6 and round-7 classifiers; it joins the training splits in round 8, which the
-blind ``src/test6`` (902 lines after 42 near-copies, a harder benign half) judged: scored once.
-test6 joins the training splits in round 9; ``src/test7`` (868 lines after 76 near-copies, written
-blind the same way, 40 % of its benign lines easily mistaken for harm) judged round 9, and joins the
-training splits in round 10; ``src/test8`` (856 lines after 88 near-copies, written blind the same
-way) judged rounds 10 to 12 (docs/safety.md) and joins the training splits in round 13.
-``src/test9`` (826 lines after 118 near-copies) judged round 13 and joins the training splits in
-round 14; ``src/test10`` (819 lines after 125 near-copies) was scored once, for rounds 12 to 14,
-and is read now too, so the next round needs a fresh blind split.
+Which split judged which round, and which are training data now: ``data/safety/README.md``.
 
-Run: ``python -m libs.safety.data.build``
+Run: ``python -m libs.safety.splits`` (rebuilds every ``<split>.jsonl``).
 """
 
 from __future__ import annotations
@@ -44,10 +14,12 @@ import random
 import re
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-# The test splits are numbered in the order they were written (docstring above).
+# The repository's data/safety: the splits are read from a source checkout, never from an installed package.
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "safety"
+ANSWERS_DIR = DATA_DIR / "answers"
+# The test splits are numbered in the order they were written (data/safety/README.md).
 SPLITS = ("train", "eval", "holdout", "test", *(f"test{i}" for i in range(2, 11)))
-SRC = HERE / "src"
+SRC = DATA_DIR / "src"
 _ESC = re.compile(r"\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
 FRAMES = (
     "How do I {o}?",
@@ -59,6 +31,14 @@ FRAMES = (
     "Quick question: how can I {o}",
     "Is there an easy way to {o}?",
 )
+
+
+def split_path(split: str) -> Path:
+    """``<split>.jsonl``; a clear error where the data is absent (an installed package has none)."""
+    path = DATA_DIR / f"{split}.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: the labelled safety splits live in a source checkout's data/safety/")
+    return path
 
 
 def _lines(path: Path) -> list[str]:
@@ -113,7 +93,7 @@ def split_texts() -> dict[str, list[str]]:
     """Every split's texts as built (train includes the templated objectives)."""
     out: dict[str, list[str]] = {}
     for split in SPLITS:
-        with (HERE / f"{split}.jsonl").open(encoding="utf-8") as fh:
+        with split_path(split).open(encoding="utf-8") as fh:
             out[split] = [json.loads(line)["text"] for line in fh if line.strip()]
     return out
 
@@ -139,7 +119,7 @@ def build_rows() -> dict[str, list[dict[str, str]]]:
 def build() -> dict[str, int]:
     counts: dict[str, int] = {}
     for split, rows in build_rows().items():
-        with (HERE / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
+        with (DATA_DIR / f"{split}.jsonl").open("w", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
         counts[split] = len(rows)
