@@ -110,10 +110,6 @@ class InputGuard:
             for v in verdicts
         )
 
-    def with_policy(self, policy: SafetyPolicy) -> InputGuard:
-        """The same classifier judged by another policy (a tenant's thresholds)."""
-        return InputGuard(policy, use_embeddings=self.use_embeddings, classifier=self._classifier)
-
     def _start(self, texts: list[str], source: str) -> tuple[list[list[Verdict]], list[int]]:
         _check_source(source)
         out: list[list[Verdict]] = [self._rule_verdicts(t, source) for t in texts]

@@ -161,8 +161,3 @@ class SafetyPolicy(BaseModel):
         if score >= t.flag_at:
             return FLAG
         return ALLOW
-
-    def flag_floor(self) -> float:
-        """Lowest score at which any category could act: below it a score is noise."""
-        tables = (*self.thresholds.values(), *self.answer_thresholds.values())
-        return min((t.flag_at for t in tables), default=0.5)

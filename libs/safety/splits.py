@@ -1,6 +1,6 @@
 """The labelled safety splits: where they live (``DATA_DIR``, outside the package: data is not code),
-how ``<split>.jsonl`` is built from the hand-written ``src/<split>/<label>.txt``, and the check that
-no example leaks between splits.
+and how ``<split>.jsonl`` is built from the hand-written ``src/<split>/<label>.txt``
+(``tests/safety/test_data.py`` checks that no example leaks between splits).
 
 Which split judged which round, and which are training data now: ``data/safety/README.md``.
 
@@ -54,48 +54,6 @@ def _lines(path: Path) -> list[str]:
 def _label(path: Path) -> str:
     # "benign_2.txt" adds to "benign": sources are split only to keep files reviewable.
     return re.sub(r"_\d+$", "", path.stem)
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-def near_duplicates(splits: dict[str, list[str]], min_jaccard: float = 0.8) -> list[tuple[str, str, str, str]]:
-    """Pairs of texts in two different splits that are the same or nearly the same.
-
-    Texts are compared as sets of lower-case words: identical sets (case, punctuation and word
-    order aside) or a Jaccard overlap of at least ``min_jaccard`` count as near-copies. Returns
-    ``(split_a, text_a, split_b, text_b)`` tuples.
-    """
-    names = sorted(splits)
-    words = {n: [(t, _words(t)) for t in splits[n]] for n in names}
-    out: list[tuple[str, str, str, str]] = []
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            index: dict[str, list[int]] = {}
-            for j, (_t, w) in enumerate(words[b]):
-                for tok in w:
-                    index.setdefault(tok, []).append(j)
-            for ta, wa in words[a]:
-                cand: dict[int, int] = {}
-                for tok in wa:
-                    for j in index.get(tok, ()):
-                        cand[j] = cand.get(j, 0) + 1
-                for j, inter in cand.items():
-                    tb, wb = words[b][j]
-                    union = len(wa) + len(wb) - inter
-                    if union and inter / union >= min_jaccard:
-                        out.append((a, ta, b, tb))
-    return out
-
-
-def split_texts() -> dict[str, list[str]]:
-    """Every split's texts as built (train includes the templated objectives)."""
-    out: dict[str, list[str]] = {}
-    for split in SPLITS:
-        with split_path(split).open(encoding="utf-8") as fh:
-            out[split] = [json.loads(line)["text"] for line in fh if line.strip()]
-    return out
 
 
 def build_rows() -> dict[str, list[dict[str, str]]]:

@@ -154,11 +154,6 @@ class StreamGuard:
             return sentence.text
         return f"{self.question[-room:]}\n{sentence.text}"
 
-    @property
-    def pending(self) -> bool:
-        """Sentences handed out whose verdicts have not come back."""
-        return bool(self._outstanding)
-
     def final_check(self) -> list[Verdict]:
         """Judge the whole answer (original text) for the record; worst verdict first."""
         return self.final_verdicts(self.guard.check(self.full_text, source="model"))

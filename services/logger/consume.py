@@ -45,7 +45,6 @@ class LogConsumer:
         self.store = store
         self.settings = settings
         self._consumer: BatchConsumer | None = None
-        self.written = 0
 
     async def start(self) -> None:
         await self.bus.ensure_log_stream()
@@ -88,7 +87,6 @@ class LogConsumer:
         else:
             for p in batch:
                 await p.msg.ack()
-            self.written += len(batch)
         finally:
             for span in spans:
                 span.end()
@@ -107,7 +105,6 @@ class LogConsumer:
                     await p.msg.nak(delay=min(30.0, 0.5 * 2**delivered))
             else:
                 await p.msg.ack()
-                self.written += 1
 
     def _consumer_spans(self, batch: list[Parsed]) -> list[trace.Span]:
         """One span per stage record, a child of the request's trace: the logger joins each trace."""

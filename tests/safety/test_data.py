@@ -1,14 +1,56 @@
 """The labelled data sets: built files match their sources, splits do not leak into each other."""
 
 import json
+import re
 from collections import Counter
 
 import pytest
 
-from libs.safety.splits import SPLITS, build_rows, near_duplicates, split_path, split_texts
+from libs.safety.splits import SPLITS, build_rows, split_path
 from libs.safety.taxonomy import BENIGN, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION, SECRETS
 
 BLOCKING = (*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS)
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def near_duplicates(splits: dict[str, list[str]], min_jaccard: float = 0.8) -> list[tuple[str, str, str, str]]:
+    """Pairs of texts in two different splits that are the same or nearly the same.
+
+    Texts are compared as sets of lower-case words: identical sets (case, punctuation and word
+    order aside) or a Jaccard overlap of at least ``min_jaccard`` count as near-copies. Returns
+    ``(split_a, text_a, split_b, text_b)`` tuples.
+    """
+    names = sorted(splits)
+    words = {n: [(t, _words(t)) for t in splits[n]] for n in names}
+    out: list[tuple[str, str, str, str]] = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            index: dict[str, list[int]] = {}
+            for j, (_t, w) in enumerate(words[b]):
+                for tok in w:
+                    index.setdefault(tok, []).append(j)
+            for ta, wa in words[a]:
+                cand: dict[int, int] = {}
+                for tok in wa:
+                    for j in index.get(tok, ()):
+                        cand[j] = cand.get(j, 0) + 1
+                for j, inter in cand.items():
+                    tb, wb = words[b][j]
+                    union = len(wa) + len(wb) - inter
+                    if union and inter / union >= min_jaccard:
+                        out.append((a, ta, b, tb))
+    return out
+
+
+def split_texts() -> dict[str, list[str]]:
+    """Every split's texts as built (train includes the templated objectives)."""
+    out: dict[str, list[str]] = {}
+    for split in SPLITS:
+        out[split] = [r["text"] for r in _load(split)]
+    return out
 
 
 def _load(split: str) -> list[dict[str, str]]:

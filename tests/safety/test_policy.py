@@ -81,8 +81,3 @@ def test_answer_overrides_merge_and_leave_requests_alone() -> None:
     assert p.action(S11, 1.0, "user") == BLOCK
     assert p.threshold(S11, "model").flag_at == SafetyPolicy().threshold(S11, "model").flag_at
     assert p.threshold(S6, "model") == SafetyPolicy().threshold(S6, "model")
-
-
-def test_flag_floor_sees_both_directions() -> None:
-    p = SafetyPolicy.model_validate({"answer_thresholds": {"S6": {"flag_at": 0.1}}})
-    assert p.flag_floor() == 0.1
