@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
 from libs.bus import Bus, BusError, NatsServer
 from libs.bus.bus import stable_id
 from libs.store.db import make_engine
-from libs.store.records import RecordStore
+from libs.store.records import RecordStore, spans
 from libs.telemetry import setup_tracing
 from schemas import (
     ContextPart,
@@ -88,6 +89,26 @@ async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.1)
+
+
+async def _all_spans_stored(logger: Logger, client: Bus) -> None:
+    """Until every span the logger has made so far is stored: its exporter flushes them into the log
+    stream, then a feedback published after them is waited for; the consumer takes the stream in order."""
+    assert logger.bus is not None
+    assert await asyncio.to_thread(logger.bus.telemetry.provider.force_flush, 10_000)
+    marker = "barrier-" + uuid.uuid4().hex[:8]
+    await client.publish_durable(LOG_FEEDBACK, Feedback(rid=marker, tenant="acme", value=1), f"fb-{marker}")
+
+    async def stored() -> bool:
+        got = await client.request(ADMIN_FEEDBACK_LIST, FeedbackQuery(rid=marker), FeedbackList)
+        return bool(got.items)
+
+    await _eventually(stored)
+
+
+async def _span_count(store: RecordStore) -> int:
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(spans))).scalar_one())
 
 
 def _record(rid: str, stage: str = "gateway", **kw: object) -> StageRecord:
@@ -238,11 +259,14 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
     consumer = [s for s in got.spans if s.service == "logger"]
     assert consumer and all(s.parent_id == "1" * 16 and s.rid == rid for s in consumer)
 
-    # Storing spans makes no new spans: the count settles instead of growing forever.
+    # Storing spans makes no new spans: the count settles instead of growing forever. Settled once
+    # (every consumer span of the records above stored), a second flush-and-barrier must add nothing.
+    # Counted over the whole store: a span made while storing a span batch would start a trace of its own.
     store = logger.store()
-    before = len(await store.trace(trace_id))
-    await asyncio.sleep(1.5)
-    assert len(await store.trace(trace_id)) == before
+    await _all_spans_stored(logger, client)
+    before = await _span_count(store)
+    await _all_spans_stored(logger, client)
+    assert await _span_count(store) == before
 
     listed = await client.request(ADMIN_REQUESTS_LIST, RequestListQuery(model="m1", status="complete"), RequestList)
     assert rid in [s.rid for s in listed.items]
