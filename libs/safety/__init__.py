@@ -36,10 +36,8 @@ from libs.safety.taxonomy import (
     S14,
     SECRETS,
     Verdict,
-    user_message,
     worst_action,
     worst_first,
-    worst_verdict,
 )
 
 __all__ = [
@@ -80,8 +78,6 @@ __all__ = [
     "luhn_ok",
     "normalize",
     "redact",
-    "user_message",
     "worst_action",
     "worst_first",
-    "worst_verdict",
 ]

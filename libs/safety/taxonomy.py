@@ -88,33 +88,3 @@ def worst_action(verdicts: Iterable[Verdict]) -> str:
         if _RANK[v.action] > _RANK[worst]:
             worst = v.action
     return worst
-
-
-def worst_verdict(verdicts: Iterable[Verdict]) -> Verdict | None:
-    """The verdict to report to the user: most severe action, then highest score."""
-    best: Verdict | None = None
-    for v in verdicts:
-        if v.action == ALLOW:
-            continue
-        if best is None or (_RANK[v.action], v.score) > (_RANK[best.action], best.score):
-            best = v
-    return best
-
-
-def user_message(verdict: Verdict) -> str:
-    """A short, non-leaky explanation suitable for a ``policy_violation`` error."""
-    if verdict.category == SECRETS:
-        return (
-            "Your message appears to contain a credential (" + (verdict.detail or "secret") + "). "
-            "It was not sent to the assistant. Remove it and consider rotating that credential."
-        )
-    if verdict.category in (PROMPT_INJECTION, JAILBREAK):
-        return "Your message looks like an attempt to override the assistant's instructions."
-    if verdict.category == S11:
-        return (
-            "I can't help with that. If you are thinking about harming yourself, please reach out to "
-            "someone now: local emergency services, or a crisis line such as 988 in the US."
-        )
-    if verdict.category == INVISIBLE_TEXT:
-        return "Your message contains hidden or invisible characters."
-    return f"Your message was blocked by the content policy ({verdict.name})."

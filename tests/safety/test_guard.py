@@ -15,7 +15,7 @@ from libs.safety import (
     Verdict,
     redact,
     worst_action,
-    worst_verdict,
+    worst_first,
 )
 from libs.safety.classifier import EmbeddingClassifier, chunk_text
 
@@ -126,8 +126,9 @@ def test_long_document_with_buried_injection(guard: InputGuard) -> None:
 
 
 def test_verdict_fields(guard: InputGuard) -> None:
-    v = worst_verdict(guard.check(CLEAR["S9"]))
-    assert v is not None
+    verdicts = guard.check(CLEAR["S9"])
+    assert verdicts
+    v = worst_first(verdicts)[0]
     assert 0.0 <= v.score <= 1.0 and v.classifier in {"rules", "embedding"} and v.version
 
 
