@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 
 import structlog
 from fastapi import APIRouter, Depends, FastAPI
@@ -19,12 +20,14 @@ from services.gateway import (
     chat_api,
     errors,
     feedback_api,
+    files_api,
     knowledge_api,
     openai_api,
     openapi,
     ops_api,
 )
 from services.gateway.auth import require_admin
+from services.gateway.body import BodyLimit
 from services.gateway.core import Gateway
 from services.gateway.metrics import Metrics
 from services.gateway.product import router as product_router
@@ -84,6 +87,19 @@ class RequestIdMiddleware:
             self.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()
 
 
+def body_limits(settings: GatewaySettings) -> Callable[[str], int]:
+    """Each route's body limit; read per request, so a test may lower a module's."""
+
+    def limit_for(path: str) -> int:
+        if path == "/v1/files":
+            return files_api.MAX_UPLOAD_BYTES
+        if path.startswith("/v1/feedback"):
+            return feedback_api.MAX_BODY_BYTES
+        return settings.max_body_bytes
+
+    return limit_for
+
+
 def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     gw = Gateway(settings=settings, bus=bus, keys=keys)
     # FastAPI's own docs pages load Swagger UI / ReDoc from a CDN; openapi.install serves our own page.
@@ -102,5 +118,6 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
         admin.include_router(router)
     app.include_router(admin)
     openapi.install(app)
+    app.add_middleware(BodyLimit, limit_for=body_limits(settings))
     app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
     return app

@@ -1,5 +1,5 @@
-"""Reading a JSON body strictly: type, size, encoding and shape each fail with their own status, before
-anything is published or stored."""
+"""Reading a body strictly: its size (the `BodyLimit` middleware), then type, encoding and shape each fail
+with their own status, before anything is published or stored."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 
 from fastapi import Depends, Request
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas import ErrorCode
-from services.gateway.core import gateway
 from services.gateway.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
@@ -22,22 +23,47 @@ M = TypeVar("M", bound=BaseModel)
 MAX_JSON_DEPTH = 64
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise ApiError(ErrorCode.payload_too_large, f"request body over {max_bytes} bytes")
-    chunks: list[bytes] = []
-    size = 0
-    # Counted while reading, so a chunked body without Content-Length cannot exhaust memory either.
+class BodyLimit:
+    """ASGI middleware: a body over its route's limit (`limit_for(path)`) is refused with 413, at once when
+    Content-Length declares it, else as soon as the bytes read pass it (a chunked body cannot exhaust memory
+    either). It is raised from `receive`, so inside whatever reads the body: a handler's dependencies check
+    the key first, and the refusal goes through the one error handler."""
+
+    def __init__(self, app: ASGIApp, limit_for: Callable[[str], int]):
+        self.app = app
+        self.limit_for = limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope["path"])
+        declared = Headers(scope=scope).get("content-length")
+        declared_too_big = declared is not None and declared.isdigit() and int(declared) > limit
+        received = 0
+        reading = True
+
+        async def limited() -> Message:
+            nonlocal received, reading
+            if reading and declared_too_big:
+                raise ApiError(ErrorCode.payload_too_large, f"request body over {limit} bytes")
+            message = await receive()
+            if reading and message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                reading = message.get("more_body", False)
+                if received > limit:
+                    raise ApiError(ErrorCode.payload_too_large, f"request body over {limit} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole body; its size was limited by `BodyLimit` on the way in."""
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_bytes:
-                raise ApiError(ErrorCode.payload_too_large, f"request body over {max_bytes} bytes")
-            chunks.append(chunk)
+        return await request.body()
     except ClientDisconnect as e:
         raise ApiError(ErrorCode.cancelled, "client went away while sending the request") from e
-    return b"".join(chunks)
 
 
 def _check_content_type(request: Request) -> None:
@@ -72,9 +98,9 @@ def too_deep(value: object, limit: int) -> bool:
     return False
 
 
-async def read_json(request: Request, model: type[M], max_bytes: int) -> M:
+async def read_json(request: Request, model: type[M]) -> M:
     _check_content_type(request)
-    raw = await read_body(request, max_bytes)
+    raw = await read_body(request)
     if not raw.strip():
         raise ApiError(ErrorCode.bad_request, "empty request body")
     try:
@@ -101,7 +127,7 @@ def has_body(request: Request) -> bool:
     return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
 
 
-def json_body(model: type[M], *, optional: bool = False, max_bytes: int | None = None) -> Any:
+def json_body(model: type[M], *, optional: bool = False) -> Any:
     """A dependency that reads the body as `model` (`Annotated[Model, json_body(Model)]`); `optional`: a
     request without a body gets the model's defaults. Put it after the key in a handler's parameters:
     dependencies resolve in order, so an unauthenticated request is refused before its body is read."""
@@ -109,7 +135,7 @@ def json_body(model: type[M], *, optional: bool = False, max_bytes: int | None =
     async def read(request: Request) -> M:
         if optional and not has_body(request):
             return model()
-        return await read_json(request, model, max_bytes or gateway(request).settings.max_body_bytes)
+        return await read_json(request, model)
 
     reader: Callable[[Request], Awaitable[M]] = read
     return Depends(reader)

@@ -29,7 +29,7 @@ from services.gateway.errors import ApiError
 router = APIRouter()
 # The logger writes a request's record a moment after `done`: a rating sent at once waits this long for it.
 RECORD_WAIT_S = 3.0
-# A rating is a few short fields.
+# A rating is a few short fields (the app's body limit for these routes).
 MAX_BODY_BYTES = 16_000
 
 
@@ -77,9 +77,7 @@ async def publish(gw: Gateway, fb: Feedback) -> None:
 
 
 @router.post("/v1/feedback")
-async def thumbs(
-    gw: Gw, key: Principal, body: Annotated[ThumbsBody, json_body(ThumbsBody, max_bytes=MAX_BODY_BYTES)]
-) -> JSONResponse:
+async def thumbs(gw: Gw, key: Principal, body: Annotated[ThumbsBody, json_body(ThumbsBody)]) -> JSONResponse:
     await own_request(gw, key, body.rid)
     fb = Feedback(
         rid=body.rid,
@@ -96,7 +94,7 @@ async def thumbs(
 
 @router.post("/v1/feedback/preference")
 async def preference(
-    gw: Gw, key: Principal, body: Annotated[PreferenceBody, json_body(PreferenceBody, max_bytes=MAX_BODY_BYTES)]
+    gw: Gw, key: Principal, body: Annotated[PreferenceBody, json_body(PreferenceBody)]
 ) -> JSONResponse:
     if body.rid_a == body.rid_b:
         raise ApiError(ErrorCode.bad_request, "rid_a and rid_b must be two different requests")

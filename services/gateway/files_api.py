@@ -31,7 +31,7 @@ from services.gateway.proxy import ask
 
 router = APIRouter()
 
-# The whole multipart body (a PDF is mostly not text). The text kept is limited again, in characters,
+# The whole multipart body (a PDF is mostly not text): the app's body limit for uploads. The text kept is limited again, in characters,
 # by the context service.
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 # The text read from an upload, as the JSON string it travels in: one bus message carries it to the
@@ -145,7 +145,7 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
     """multipart/form-data: `file` (required), `chatId` (optional: attach to that conversation)."""
     content_type = request.headers.get("content-type", "")
     _boundary(content_type)  # the wrong type fails before the body is read
-    parts = parse_form(content_type, await read_body(request, MAX_UPLOAD_BYTES))
+    parts = parse_form(content_type, await read_body(request))
     files = [p for p in parts if p.name == "file"]
     if len(files) != 1 or files[0].filename is None:
         raise ApiError(ErrorCode.bad_request, "send exactly one file, in the form field `file`")
