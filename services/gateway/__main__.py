@@ -46,7 +46,7 @@ async def main() -> None:
     settings = GatewaySettings()
     configure_logging(SERVICE, settings.log_level)
     log = structlog.get_logger()
-    telemetry = setup_tracing(SERVICE)
+    telemetry = setup_tracing(SERVICE, settings.otlp_endpoint)
     replica = settings.replica or uuid.uuid4().hex[:8]
     keys = await KeyStore.open(settings.db_url())
     await install_configured_keys(settings, keys)

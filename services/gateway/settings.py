@@ -5,6 +5,7 @@ from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
 from libs.store.db import database_url
+from libs.tokenizer.paths import DEFAULT_MODEL_NAME
 
 
 class TierLimits(BaseModel):
@@ -32,7 +33,7 @@ class GatewaySettings(ServiceSettings):
     request_timeout_s: float = 120.0
     max_body_bytes: int = 1_000_000
     max_text_chars: int = 32_000
-    models: list[str] = Field(default_factory=lambda: ["SmolLM2-135M-Instruct"])
+    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_NAME])
     default_max_tokens: int = 256
     # When the client gives none. The OpenAI and Anthropic APIs say 1.0; greedy suits a small model and makes
     # answers repeatable (a seed is assigned either way, so every request replays exactly).
