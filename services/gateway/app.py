@@ -25,6 +25,7 @@ from services.gateway import (
     openai_api,
     openapi,
     ops_api,
+    web,
 )
 from services.gateway.auth import require_admin
 from services.gateway.body import BodyLimit
@@ -118,6 +119,7 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
         admin.include_router(router)
     app.include_router(admin)
     openapi.install(app)
+    web.install(app)
     app.add_middleware(BodyLimit, limit_for=body_limits(settings))
     app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
     return app

@@ -10,12 +10,10 @@ input is 400), so it is removed."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import FileResponse
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
@@ -28,10 +26,6 @@ from services.gateway.feedback_api import PreferenceBody, ThumbsBody
 from services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
 from services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
 from services.gateway.openai_api import CompletionRequest
-from services.gateway.web import HEADERS as PAGE_HEADERS
-
-router = APIRouter()
-STATIC = Path(__file__).parent / "static"
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
 
@@ -205,7 +199,7 @@ def _complete(method: str, path: str, op: dict[str, Any]) -> None:
 
 
 def install(app: FastAPI) -> None:
-    """`/openapi.json` from `build`, made once on first use, and the page at `/docs` that reads it."""
+    """`/openapi.json` from `build`, made once on first use (web.py serves the page at `/docs` that reads it)."""
     cached: dict[str, Any] = {}
 
     def openapi() -> dict[str, Any]:
@@ -214,16 +208,3 @@ def install(app: FastAPI) -> None:
         return cached
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.include_router(router)
-
-
-# Our own page rather than Swagger UI: that one loads its scripts from a CDN, which neither this
-# machine's network nor the pages' content security policy allows.
-@router.get("/docs", include_in_schema=False)
-async def docs_page() -> FileResponse:
-    return FileResponse(STATIC / "docs.html", media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
-
-
-@router.get("/static/docs.js", include_in_schema=False)
-async def docs_script() -> FileResponse:
-    return FileResponse(STATIC / "docs.js", media_type="text/javascript; charset=utf-8", headers=PAGE_HEADERS)

@@ -1,4 +1,4 @@
-"""The product routes (conversations, files, memory, instructions, the chat page) as one router, so the
+"""The product routes (conversations, files, memory) as one router, so the
 app includes them with one line. It goes before chat_api's: `/v1/conversations/search` must not be
 taken for the conversation id "search"."""
 
@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from services.gateway import conversations_api, files_api, knowledge_api, web
+from services.gateway import conversations_api, files_api, knowledge_api
 
 router = APIRouter()
 router.include_router(conversations_api.router)
 router.include_router(files_api.router)
 router.include_router(knowledge_api.router)
-router.include_router(web.router)

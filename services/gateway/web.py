@@ -1,19 +1,19 @@
-"""The chat page at `/`: static HTML, vanilla JS and CSS from `static/`, no build step.
+"""The pages: the chat page at `/`, the operator console at `/console`, the API docs at `/docs`. Static
+HTML, vanilla JS and CSS from `static/` (Starlette's StaticFiles), no build step.
 
-The page holds no secret: it asks for an API key and calls the same public API any client does. The
-content security policy allows only our own scripts and styles, so text the model writes can never run
-as code even if the markdown renderer let some HTML through.
+No page holds a secret: each asks for a key and calls the same API any client does (the console, the
+admin routes), so serving them needs no key. The content security policy allows only our own scripts and
+styles, so text the model writes can never run as code even if the markdown renderer let some HTML through.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
-
-from schemas import ErrorCode
-from services.gateway.errors import ApiError
+from starlette.staticfiles import StaticFiles
 
 router = APIRouter()
 
@@ -27,42 +27,40 @@ HEADERS = {
     "x-content-type-options": "nosniff",
     "referrer-policy": "no-referrer",
 }
+NO_CACHE = {"cache-control": "no-cache"}
 
 
-def _file(name: str, media_type: str) -> FileResponse:
-    return FileResponse(STATIC / name, media_type=media_type, headers=HEADERS)
+class Assets(StaticFiles):
+    """StaticFiles that sends the pages' headers with every file."""
+
+    def __init__(self, directory: Path, headers: dict[str, str]):
+        super().__init__(directory=directory)
+        self.headers = headers
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Any:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update(self.headers)
+        return response
+
+
+def install(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount("/static", Assets(STATIC, HEADERS), name="static")
+    app.mount("/console", Assets(STATIC / "console", NO_CACHE), name="console")
 
 
 @router.get("/", include_in_schema=False)
 async def page() -> FileResponse:
-    return _file("chat.html", "text/html; charset=utf-8")
+    return FileResponse(STATIC / "chat.html", media_type="text/html; charset=utf-8", headers=HEADERS)
 
 
-@router.get("/static/chat.js", include_in_schema=False)
-async def script() -> FileResponse:
-    return _file("chat.js", "text/javascript; charset=utf-8")
-
-
-@router.get("/static/chat.markdown.js", include_in_schema=False)
-async def markdown() -> FileResponse:
-    return _file("chat.markdown.js", "text/javascript; charset=utf-8")
-
-
-# The console is static too: the page asks for the admin key and calls the admin routes, so serving it
-# needs no key (it holds no data).
 @router.get("/console", include_in_schema=False)
 async def console() -> FileResponse:
-    return FileResponse(STATIC / "console.html", media_type="text/html", headers={"Cache-Control": "no-cache"})
+    return FileResponse(STATIC / "console" / "console.html", media_type="text/html", headers=NO_CACHE)
 
 
-@router.get("/console/{name}", include_in_schema=False)
-async def console_asset(name: str) -> FileResponse:
-    if name not in ("console.js", "console.css"):
-        raise ApiError(ErrorCode.not_found, "no such route")
-    media = "text/javascript" if name.endswith(".js") else "text/css"
-    return FileResponse(STATIC / name, media_type=media, headers={"Cache-Control": "no-cache"})
-
-
-@router.get("/static/chat.css", include_in_schema=False)
-async def style() -> FileResponse:
-    return _file("chat.css", "text/css; charset=utf-8")
+# Our own page rather than Swagger UI: that one loads its scripts from a CDN, which neither this
+# machine's network nor the pages' content security policy allows.
+@router.get("/docs", include_in_schema=False)
+async def docs_page() -> FileResponse:
+    return FileResponse(STATIC / "docs.html", media_type="text/html; charset=utf-8", headers=HEADERS)
