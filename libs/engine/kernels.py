@@ -5,6 +5,11 @@ run 4-5x faster than fp32 from 8 rows up, while one row (single-stream decode) i
 many weight bytes stream from memory, where int8 wins. On AVX2-only CPUs bf16 is slow. So
 `auto` measures the layer shapes once at load instead of trusting a table.
 
+On AVX2 CPUs without AVX-512, torch's int8/int4 weight-only kernels convert the weights to fp32
+and are compute-bound. There the `native` format serves small decode steps with the engine's
+own C++ kernels (libs/engine/native): the GGUF's blocks times activations quantized per row and
+block of 32 to int8, multiplied with integer dot products as llama.cpp does; int8 serves the rest.
+
 Every kernel here keeps activations in fp32 around the product: elementwise work in bf16 is slow
 without native support, and fp32 residuals keep the model close to the reference.
 
@@ -41,16 +46,28 @@ class Int4Weight:
 
 
 @dataclass
+class BlockWeight:
+    """A matrix in the GGUF's own blocks of 32 values, for the native kernels: 4-bit (Q4_0/Q4_1:
+    `values` packed two to a byte in ggml's order, w = d * q + m) or 8-bit (Q8_0: int8 `values`,
+    w = d * q, m None). d and m are fp32 [N, K/32]."""
+
+    values: torch.Tensor
+    d: torch.Tensor
+    m: torch.Tensor | None = None
+
+
+@dataclass
 class DualWeight:
-    """A quantized copy for steps of few generated rows, and a bf16 copy for everything else
-    (see `linear`). The quantized copy is int4 where the GGUF stored the matrix in 4-bit blocks,
-    int8 otherwise, and None on a device without the int4 kernel (the bf16 copy then serves)."""
+    """A quantized copy for steps of few generated rows, and a copy for everything else (see
+    `linear`). hybrid: bf16 beside int4 where the GGUF stored the matrix in 4-bit blocks, int8
+    otherwise; native: int8 beside the GGUF's blocks. `small` is None on a device without the
+    quantized kernel (the full copy then serves)."""
 
-    full: torch.Tensor
-    small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None
+    full: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+    small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | BlockWeight | None
 
 
-Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | Int4Weight | DualWeight
+Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | Int4Weight | BlockWeight | DualWeight
 
 
 def int8_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, keep: bool = False) -> torch.Tensor:
@@ -70,6 +87,39 @@ def pack_int4(q: torch.Tensor, dm: torch.Tensor, group: int = 32) -> Int4Weight:
     d, m = dm[..., 0], dm[..., 1]
     scales_zeros = torch.stack([d, m + 8 * d], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
     return Int4Weight(torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1), scales_zeros, group)
+
+
+def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tensor:
+    from libs.engine import native
+
+    if w.m is None:
+        y = native.q8_matmul(x, w.values, w.d)
+    else:
+        y = native.q4_matmul(x, w.values, w.d, w.m)
+    return y if keep else y.to(x.dtype)
+
+
+def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
+    """The native kernels' form of matrix `name` from its stored blocks (`.q4`/`.q4dm` 4-bit,
+    `.q8`/`.q8d` 8-bit, see weights.read_gguf), repacked once at load; None without blocks."""
+    from libs.engine.native import pack_q4
+
+    if name + ".q4" in t:
+        dm = t[name + ".q4dm"].float()
+        return BlockWeight(pack_q4(t[name + ".q4"]), dm[..., 0].contiguous(), dm[..., 1].contiguous())
+    if name + ".q8" in t:
+        return BlockWeight(t[name + ".q8"].contiguous(), t[name + ".q8d"].float().contiguous())
+    return None
+
+
+def quantize_q8_0(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0-style blocks of a dense matrix (int8 values, one fp32 scale per 32), for the native
+    format where the GGUF stored a matrix unquantized."""
+    n, k = w.shape
+    blocks = w.float().reshape(n, k // 32, 32)
+    d = blocks.abs().amax(-1) / 127.0
+    q = torch.round(blocks / d.clamp(min=1e-30)[..., None]).clamp(-127, 127).to(torch.int8)
+    return q.reshape(n, k).contiguous(), d.contiguous()
 
 
 def pack_dense(w: torch.Tensor) -> torch.Tensor:
@@ -140,6 +190,8 @@ def linear(
 def _product(x: torch.Tensor, w: Weight, small: bool, keep: bool) -> torch.Tensor:
     if isinstance(w, DualWeight):
         w = w.small if small and w.small is not None else w.full
+    if isinstance(w, BlockWeight):
+        return block_mm(x, w, keep)
     if isinstance(w, Int4Weight):
         return int4_mm(x, w, keep)
     if isinstance(w, tuple):
@@ -158,21 +210,39 @@ def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class Calibration:
     """What `measure` found: the formats' times for one (rows x hidden) @ (hidden x 2*inter)."""
 
-    us: dict[str, dict[int, float]]  # format -> rows -> best microseconds
-    # Up to this many rows the quantized kernel of hybrid weights (int4, as most of the model's
-    # matrices are 4-bit in the GGUF) beats bf16.
+    us: dict[str, dict[int, float]]  # format -> rows -> best microseconds ('native' where it runs)
+    # Up to this many rows the quantized copy of the format `best_dtype` picks beats its full
+    # copy: for hybrid int4 (most of the model's matrices are 4-bit in the GGUF) against bf16,
+    # for native the native kernel against int8. A forced format gets the same count.
     small_max_rows: int
 
     def best_dtype(self) -> str:
-        """'hybrid' when bf16 is the fastest batched kernel here, else 'int8' (AVX2 CPUs)."""
-        big = max(self.us["bf16"])
-        return "hybrid" if self.us["bf16"][big] < min(self.us["int8"][big], self.us["fp32"][big]) else "int8"
+        """'hybrid' when bf16 is the fastest batched kernel here; else (AVX2 CPUs) 'native' where
+        its kernels beat int8 on one row, 'int8' where they cannot run or lose."""
+        big, one = max(self.us["bf16"]), min(self.us["bf16"])
+        if self.us["bf16"][big] < min(self.us["int8"][big], self.us["fp32"][big]):
+            return "hybrid"
+        nat = self.us.get("native")
+        return "native" if nat is not None and nat[one] < self.us["int8"][one] else "int8"
+
+
+def _crossover(us: dict[str, dict[int, float]], small: str, full: str) -> int:
+    """The largest row count up to which `small` is at least as fast as `full` at every count."""
+    best = 0
+    for r in sorted(us[small]):
+        if us[small][r] > us[full][r]:
+            break
+        best = r
+    return best
 
 
 def measure(
-    hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32), reps: int = 5
+    hidden: int = 576, out: int = 3072, rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64), reps: int = 5
 ) -> Calibration:
-    """Time the kernels on a layer-sized product (about 0.3 s on a 2-core box)."""
+    """Time the kernels on a layer-sized product (about 0.5 s on a 2-core box; the first call on
+    a machine also compiles the native kernels, once, about 30 s)."""
+    from libs.engine import native
+
     g = torch.Generator().manual_seed(0)
     w = torch.randn(out, hidden, generator=g) * 0.02
     wb = pack_dense(w.to(torch.bfloat16))
@@ -186,6 +256,9 @@ def measure(
         "int8": lambda x: int8_mm(x, q, s),
         "int4": lambda x: int4_mm(x, w4),
     }
+    if native.available():
+        wn = pack_blocks({"w.q4": q4, "w.q4dm": dm}, "w")
+        fns["native"] = lambda x: block_mm(x, wn)  # type: ignore[arg-type]
     us: dict[str, dict[int, float]] = {k: {} for k in fns}
     with torch.inference_mode():
         for r in rows:
@@ -197,13 +270,11 @@ def measure(
                     f(x)
                     el = (time.perf_counter() - t) * 1e6
                     us[name][r] = min(us[name].get(r, el), el)
-    small_max = 0
-    for r in rows:
-        if us["int4"][r] <= us["bf16"][r]:
-            small_max = r
-        else:
-            break
-    return Calibration(us, small_max)
+    cal = Calibration(us, 0)
+    cal.small_max_rows = (
+        _crossover(us, "native", "int8") if cal.best_dtype() == "native" else _crossover(us, "int4", "bf16")
+    )
+    return cal
 
 
 def tiled(x: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:

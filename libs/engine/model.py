@@ -14,7 +14,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from libs.engine.kernels import DualWeight, Int4Weight, RowInvariance, Weight, linear, pack_dense, pack_int4
+from libs.engine.kernels import (
+    BlockWeight,
+    DualWeight,
+    Int4Weight,
+    RowInvariance,
+    Weight,
+    linear,
+    pack_blocks,
+    pack_dense,
+    pack_int4,
+)
 from libs.engine.weights import LlamaConfig
 
 # Prompt rows' attention runs in calls of QUERY_SLICE query rows, the last one padded with zero
@@ -27,6 +37,9 @@ from libs.engine.weights import LlamaConfig
 QUERY_SLICE = 32
 MIN_QUERY_ROWS = 8
 KEY_BLOCK = 64
+# Decode steps of at most this many rows take the native kernels of `native` weights when no
+# calibration says otherwise (a forced format): they beat torch's int8 up to here on AVX2.
+NATIVE_MAX_ROWS = 32
 
 
 def _round_up(n: int, m: int) -> int:
@@ -144,7 +157,7 @@ class LlamaModel:
         self.kv_dtype = torch.bfloat16 if dtype in ("bf16", "hybrid") else torch.float32
         # Steps of at most this many rows, all decodes, use the quantized copy of hybrid weights
         # (set from kernels.measure by the engine; see forward).
-        self.small_max_rows = 4
+        self.small_max_rows = NATIVE_MAX_ROWS if dtype == "native" else 4
         # Decode attention on a bf16 cache as fused bf16 SDPA, else upcast fp32 matmuls
         # (measure_decode_attention, by the engine).
         self.fused_decode = True
@@ -152,18 +165,19 @@ class LlamaModel:
         self.invariance: RowInvariance | None = None
         self.embed = tensors["token_embd.weight"]
         self.norm = tensors["output_norm.weight"]
-        self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight")
+        nat = dtype == "native"
+        self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight", native=nat)
         self.layers: list[Layer] = []
         for i in range(cfg.num_layers):
             p = f"blk.{i}."
             self.layers.append(
                 Layer(
                     attn_norm=tensors[p + "attn_norm.weight"],
-                    qkv=self._weight(self._fuse(tensors, p, ["attn_q", "attn_k", "attn_v"]), p + "fused"),
-                    o=self._weight(tensors, p + "attn_output.weight"),
+                    qkv=self._weight(self._fuse(tensors, p, ["attn_q", "attn_k", "attn_v"]), p + "fused", native=nat),
+                    o=self._weight(tensors, p + "attn_output.weight", native=nat),
                     ffn_norm=tensors[p + "ffn_norm.weight"],
-                    gate_up=self._weight(self._fuse(tensors, p, ["ffn_gate", "ffn_up"]), p + "fused"),
-                    down=self._weight(tensors, p + "ffn_down.weight"),
+                    gate_up=self._weight(self._fuse(tensors, p, ["ffn_gate", "ffn_up"]), p + "fused", native=nat),
+                    down=self._weight(tensors, p + "ffn_down.weight", native=nat),
                 )
             )
         inv_freq = 1.0 / (
@@ -198,7 +212,7 @@ class LlamaModel:
 
         def pk(w: Weight) -> Weight:
             if isinstance(w, DualWeight):
-                return DualWeight(pack_dense(w.full), w.small)
+                return DualWeight(pk(w.full), w.small)  # type: ignore[arg-type]
             return pack_dense(w) if isinstance(w, torch.Tensor) else w
 
         self.lm_head = pk(self.lm_head)
@@ -212,9 +226,13 @@ class LlamaModel:
 
         def mv(w: Weight) -> Weight:
             if isinstance(w, DualWeight):
-                # torch's int4 weight-only kernel is CPU-only; elsewhere the bf16 copy serves.
-                small = None if isinstance(w.small, Int4Weight) and device != "cpu" else w.small
-                return DualWeight(w.full.to(device), None if small is None else mv(small))  # type: ignore[arg-type]
+                # torch's int4 weight-only kernel and the native ones are CPU-only; elsewhere the
+                # full copy serves.
+                cpu_only = isinstance(w.small, Int4Weight | BlockWeight)
+                small = None if cpu_only and device != "cpu" else w.small
+                return DualWeight(mv(w.full), None if small is None else mv(small))  # type: ignore[arg-type]
+            if isinstance(w, BlockWeight):
+                return w
             if isinstance(w, Int4Weight):
                 return Int4Weight(w.packed.to(device), w.scales_zeros.to(device), w.group)
             if isinstance(w, tuple):
@@ -232,10 +250,15 @@ class LlamaModel:
         return self
 
     @staticmethod
-    def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None) -> Weight:
+    def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None, native: bool = False) -> Weight:
         if name not in t and name + ".q" not in t:
             assert fallback is not None, name
             name = fallback
+        if native:
+            # int8 for prompts and large steps, the GGUF's blocks for the native kernels.
+            blocks = pack_blocks(t, name)
+            full = (t[name + ".q"], t[name + ".scale"])
+            return full if blocks is None else DualWeight(full, blocks)
         small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None = None
         if name + ".q4" in t:
             small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])
@@ -251,7 +274,7 @@ class LlamaModel:
         instead of several, fewer kernel calls per layer on a small model. A stored form (dense,
         int8, 4-bit blocks) is kept only where every part has it."""
         out = {}
-        for suffix in ("", ".q", ".scale", ".q4", ".q4dm"):
+        for suffix in ("", ".q", ".scale", ".q4", ".q4dm", ".q8", ".q8d"):
             names = [f"{prefix}{part}.weight{suffix}" for part in parts]
             if all(n in t for n in names):
                 out[prefix + "fused" + suffix] = torch.cat([t[n] for n in names]).contiguous()

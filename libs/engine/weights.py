@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from libs.engine.kernels import quantize_int8
+from libs.engine.kernels import quantize_int8, quantize_q8_0
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,25 @@ def _q4_blocks(data: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q, dtype=np.uint8), np.stack([d, m], axis=-1)
 
 
+def _q8_blocks(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A Q8_0 matrix's int8 values [N, K] and per-block scales [N, K/32] (fp32), w = d * q: ggml's
+    block is an fp16 scale followed by 32 int8 values."""
+    rows = data.shape[0]
+    blocks = data.reshape(rows, -1, 34)
+    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0].astype(np.float32)
+    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, -1)
+    return q, d
+
+
+_BLOCK_SUFFIXES = (".q4", ".q4dm", ".q8", ".q8d")
+
+
 def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """Dequantize a Llama GGUF into float32 tensors named by GGUF's own tensor names.
 
     A matrix stored in 4-bit blocks (Q4_0, Q4_1) also keeps those blocks, as `<name>.q4` (values)
-    and `<name>.q4dm` (scales and minimums), for the int4 kernel (see kernels.Int4Weight).
+    and `<name>.q4dm` (scales and minimums), for the int4 kernel (see kernels.Int4Weight); one in
+    Q8_0 blocks keeps `<name>.q8` (values) and `<name>.q8d` (scales), for the native kernels.
     """
     from gguf import GGUFReader
     from gguf.quants import dequantize
@@ -91,6 +105,8 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         parts = {t.name: arr}
         if t.tensor_type.name in ("Q4_0", "Q4_1") and arr.ndim == 2:
             parts[t.name + ".q4"], parts[t.name + ".q4dm"] = _q4_blocks(np.asarray(t.data), t.tensor_type.name)
+        elif t.tensor_type.name == "Q8_0" and arr.ndim == 2:
+            parts[t.name + ".q8"], parts[t.name + ".q8d"] = _q8_blocks(np.asarray(t.data))
         for name, a in parts.items():
             # Rows are permuted alike in the dequantized matrix and in its blocks.
             if t.name.endswith("attn_q.weight"):
@@ -121,14 +137,19 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     fp32: everything fp32. bf16 / int8: matrices in bf16 / int8 (per-row scales), norms and the
     embedding table stay fp32. hybrid: a bf16 copy of every matrix and a quantized one, the
     GGUF's own 4-bit blocks where it has them (`.q4`, `.q4dm`) and int8 otherwise; the model
-    picks one per step. A tied output projection gets its own copy in the matrix format.
+    picks one per step. native: int8 beside the GGUF's own blocks for the native kernels (4-bit
+    `.q4`/`.q4dm` or 8-bit `.q8`/`.q8d`; Q8_0 blocks made here for a matrix stored unquantized).
+    A tied output projection gets its own copy in the matrix format.
     """
-    if dtype not in ("fp32", "bf16", "int8", "hybrid"):
+    if dtype not in ("fp32", "bf16", "int8", "hybrid", "native"):
         raise ValueError(f"unknown weight format {dtype!r}")
-    blocks = {n: t for n, t in tensors.items() if n.endswith((".q4", ".q4dm"))}
+    blocks = {n: t for n, t in tensors.items() if n.endswith(_BLOCK_SUFFIXES)}
     tensors = {n: t for n, t in tensors.items() if n not in blocks}
     if "output.weight" not in tensors and dtype != "fp32":
         tensors["output.weight"] = tensors["token_embd.weight"]
+        for suffix in _BLOCK_SUFFIXES:
+            if "token_embd.weight" + suffix in blocks:
+                blocks["output.weight" + suffix] = blocks["token_embd.weight" + suffix]
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
@@ -139,8 +160,15 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
             out[name] = t.to(torch.bfloat16).contiguous()
         if dtype == "hybrid" and name + ".q4" in blocks:
             out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
-        elif dtype in ("int8", "hybrid"):
+        elif dtype in ("int8", "hybrid", "native"):
             out[name + ".q"], out[name + ".scale"] = quantize_int8(t)
+        if dtype == "native":
+            if name + ".q4" in blocks:
+                out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
+            elif name + ".q8" in blocks:
+                out[name + ".q8"], out[name + ".q8d"] = blocks[name + ".q8"], blocks[name + ".q8d"]
+            elif t.shape[1] % 32 == 0:
+                out[name + ".q8"], out[name + ".q8d"] = quantize_q8_0(t)
     return out
 
 

@@ -126,9 +126,10 @@ def test_the_gguf_4bit_blocks_decode_to_the_dequantized_matrix(model_path):
 
 def test_measure_reports_every_format_and_a_choice():
     cal = measure(hidden=64, out=128, rows=(1, 2, 4), reps=2)
-    assert set(cal.us) == {"fp32", "bf16", "int8", "int4"} and all(len(v) == 3 for v in cal.us.values())
+    # 'native' only where the native kernels build and run (tests/engine/test_native_kernels.py)
+    assert set(cal.us) - {"native"} == {"fp32", "bf16", "int8", "int4"} and all(len(v) == 3 for v in cal.us.values())
     assert cal.small_max_rows in (0, 1, 2, 4)
-    assert cal.best_dtype() in ("hybrid", "int8")
+    assert cal.best_dtype() in ("hybrid", "int8", "native")
 
 
 def test_convert_formats():

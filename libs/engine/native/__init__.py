@@ -1,0 +1,125 @@
+"""The engine's own CPU kernels (C++, `block_matmul.cpp`), compiled on first use and cached.
+
+torch's int8/int4 weight-only CPU kernels convert weights to fp32 on CPUs without AVX-512, and
+are compute-bound there. These kernels multiply the GGUF's weight blocks by activations quantized
+per row in blocks of 32 to int8, with integer dot products (AVX2), as llama.cpp does.
+
+The library is built with `torch.utils.cpp_extension.load` (g++ and ninja from the distribution,
+no pip build step) into a directory keyed by the source's hash under the user's cache
+(~/.cache/switchyard/kernels, or $XDG_CACHE_HOME), and registers torch ops under
+`torch.ops.switchyard`. `available()` says whether they can run here: a compiler, an x86 CPU
+with AVX2/FMA/F16C. A failed build is remembered for the process and logged once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("block_matmul.cpp")
+_lock = threading.Lock()
+_state: dict[str, bool | str] = {}
+
+
+def build_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "switchyard" / "kernels"
+
+
+def _key() -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(torch.__version__.encode())
+    return h.hexdigest()[:16]
+
+
+def load() -> bool:
+    """Compile (once per source version) and register the ops; False where they cannot run."""
+    with _lock:
+        if "ok" in _state:
+            return bool(_state["ok"])
+        ok = False
+        try:
+            ok = _load()
+        except Exception as exc:  # no compiler, no ninja, a build error: the torch kernels serve
+            lines = str(exc).strip().splitlines()
+            _state["error"] = lines[-1] if lines else type(exc).__name__
+            log.warning("native kernels unavailable: %s", _state["error"])
+        _state["ok"] = ok
+        return ok
+
+
+def _load() -> bool:
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        _state["error"] = f"no kernels for {platform.machine()}"
+        return False
+    if not hasattr(torch.ops.switchyard, "has_avx2"):
+        from torch.utils import cpp_extension
+
+        key = _key()
+        out = build_dir() / key
+        out.mkdir(parents=True, exist_ok=True)
+        cpp_extension.load(
+            name=f"switchyard_kernels_{key}",
+            sources=[str(SOURCE)],
+            build_directory=str(out),
+            # No global -mavx2: the AVX2 functions carry target attributes, so the library loads
+            # on any x86 CPU and has_avx2() decides. No contraction of separate multiply-adds:
+            # a row's bits must not depend on how the compiler scheduled its template.
+            extra_cflags=["-O3", "-fopenmp", "-ffp-contract=off"],
+            extra_ldflags=["-fopenmp"],
+            is_python_module=False,
+            verbose=False,
+        )
+    if not torch.ops.switchyard.has_avx2():
+        _state["error"] = "the CPU lacks AVX2/FMA/F16C"
+        return False
+    return True
+
+
+def available() -> bool:
+    return load()
+
+
+def unavailable_reason() -> str:
+    load()
+    return str(_state.get("error", ""))
+
+
+def _ops() -> Any:
+    if not _state.get("ok") and not load():
+        raise RuntimeError(f"native kernels unavailable: {unavailable_reason()}")
+    return torch.ops.switchyard
+
+
+def q4_matmul(x: torch.Tensor, packed: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ W.T with W in 4-bit blocks (see pack_q4); fp32 [M, N]."""
+    return _ops().q4_matmul(x, packed, d, m)  # type: ignore[no-any-return]
+
+
+def q8_matmul(x: torch.Tensor, qs: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ W.T with W in Q8_0 blocks: int8 [N, K] values, fp32 [N, K/32] scales."""
+    return _ops().q8_matmul(x, qs, d)  # type: ignore[no-any-return]
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The activations' quantization alone: int8 values, per-block scales and scaled sums."""
+    q, d, s = _ops().quantize_rows(x)
+    return q, d, s
+
+
+def pack_q4(q: torch.Tensor) -> torch.Tensor:
+    """[N, K] 4-bit values (uint8 0..15) -> [N, K/2] bytes in ggml's block order: per block of 32,
+    byte j holds value j in its low nibble and value 16 + j in its high one."""
+    n, k = q.shape
+    blocks = q.reshape(n, k // 32, 2, 16).to(torch.uint8)
+    return (blocks[:, :, 0] | (blocks[:, :, 1] << 4)).reshape(n, k // 2).contiguous()

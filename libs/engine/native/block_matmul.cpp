@@ -1,0 +1,287 @@
+// Products of fp32 activations with weights kept in the GGUF's own blocks of 32 values, for
+// decode steps of a few rows on CPUs without fast bf16 (see libs/engine/native/__init__.py).
+//
+// Each activation row is quantized per block of 32 to int8 with one fp32 scale (and the block's
+// sum, for the weights' minimum term), then multiplied with integer dot products:
+// AVX2 `maddubs` (u8 x s8 -> s16 pairs) and `madd` (-> s32), as llama.cpp does. A row's result
+// depends on that row alone: its quantization, its accumulation order and its final reduction
+// are the same whatever the row count of the call and however the columns are split between
+// threads, so the engine's batch invariance holds.
+//
+// Weight layouts (made once at load by the Python side):
+//   q4: packed [N, K/2] uint8, per block 16 bytes: low nibbles = values 0..15, high = 16..31
+//       (ggml's order), d and m [N, K/32] fp32 with w = d * q + m (Q4_0: m = -8 d).
+//   q8: qs [N, K] int8, d [N, K/32] fp32 with w = d * q (Q8_0).
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define SY_X86 1
+#endif
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+// Rows multiplied against one loaded weight block; more rows take several passes over the
+// (cached) block. Every row runs the same instructions in any group, which keeps its bits.
+constexpr int kGroup = 4;
+
+bool cpu_has_avx2() {
+#ifdef SY_X86
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+#ifdef SY_X86
+#define SY_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+SY_AVX2 inline float hsum(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// x [K] fp32 -> q [K] int8, d [K/32] (scale) and s [K/32] (d * sum of the block's q).
+SY_AVX2 void quantize_row(const float* x, int64_t K, int8_t* q, float* d, float* s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float am = _mm_cvtss_f32(m4);
+    const float db = am / 127.0f;
+    const __m256 id = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+    __m256i qi[4];
+    for (int i = 0; i < 4; ++i) {
+      qi[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // Sum of the 32 integers (exact), before narrowing.
+    __m256i tot = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(tot), _mm256_extracti128_si256(tot, 1));
+    t4 = _mm_hadd_epi32(t4, t4);
+    t4 = _mm_hadd_epi32(t4, t4);
+    // packs interleave 128-bit lanes; the permute restores the values' order.
+    __m256i p16a = _mm256_packs_epi32(qi[0], qi[1]);
+    __m256i p16b = _mm256_packs_epi32(qi[2], qi[3]);
+    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kBlock), p8);
+    d[b] = db;
+    s[b] = db * static_cast<float>(_mm_cvtsi128_si32(t4));
+  }
+}
+
+struct QRows {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+  int64_t K;
+};
+
+template <int G>
+SY_AVX2 void q4_rows(const QRows& x, int64_t r0, const uint8_t* w, const float* wd, const float* wm, int64_t nb,
+                     float* out, int64_t ldo) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + b * 16));
+    const __m256i wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+    for (int g = 0; g < G; ++g) {
+      const int64_t r = r0 + g;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + r * x.K + b * kBlock));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
+      acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(wd[b] * x.d[r * nb + b]), _mm256_cvtepi32_ps(dot), acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    const int64_t r = r0 + g;
+    // The minimums' term, sum over blocks of m * (d_x * sum q_x), eight blocks at a time: a
+    // scalar chain of dependent multiply-adds here cost as much as the integer products.
+    const float* xs = x.s + r * nb;
+    __m256 mv = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) mv = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(xs + b), mv);
+    float mins = hsum(mv);
+    for (; b < nb; ++b) mins = __builtin_fmaf(wm[b], xs[b], mins);
+    out[r * ldo] = hsum(acc[g]) + mins;
+  }
+}
+
+template <int G>
+SY_AVX2 void q8_rows(const QRows& x, int64_t r0, const int8_t* w, const float* wd, int64_t nb, float* out,
+                     int64_t ldo) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kBlock));
+    // s8 x s8 through maddubs (u8 x s8): |w| times x with w's sign moved onto x.
+    const __m256i wabs = _mm256_sign_epi8(wq, wq);
+    for (int g = 0; g < G; ++g) {
+      const int64_t r = r0 + g;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + r * x.K + b * kBlock));
+      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xq, wq)), ones);
+      acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(wd[b] * x.d[r * nb + b]), _mm256_cvtepi32_ps(dot), acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) out[(r0 + g) * ldo] = hsum(acc[g]);
+}
+
+// Calls f(r0, G) over row groups of kGroup and one smaller tail group.
+template <typename F4, typename F3, typename F2, typename F1>
+inline void for_row_groups(int64_t M, F4 f4, F3 f3, F2 f2, F1 f1) {
+  int64_t r = 0;
+  for (; r + 4 <= M; r += 4) f4(r);
+  switch (M - r) {
+    case 3: f3(r); break;
+    case 2: f2(r); break;
+    case 1: f1(r); break;
+    default: break;
+  }
+}
+#endif  // SY_X86
+
+struct Quantized {
+  at::Tensor q, d, s;
+  QRows view() const;
+};
+
+void check_x(const at::Tensor& x, int64_t K) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 2, "x must be a 2-D CPU tensor");
+  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the weight ", K);
+  TORCH_CHECK(K % kBlock == 0, "the inner dimension must be a multiple of 32");
+}
+
+#ifdef SY_X86
+Quantized quantize(const at::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock;
+  Quantized out{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options()),
+                at::empty({M, nb}, x.options())};
+  const float* xp = x.data_ptr<float>();
+  for (int64_t r = 0; r < M; ++r) {
+    quantize_row(xp + r * K, K, out.q.data_ptr<int8_t>() + r * K, out.d.data_ptr<float>() + r * nb,
+                 out.s.data_ptr<float>() + r * nb);
+  }
+  return out;
+}
+
+QRows Quantized::view() const {
+  return QRows{q.data_ptr<int8_t>(), d.data_ptr<float>(), s.data_ptr<float>(), q.size(1)};
+}
+
+// Columns per task: enough work per thread to amortize the fork, few enough to balance.
+int64_t grain(int64_t N, int64_t M) { return std::max<int64_t>(8, 256 / std::max<int64_t>(M, 1)); }
+#endif
+
+at::Tensor q4_matmul(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m) {
+  TORCH_CHECK(cpu_has_avx2(), "switchyard::q4_matmul needs AVX2, FMA and F16C");
+  const int64_t N = packed.size(0), K = packed.size(1) * 2, nb = K / kBlock;
+  check_x(x_in, K);
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "packed: contiguous uint8 [N, K/2]");
+  TORCH_CHECK(d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat && d.is_contiguous() &&
+                  m.is_contiguous() && d.numel() == N * nb && m.numel() == N * nb,
+              "d, m: contiguous fp32 [N, K/32]");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
+#ifdef SY_X86
+  const Quantized xq = quantize(x);
+  const QRows xv = xq.view();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  const float* dp = d.data_ptr<float>();
+  const float* mp = m.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, grain(N, M), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* w = wp + n * (K / 2);
+      const float* wd = dp + n * nb;
+      const float* wm = mp + n * nb;
+      for_row_groups(
+          M, [&](int64_t r) { q4_rows<4>(xv, r, w, wd, wm, nb, yp + n, N); },
+          [&](int64_t r) { q4_rows<3>(xv, r, w, wd, wm, nb, yp + n, N); },
+          [&](int64_t r) { q4_rows<2>(xv, r, w, wd, wm, nb, yp + n, N); },
+          [&](int64_t r) { q4_rows<1>(xv, r, w, wd, wm, nb, yp + n, N); });
+    }
+  });
+#endif
+  return y;
+}
+
+at::Tensor q8_matmul(const at::Tensor& x_in, const at::Tensor& qs, const at::Tensor& d) {
+  TORCH_CHECK(cpu_has_avx2(), "switchyard::q8_matmul needs AVX2, FMA and F16C");
+  const int64_t N = qs.size(0), K = qs.size(1), nb = K / kBlock;
+  check_x(x_in, K);
+  TORCH_CHECK(qs.scalar_type() == at::kChar && qs.is_contiguous(), "qs: contiguous int8 [N, K]");
+  TORCH_CHECK(d.scalar_type() == at::kFloat && d.is_contiguous() && d.numel() == N * nb, "d: contiguous fp32 [N, K/32]");
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
+#ifdef SY_X86
+  const Quantized xq = quantize(x);
+  const QRows xv = xq.view();
+  const int8_t* wp = qs.data_ptr<int8_t>();
+  const float* dp = d.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, grain(N, M), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const int8_t* w = wp + n * K;
+      const float* wd = dp + n * nb;
+      for_row_groups(
+          M, [&](int64_t r) { q8_rows<4>(xv, r, w, wd, nb, yp + n, N); },
+          [&](int64_t r) { q8_rows<3>(xv, r, w, wd, nb, yp + n, N); },
+          [&](int64_t r) { q8_rows<2>(xv, r, w, wd, nb, yp + n, N); },
+          [&](int64_t r) { q8_rows<1>(xv, r, w, wd, nb, yp + n, N); });
+    }
+  });
+#endif
+  return y;
+}
+
+// The activation quantization alone, for tests against a reference: (q int8, d, s) per block.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x_in) {
+  TORCH_CHECK(cpu_has_avx2(), "switchyard::quantize_rows needs AVX2, FMA and F16C");
+  check_x(x_in, x_in.size(1));
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+#ifdef SY_X86
+  Quantized q = quantize(x);
+  return {q.q, q.d, q.s};
+#else
+  return {x, x, x};
+#endif
+}
+
+bool has_avx2() { return cpu_has_avx2(); }
+
+}  // namespace
+
+TORCH_LIBRARY(switchyard, m) {
+  m.def("q4_matmul(Tensor x, Tensor packed, Tensor d, Tensor m) -> Tensor");
+  m.def("q8_matmul(Tensor x, Tensor qs, Tensor d) -> Tensor");
+  m.def("quantize_rows(Tensor x) -> (Tensor, Tensor, Tensor)");
+  m.def("has_avx2() -> bool", &has_avx2);
+}
+
+TORCH_LIBRARY_IMPL(switchyard, CPU, m) {
+  m.impl("q4_matmul", &q4_matmul);
+  m.impl("q8_matmul", &q8_matmul);
+  m.impl("quantize_rows", &quantize_rows);
+}

@@ -1,0 +1,179 @@
+"""The native kernels (libs/engine/native) against torch references, their batch invariance, and
+the engine's greedy tokens with them.
+
+Tolerances: against the product of the *quantized* activations with the weights' exact values
+(fp64), the kernels differ only by fp32 summation order: 1e-5 of the largest output. Against
+fp32 activations, quantizing them to 8 bits per block of 32 costs up to about 1 % of the largest
+output on random data; the tests bound it at 2 %.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from libs.engine import SamplingParams, native
+from libs.engine.kernels import BlockWeight, Calibration, DualWeight, linear, pack_blocks, quantize_q8_0
+from libs.engine.model import LlamaModel
+from libs.engine.weights import convert, load_weights, read_gguf
+from tests.engine.conftest import CACHE_DIR, make_engine
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")
+
+
+def _quantized_rows(x: torch.Tensor) -> torch.Tensor:
+    """Reference: each row's blocks of 32 rounded to int8 steps of amax / 127, dequantized."""
+    m, k = x.shape
+    xb = x.reshape(m, k // 32, 32)
+    amax = xb.abs().amax(-1, keepdim=True)
+    q = torch.round(xb * torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax)))
+    return (q * (amax / 127.0)).reshape(m, k)
+
+
+def _q4(n: int, k: int, q4_0: bool = False, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
+    d = torch.rand(n, k // 32, generator=g) * 0.01 + 0.001
+    m = -8 * d if q4_0 else -torch.rand(n, k // 32, generator=g) * 0.08
+    dense = (q.view(n, k // 32, 32).float() * d[..., None] + m[..., None]).view(n, k)
+    return q, torch.stack([d, m], -1), dense
+
+
+def _check(got: torch.Tensor, x: torch.Tensor, dense: torch.Tensor) -> None:
+    exact = (_quantized_rows(x).double() @ dense.double().T).float()
+    scale = exact.abs().max()
+    assert got.dtype == torch.float32 and got.shape == exact.shape
+    assert (got - exact).abs().max() <= 1e-5 * scale
+    assert (got - x @ dense.T).abs().max() <= 0.02 * scale
+
+
+def test_activation_quantization_matches_the_reference():
+    x = torch.randn(5, 576) * torch.linspace(0.1, 10, 576)
+    x[2, :32] = 0  # an all-zero block: scale 0, values 0
+    q, d, s = native.quantize_rows(x)
+    xb = x.view(5, 18, 32)
+    amax = xb.abs().amax(-1)
+    assert torch.equal(d, amax / 127.0)
+    assert torch.equal(q.view(5, 18, 32).float() * d[..., None], _quantized_rows(x).view(5, 18, 32))
+    assert torch.allclose(s, d * q.view(5, 18, 32).sum(-1).float(), rtol=1e-6)
+    assert d[2, 0] == 0 and not q[2, :32].any()
+
+
+@pytest.mark.parametrize("q4_0", [False, True], ids=["q4_1", "q4_0"])
+@pytest.mark.parametrize("rows", [1, 3, 4, 9, 16, 40])
+def test_q4_product_matches_the_reference(q4_0, rows):
+    q, dm, dense = _q4(96, 576, q4_0)
+    w = pack_blocks({"w.q4": q, "w.q4dm": dm}, "w")
+    assert isinstance(w, BlockWeight) and w.values.shape == (96, 288)
+    x = torch.randn(rows, 576)
+    _check(linear(x, w, True), x, dense)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 16])
+def test_q8_product_matches_the_reference(rows):
+    dense = torch.randn(200, 1536) * 0.05
+    qs, d = quantize_q8_0(dense)
+    blocked = (qs.view(200, 48, 32).float() * d[..., None]).view(200, 1536)
+    assert (blocked - dense).abs().max() <= d.max() / 2 + 1e-7  # Q8_0 rounds to half a step
+    w = pack_blocks({"w.q8": qs, "w.q8d": d}, "w")
+    x = torch.randn(rows, 1536)
+    _check(linear(x, w, True), x, blocked)
+
+
+def test_packing_keeps_ggml_nibble_order():
+    q = torch.arange(64, dtype=torch.uint8).remainder(16).view(1, 64)
+    packed = native.pack_q4(q)
+    assert packed.shape == (1, 32)
+    assert torch.equal(packed[0, :16] & 0xF, q[0, :16]) and torch.equal(packed[0, :16] >> 4, q[0, 16:32])
+
+
+def test_a_row_gets_the_same_bits_alone_in_any_batch_and_thread_count():
+    q, dm, _ = _q4(300, 576, seed=1)
+    w4 = pack_blocks({"w.q4": q, "w.q4dm": dm}, "w")
+    qs, d = quantize_q8_0(torch.randn(260, 576))
+    w8 = pack_blocks({"w.q8": qs, "w.q8d": d}, "w")
+    x = torch.randn(17, 576)
+    threads = torch.get_num_threads()
+    try:
+        for w in (w4, w8):
+            assert w is not None
+            torch.set_num_threads(1)
+            alone = torch.cat([linear(x[i : i + 1], w, True) for i in range(17)])
+            torch.set_num_threads(max(2, threads))
+            for rows in (1, 2, 3, 4, 5, 7, 8, 16, 17):
+                # the row set shifted, so every row lands in every position of a row group
+                for start in (0, 17 - rows):
+                    got = linear(x[start : start + rows], w, True)
+                    assert torch.equal(got, alone[start : start + rows]), (rows, start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_best_dtype_picks_native_only_where_it_beats_int8():
+    us = {
+        "fp32": {1: 260.0, 32: 1349.0},
+        "bf16": {1: 266.0, 32: 7717.0},
+        "int8": {1: 97.0, 32: 1431.0},
+        "int4": {1: 139.0, 32: 1714.0},
+    }
+    assert Calibration(us, 0).best_dtype() == "int8"
+    assert Calibration({**us, "native": {1: 60.0, 32: 900.0}}, 0).best_dtype() == "native"
+    assert Calibration({**us, "native": {1: 120.0, 32: 900.0}}, 0).best_dtype() == "int8"
+    amx = {**us, "bf16": {1: 129.0, 32: 157.0}, "native": {1: 60.0, 32: 900.0}}
+    assert Calibration(amx, 0).best_dtype() == "hybrid"  # where bf16 wins batched steps
+
+
+def test_the_gguf_q8_blocks_decode_to_the_dequantized_matrix(model_path):
+    _, t = read_gguf(model_path)
+    q, d = t["token_embd.weight.q8"], t["token_embd.weight.q8d"]
+    n, k = q.shape
+    assert torch.equal((q.view(n, k // 32, 32).float() * d[..., None]).view(n, k), t["token_embd.weight"])
+    nat = convert(t, "native")
+    # every matrix keeps its GGUF blocks beside the int8 copy; the tied head shares the embedding's
+    assert "blk.0.ffn_down.weight.q4" in nat and "blk.0.ffn_down.weight.q" in nat
+    assert torch.equal(nat["output.weight.q8"], q)
+    assert not any(n.endswith((".q8", ".q8d")) for n in convert(t, "hybrid"))
+
+
+PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "List three primary colors."]
+# Quantizing activations to 8 bits moves logits by about as much as int8 weights do: greedy text
+# with either follows fp32 for a while, then may part at a near-tie (measured: 9-27 tokens).
+SAME_TOKENS = 8
+
+
+async def _greedy(eng, prompts: list[list[int]], together: bool, n: int = 16) -> list[list[int]]:
+    async def one(rid: str, ids: list[int]) -> list[int]:
+        got: list[int] = []
+        async for c in eng.generate(rid, ids, SamplingParams(max_tokens=n, ignore_eos=True)):
+            got += c.token_ids
+        return got
+
+    if together:
+        return list(await asyncio.gather(*(one(f"t{i}", ids) for i, ids in enumerate(prompts))))
+    return [await one(f"a{i}", ids) for i, ids in enumerate(prompts)]
+
+
+@pytest.mark.slow
+async def test_engine_greedy_tokens_with_native_kernels(model_path, tokenizer, fp32_model):
+    prompts = [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}])) for q in PROMPTS]
+    cfg, tensors = load_weights(model_path, "native", CACHE_DIR)
+    model = LlamaModel(cfg, tensors, "native").pack_cpu_weights()
+    gate_up = model.layers[0].gate_up
+    assert isinstance(gate_up, DualWeight) and isinstance(gate_up.small, BlockWeight)
+    assert model.small_max_rows >= len(prompts)  # every decode step here takes the native kernels
+    eng = make_engine(model, num_blocks=96)
+    ref = make_engine(fp32_model, num_blocks=96)
+    await eng.start()
+    await ref.start()
+    try:
+        alone = await _greedy(eng, prompts, together=False)
+        together = await _greedy(eng, prompts, together=True)
+        want = await _greedy(ref, prompts, together=False, n=SAME_TOKENS)
+    finally:
+        await eng.stop()
+        await ref.stop()
+    # decode rows multiplied alone or beside the other sequences: the same tokens
+    assert together == alone
+    assert [a[:SAME_TOKENS] for a in alone] == want
