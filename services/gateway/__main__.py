@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import structlog
 import uvicorn
+from sse_starlette.sse import AppStatus
 
 from libs.bus import Bus
 from libs.bus.bus import stable_id
@@ -65,6 +66,9 @@ async def main() -> None:
         )
 
     telemetry.attach_nats(asyncio.get_running_loop(), publish_spans)
+    # The gateway drains its own streams below (they finish, up to a request timeout); sse-starlette must
+    # not cut them on its own at the signal.
+    AppStatus.disable_automatic_graceful_drain()
     app = create_app(settings, bus, keys)
     gw: Gateway = app.state.gateway
 

@@ -4,12 +4,12 @@ non-streaming message. Thinking events become a thinking content block before th
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import Field
+from sse_starlette import ServerSentEvent
 
 from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
 from services.gateway.anthropic_tools import (
@@ -23,11 +23,10 @@ from services.gateway.anthropic_tools import (
 )
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
-from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
+from services.gateway.core import Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import terminal_error, wait_events
-from services.gateway.sse import SSE_HEADERS, frame
+from services.gateway.relay import collect, follow, sse, sse_response, terminal_error
 from services.gateway.streams import Run
 from services.gateway.tool_calls import parse_call
 
@@ -98,8 +97,8 @@ def usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _event(kind: str, **data: Any) -> bytes:
-    return frame({"type": kind, **data}, event=kind)
+def _event(kind: str, **data: Any) -> ServerSentEvent:
+    return sse({"type": kind, **data}, event=kind)
 
 
 class _Blocks:
@@ -109,7 +108,7 @@ class _Blocks:
         self.index = -1
         self.kind: str | None = None
 
-    def switch(self, kind: str) -> list[bytes]:
+    def switch(self, kind: str) -> list[ServerSentEvent]:
         if kind == self.kind:
             return []
         out = self.close()
@@ -123,14 +122,14 @@ class _Blocks:
         out.append(_event("content_block_start", index=self.index, content_block=block))
         return out
 
-    def close(self) -> list[bytes]:
+    def close(self) -> list[ServerSentEvent]:
         if self.kind is None:
             return []
         self.kind = None
         return [_event("content_block_stop", index=self.index)]
 
 
-def _call_events(index: int, call: dict[str, Any]) -> list[bytes]:
+def _call_events(index: int, call: dict[str, Any]) -> list[ServerSentEvent]:
     block = tool_use_block(call)
     start = {**block, "input": {}}
     delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
@@ -141,75 +140,79 @@ def _call_events(index: int, call: dict[str, Any]) -> list[bytes]:
     ]
 
 
-async def stream_events(gw: Gateway, run: Run, model: str, tool_names: set[str] | None = None) -> AsyncIterator[bytes]:
-    # With client tools the answer may turn out to be a call: hold the text until it is complete.
-    held: list[str] | None = [] if tool_names else None
-    gw.streams.attach(run)
-    completed = False
-    blocks = _Blocks()
-    try:
+class MessageEncoder:
+    """Anthropic's streaming event sequence for one answer; its `ping` event keeps the line alive."""
+
+    def __init__(self, rid: str, model: str, tool_names: set[str] | None = None):
+        self.rid = rid
+        self.model = model
+        self.tool_names = tool_names or set()
+        # With client tools the answer may turn out to be a call: its text is held until it is complete.
+        self.held: list[str] = []
+        self.blocks = _Blocks()
+
+    def opening(self) -> list[ServerSentEvent]:
         message: dict[str, Any] = {
-            "id": f"msg_{run.rid}",
+            "id": f"msg_{self.rid}",
             "type": "message",
             "role": "assistant",
-            "model": model,
+            "model": self.model,
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
             "usage": usage_json(Usage()),
         }
-        yield _event("message_start", message=message)
-        yield _event("ping")
-        async for item in run.follow(-1, gw.settings.keepalive_s):
-            if item is None:
-                yield _event("ping")
-                continue
-            event = item[1]
-            if event.type == "thinking":
-                for b in blocks.switch("thinking"):
-                    yield b
-                yield _event(
-                    "content_block_delta", index=blocks.index, delta={"type": "thinking_delta", "thinking": event.text}
-                )
-            elif event.type == "delta" and held is not None:
-                held.append(event.text)
-            elif event.type == "delta":
-                for b in blocks.switch("text"):
-                    yield b
-                yield _event(
-                    "content_block_delta", index=blocks.index, delta={"type": "text_delta", "text": event.text}
-                )
-            elif event.type == "done":
-                stop = STOP.get(event.finish_reason or "stop", "end_turn")
-                call = parse_call("".join(held), tool_names or set()) if held is not None else None
-                if call is not None:
-                    for b in blocks.close():
-                        yield b
-                    blocks.index += 1
-                    for b in _call_events(blocks.index, call):
-                        yield b
-                    stop = "tool_use"
-                elif held:
-                    for b in blocks.switch("text"):
-                        yield b
-                    delta = {"type": "text_delta", "text": "".join(held)}
-                    yield _event("content_block_delta", index=blocks.index, delta=delta)
-                if blocks.index < 0:
-                    for b in blocks.switch("text"):
-                        yield b
-                for b in blocks.close():
-                    yield b
-                yield _event(
-                    "message_delta",
-                    delta={"stop_reason": stop, "stop_sequence": None},
-                    usage=usage_json(event.usage or Usage()),
-                )
-                yield _event("message_stop")
-            elif event.type == "error" and event.error is not None:
-                yield _event("error", error=event.error.model_dump(mode="json"))
-        completed = True
-    finally:
-        gw.streams.detach(run, completed)
+        return [_event("message_start", message=message), _event("ping")]
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        blocks = self.blocks
+        if event.type == "thinking":
+            delta = {"type": "thinking_delta", "thinking": event.text}
+            return [*blocks.switch("thinking"), _event("content_block_delta", index=blocks.index, delta=delta)]
+        if event.type == "delta" and self.tool_names:
+            self.held.append(event.text)
+            return []
+        if event.type == "delta":
+            delta = {"type": "text_delta", "text": event.text}
+            return [*blocks.switch("text"), _event("content_block_delta", index=blocks.index, delta=delta)]
+        if event.type == "done":
+            return self._done(event)
+        if event.type == "error" and event.error is not None:
+            return [_event("error", error=event.error.model_dump(mode="json"))]
+        return []
+
+    def _done(self, event: ChatEvent) -> list[ServerSentEvent]:
+        blocks = self.blocks
+        out: list[ServerSentEvent] = []
+        stop = STOP.get(event.finish_reason or "stop", "end_turn")
+        held = "".join(self.held)
+        call = parse_call(held, self.tool_names) if self.tool_names else None
+        if call is not None:
+            out += blocks.close()
+            blocks.index += 1
+            out += _call_events(blocks.index, call)
+            stop = "tool_use"
+        elif held:
+            out += blocks.switch("text")
+            out.append(_event("content_block_delta", index=blocks.index, delta={"type": "text_delta", "text": held}))
+        if blocks.index < 0:
+            out += blocks.switch("text")
+        out += blocks.close()
+        out.append(
+            _event(
+                "message_delta",
+                delta={"stop_reason": stop, "stop_sequence": None},
+                usage=usage_json(event.usage or Usage()),
+            )
+        )
+        out.append(_event("message_stop"))
+        return out
+
+    def closing(self) -> list[ServerSentEvent]:
+        return []
+
+    def keepalive(self) -> ServerSentEvent:
+        return _event("ping")
 
 
 def message(run: Run, model: str, events: list[ChatEvent], tool_names: set[str] | None = None) -> dict[str, Any]:
@@ -277,14 +280,12 @@ async def messages(
         tool_choice=tool_choice,
     )
     if body.stream:
-        first = await wait_events(gw, run, request, first_only=True)
+        (first,) = await collect(gw, [run], request, first_only=True)
         err = terminal_error(first)
         if err is not None:
             return error_response(err, request.url.path)
-        return StreamingResponse(
-            stream_events(gw, run, model, tool_names), media_type="text/event-stream", headers=SSE_HEADERS
-        )
-    events = await wait_events(gw, run, request)
+        return sse_response(gw, follow(gw, [run]), MessageEncoder(run.rid, model, tool_names))
+    (events,) = await collect(gw, [run], request)
     if not events or events[-1].type not in ("done", "error"):
         return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
     err = terminal_error(events)

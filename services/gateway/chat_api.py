@@ -6,8 +6,9 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import ServerSentEvent
 
 from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
@@ -17,8 +18,8 @@ from services.gateway.body import json_body
 from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
 from services.gateway.proxy import ask
+from services.gateway.relay import Item, comment, follow, sse, sse_response
 from services.gateway.replay import owned, replay
-from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
 
 router = APIRouter()
@@ -56,26 +57,26 @@ def chat_payload(event: ChatEvent) -> dict[str, Any]:
     return {"message": "unknown error", "code": ErrorCode.internal.value, "type": "api_error"}
 
 
-async def relay_chat(gw: Gateway, run: Run, after: int = -1) -> AsyncIterator[bytes]:
-    """Every event as `id: <seq>` / `event: <type>` / `data: <json>`; ends after done or error."""
-    gw.streams.attach(run)
-    completed = False
-    try:
-        async for item in run.follow(after, gw.settings.keepalive_s):
-            if item is None:
-                yield KEEPALIVE
-                continue
-            seq, event = item
-            yield frame(chat_payload(event), event=event.type, id=seq)
-        completed = True
-    finally:
-        gw.streams.detach(run, completed)
+class ChatEncoder:
+    """Every event as `id: <seq>` / `event: <type>` / `data: <json>`; a comment keeps the line alive."""
+
+    def opening(self) -> list[ServerSentEvent]:
+        return []
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        return [sse(chat_payload(event), event=event.type, id=seq)]
+
+    def closing(self) -> list[ServerSentEvent]:
+        return []
+
+    def keepalive(self) -> ServerSentEvent:
+        return comment("keepalive")
 
 
 @router.post("/chat")
 async def chat(
     request: Request, gw: Gw, key: Principal, body: Annotated[ChatRequest, json_body(ChatRequest)]
-) -> StreamingResponse:
+) -> Response:
     text = check_text(gw.settings, body.text)
     model, mode = resolve_model(gw.settings, body.model)
     if body.file_ids:
@@ -100,7 +101,7 @@ async def chat(
             stop=body.stop,
         ),
     )
-    return StreamingResponse(relay_chat(gw, run), media_type="text/event-stream", headers=SSE_HEADERS)
+    return sse_response(gw, follow(gw, [run]), ChatEncoder())
 
 
 NOT_KEPT = "stream {rid!r} not found (or no longer kept)"
@@ -114,15 +115,12 @@ def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
     return run
 
 
-async def relay_replay(gw: Gateway, rid: str, after: int) -> AsyncIterator[bytes]:
+async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Item]:
     """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
     timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
     async for item in replay(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
-        if item is None:
-            yield KEEPALIVE
-            continue
-        seq, event = item
-        yield frame(chat_payload(event), event=event.type, id=seq)
+        if item is not None:  # quiet: sse-starlette keeps the line alive
+            yield 0, *item
 
 
 @router.get("/v1/streams/{rid}")
@@ -132,18 +130,18 @@ async def resume(
     key: Principal,
     last_event_id: Annotated[int | None, Header()] = None,
     after: Annotated[int | None, Query()] = None,
-) -> StreamingResponse:
+) -> Response:
     """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live."""
     after = last_event_id if last_event_id is not None else after if after is not None else -1
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
-        body = relay_chat(gw, run, after)
+        items = follow(gw, [run], after)
     elif gw.settings.resume_stream:
         await owned(gw.bus, rid, key.tenant)
-        body = relay_replay(gw, rid, after)
+        items = follow_kept(gw, rid, after)
     else:
         raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
-    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+    return sse_response(gw, items, ChatEncoder())
 
 
 @router.post("/v1/streams/{rid}/cancel")

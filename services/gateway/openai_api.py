@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import Field
+from sse_starlette import ServerSentEvent
 
 from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import (
     MAX_SEED,
-    Gateway,
     Gw,
     check_text,
     request_id,
@@ -26,9 +24,8 @@ from services.gateway.core import (
 )
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import terminal_error, wait_events
+from services.gateway.relay import collect, comment, follow, sse, sse_response, terminal_error
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
-from services.gateway.sse import KEEPALIVE, SSE_HEADERS, frame
 from services.gateway.streams import Run
 from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
 
@@ -137,112 +134,82 @@ def usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-class _Chunks:
-    def __init__(self, run: Run, model: str, include_usage: bool):
+class ChunkEncoder:
+    """The chunks of one or several (`n`) answers (choice `index` each), then the usage chunk (the prompt
+    counted once) and `[DONE]`; a comment keeps the line alive."""
+
+    def __init__(self, rid: str, model: str, include_usage: bool, answers: int, tool_names: set[str] | None = None):
         self.base = {
-            "id": f"chatcmpl-{run.rid}",
+            "id": f"chatcmpl-{rid}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
             "system_fingerprint": None,
         }
         self.include_usage = include_usage
+        self.answers = answers
+        self.tool_names = tool_names or set()
+        # With client tools an answer may turn out to be a call: its text is held until it is complete.
+        self.held: list[list[str]] = [[] for _ in range(answers)]
+        self.usages: list[Usage] = []
 
-    def choice(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, index: int = 0) -> bytes:
+    def choice(
+        self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, index: int = 0
+    ) -> ServerSentEvent:
         chunk: dict[str, Any] = {
             **self.base,
             "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         }
         if self.include_usage:
             chunk["usage"] = None
-        return frame(chunk)
+        return sse(chunk)
 
-    def usage(self, usage: Usage) -> bytes:
-        return frame({**self.base, "choices": [], "usage": usage_json(usage)})
+    def opening(self) -> list[ServerSentEvent]:
+        return [self.choice({"role": "assistant", "content": ""}, index=i) for i in range(self.answers)]
 
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        if event.type == "delta":
+            if self.tool_names:
+                self.held[index].append(event.text)
+                return []
+            return [self.choice({"content": event.text}, index=index)]
+        if event.type == "thinking":
+            # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
+            return [self.choice({"reasoning_content": event.text}, index=index)]
+        if event.type == "done":
+            return self._done(index, event)
+        if event.type == "error" and event.error is not None:
+            return [sse({"error": event.error.model_dump(mode="json")})]
+        return []
 
-async def _choice_frames(
-    gw: Gateway, run: Run, chunks: _Chunks, index: int, tool_names: set[str] | None, usages: list[Usage]
-) -> AsyncIterator[bytes]:
-    """One answer's chunks, as choice `index`; its usage goes to `usages` when it is done."""
-    # With client tools the answer may turn out to be a call: hold the text until it is complete.
-    held: list[str] | None = [] if tool_names else None
-    gw.streams.attach(run)
-    completed = False
-    try:
-        yield chunks.choice({"role": "assistant", "content": ""}, index=index)
-        async for item in run.follow(-1, gw.settings.keepalive_s):
-            if item is None:
-                yield KEEPALIVE
-                continue
-            event = item[1]
-            if event.type == "delta":
-                if held is not None:
-                    held.append(event.text)
-                else:
-                    yield chunks.choice({"content": event.text}, index=index)
-            elif event.type == "thinking":
-                # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
-                yield chunks.choice({"reasoning_content": event.text}, index=index)
-            elif event.type == "done":
-                finish = FINISH.get(event.finish_reason or "stop", "stop")
-                if held is not None:
-                    call = parse_call("".join(held), tool_names or set())
-                    if call is not None:
-                        yield chunks.choice({"tool_calls": [{"index": 0, **call}]}, index=index)
-                        finish = "tool_calls"
-                    elif held:
-                        yield chunks.choice({"content": "".join(held)}, index=index)
-                if event.logprobs is not None:
-                    # The answer's log probabilities come whole, after its text (output safety releases
-                    # text at its own cuts, not at token boundaries).
-                    yield chunks.choice({}, None, logprobs_json(event), index=index)
-                yield chunks.choice({}, finish, index=index)
-                usages.append(event.usage or Usage())
-            elif event.type == "error" and event.error is not None:
-                yield frame({"error": event.error.model_dump(mode="json")})
-        completed = True
-    finally:
-        gw.streams.detach(run, completed)
+    def _done(self, index: int, event: ChatEvent) -> list[ServerSentEvent]:
+        out = []
+        finish = FINISH.get(event.finish_reason or "stop", "stop")
+        held = "".join(self.held[index])
+        call = parse_call(held, self.tool_names) if self.tool_names else None
+        if call is not None:
+            out.append(self.choice({"tool_calls": [{"index": 0, **call}]}, index=index))
+            finish = "tool_calls"
+        elif held:
+            out.append(self.choice({"content": held}, index=index))
+        if event.logprobs is not None:
+            # The answer's log probabilities come whole, after its text (output safety releases
+            # text at its own cuts, not at token boundaries).
+            out.append(self.choice({}, None, logprobs_json(event), index=index))
+        out.append(self.choice({}, finish, index=index))
+        self.usages.append(event.usage or Usage())
+        return out
 
+    def closing(self) -> list[ServerSentEvent]:
+        out = []
+        if self.include_usage and self.usages:
+            first = self.usages[0]
+            usage = first.model_copy(update={"completion_tokens": sum(u.completion_tokens for u in self.usages)})
+            out.append(sse({**self.base, "choices": [], "usage": usage_json(usage)}))
+        return [*out, sse("[DONE]")]
 
-async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
-    """Frames of several answers as they come (each answer's own frames stay in order)."""
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-    async def pump(stream: AsyncIterator[bytes]) -> None:
-        try:
-            async for f in stream:
-                await queue.put(f)
-        finally:
-            await queue.put(None)
-
-    tasks = [asyncio.create_task(pump(st)) for st in streams]
-    try:
-        open_streams = len(tasks)
-        while open_streams:
-            f = await queue.get()
-            if f is None:
-                open_streams -= 1
-            else:
-                yield f
-    finally:
-        for t in tasks:
-            t.cancel()
-
-
-async def stream_chunks(
-    gw: Gateway, runs: list[Run], model: str, include_usage: bool, tool_names: set[str] | None = None
-) -> AsyncIterator[bytes]:
-    """The chunks of one or several (`n`) answers, then the usage chunk (the prompt counted once) and [DONE]."""
-    chunks = _Chunks(runs[0], model, include_usage)
-    usages: list[Usage] = []
-    answers = [_choice_frames(gw, r, chunks, i, tool_names, usages) for i, r in enumerate(runs)]
-    async for f in answers[0] if len(answers) == 1 else _merged(answers):
-        yield f
-    if include_usage and usages:
-        yield chunks.usage(usages[0].model_copy(update={"completion_tokens": sum(u.completion_tokens for u in usages)}))
-    yield frame("[DONE]")
+    def keepalive(self) -> ServerSentEvent:
+        return comment("keepalive")
 
 
 def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
@@ -344,21 +311,17 @@ async def chat_completions(
     if body.stream:
         # Hold the status line until the first event: a request refused by the pipeline (policy, deadline)
         # then gets its real status and the SDK raises its own exception type.
-        first = await wait_events(gw, run, request, first_only=True)
+        (first,) = await collect(gw, [run], request, first_only=True)
         err = terminal_error(first)
         if err is not None:
             return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(
-            stream_chunks(gw, runs, model, include_usage, tool_names),
-            media_type="text/event-stream",
-            headers=SSE_HEADERS,
-        )
-    answers = await asyncio.gather(*(wait_events(gw, r, request) for r in runs))
+        return sse_response(gw, follow(gw, runs), ChunkEncoder(run.rid, model, include_usage, len(runs), tool_names))
+    answers = await collect(gw, runs, request)
     for events in answers:
         if not events or events[-1].type not in ("done", "error"):
             return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
         err = terminal_error(events)
         if err is not None:
             return error_response(err, request.url.path)
-    return JSONResponse(completion(run, model, list(answers), tool_names))
+    return JSONResponse(completion(run, model, answers, tool_names))

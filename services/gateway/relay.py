@@ -1,39 +1,151 @@
-"""Waiting on a run from a handler that has not started its response yet (non-streaming answers, and
-streaming ones that hold the status line until the first event so an early error gets its real status)."""
+"""The one relay from runs to clients.
+
+Streaming: `follow` reads one run (or several, OpenAI's `n`) as a reader (attached while it reads, so a
+client that leaves cancels what nobody reads any more); an `Encoder` turns each `ChatEvent` into the
+protocol's SSE events (/chat, OpenAI, Anthropic: pure, no I/O); `sse_response` sends them with
+sse-starlette, which also sends the protocol's keep-alive and notices the client leaving. Each event
+goes out as it arrives: nothing here buffers.
+
+Not streaming (and the first event of a stream, held so that an early error gets its real status):
+`collect` reads the events while waiting on the client's disconnect message.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
 from fastapi import Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from schemas import ChatEvent
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
 from services.gateway.streams import Run
 
-# Nothing is being sent, so the server cannot notice a client that left; we look every so often.
-POLL_S = 0.25
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# (answer index, sequence number, event): what an encoder is given.
+Item = tuple[int, int, ChatEvent]
 
 
-async def wait_events(gw: Gateway, run: Run, request: Request, *, first_only: bool = False) -> list[ChatEvent]:
-    """The run's events up to the terminal one (or just the first); raises CancelledError if the client left."""
+def sse(data: Any, event: str | None = None, id: int | None = None) -> ServerSentEvent:
+    """One event; `data` is compact JSON unless it is already a string (OpenAI's `[DONE]`)."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return ServerSentEvent(payload, event=event, id=None if id is None else str(id), sep="\n")
+
+
+def comment(text: str) -> ServerSentEvent:
+    return ServerSentEvent(comment=text, sep="\n")
+
+
+class Encoder(Protocol):
+    """A protocol's framing of a run: what opens the stream, each event's SSE events, what closes it."""
+
+    def opening(self) -> list[ServerSentEvent]: ...
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]: ...
+
+    def closing(self) -> list[ServerSentEvent]: ...
+
+    def keepalive(self) -> ServerSentEvent: ...
+
+
+async def _read(gw: Gateway, run: Run, after: int) -> AsyncIterator[tuple[int, ChatEvent]]:
     gw.streams.attach(run)
     completed = False
-    got: list[ChatEvent] = []
     try:
-        async for item in run.follow(-1, POLL_S):
-            if item is None:
-                if await request.is_disconnected():
-                    break
-                continue
-            got.append(item[1])
-            if first_only:
-                break
-        else:
-            completed = True
-        if first_only and got:
-            completed = True
+        async for item in run.follow(after):
+            yield item
+        completed = True
     finally:
         gw.streams.detach(run, completed)
+
+
+async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator[Item]:
+    """The runs' events as they come (each run's own in order), up to each one's last."""
+    if len(runs) == 1:
+        async for seq, event in _read(gw, runs[0], after):
+            yield 0, seq, event
+        return
+    queue: asyncio.Queue[Item | None] = asyncio.Queue()
+
+    async def pump(index: int, run: Run) -> None:
+        try:
+            async for seq, event in _read(gw, run, after):
+                await queue.put((index, seq, event))
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(i, r)) for i, r in enumerate(runs)]
+    try:
+        open_runs = len(tasks)
+        while open_runs:
+            item = await queue.get()
+            if item is None:
+                open_runs -= 1
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def encoded(items: AsyncIterator[Item], encoder: Encoder) -> AsyncIterator[ServerSentEvent]:
+    for e in encoder.opening():
+        yield e
+    async for index, seq, event in items:
+        for e in encoder.encode(index, seq, event):
+            yield e
+    for e in encoder.closing():
+        yield e
+
+
+def sse_response(gw: Gateway, items: AsyncIterator[Item], encoder: Encoder) -> EventSourceResponse:
+    return EventSourceResponse(
+        encoded(items, encoder),
+        headers=SSE_HEADERS,
+        ping=gw.settings.keepalive_s,
+        ping_message_factory=encoder.keepalive,
+        sep="\n",
+    )
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects: the body is read, so the next message is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def collect(gw: Gateway, runs: list[Run], request: Request, *, first_only: bool = False) -> list[list[ChatEvent]]:
+    """Each run's events up to its last one (or only the first run's first); what came if the client left."""
+    if first_only:
+        runs = runs[:1]
+    got: list[list[ChatEvent]] = [[] for _ in runs]
+
+    async def read(i: int, run: Run) -> None:
+        async for _, event in run.follow():
+            got[i].append(event)
+            if first_only:
+                return
+
+    for run in runs:
+        gw.streams.attach(run)
+    completed = False
+    reading: asyncio.Future[Any] = asyncio.gather(*(read(i, r) for i, r in enumerate(runs)))
+    gone: asyncio.Future[Any] = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait([reading, gone], return_when=asyncio.FIRST_COMPLETED)
+        completed = reading.done()
+    finally:
+        for task in (reading, gone):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        for run in runs:
+            gw.streams.detach(run, completed)
     return got
 
 

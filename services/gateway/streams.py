@@ -113,8 +113,8 @@ class Run:
         self._wake.set()
         self._wake = asyncio.Event()
 
-    async def follow(self, after: int = -1, idle_s: float = 15.0) -> AsyncIterator[tuple[int, ChatEvent] | None]:
-        """Events after sequence number `after`, live until the terminal one; None after `idle_s` of quiet."""
+    async def follow(self, after: int = -1) -> AsyncIterator[tuple[int, ChatEvent]]:
+        """Events after sequence number `after`, live until the terminal one."""
         i = after + 1
         while True:
             while i < len(self.events):
@@ -122,11 +122,7 @@ class Run:
                 i += 1
             if self.terminal is not None or self.finished:
                 return
-            wake = self._wake
-            try:
-                await asyncio.wait_for(wake.wait(), idle_s)
-            except TimeoutError:
-                yield None
+            await self._wake.wait()
 
 
 class Streams:

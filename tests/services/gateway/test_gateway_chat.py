@@ -277,3 +277,30 @@ async def test_in_process_with_asgi_transport(gw: Gateway) -> None:
         assert [e.event for e in parse(r.text)] == ["tool", "thinking", "delta", "delta", "done"]
         r = await c.post("/chat", json={"chatId": "c1"}, headers=gw.auth())
         assert r.status_code == 400 and r.headers["x-request-id"]
+
+
+async def test_keepalive_while_the_run_is_quiet(nats_server: NatsServer, responder: Responder, tmp_path: Path) -> None:
+    """Each protocol's own keep-alive between events: a comment for /chat and OpenAI, Anthropic's ping event."""
+    async with gateway(nats_server, tmp_path, keepalive_s=0.1) as g:
+        _, key = await g.keys.create("acme", "pro")
+        model = g.settings.models[0]
+        async with httpx.AsyncClient(base_url=g.url, headers=g.auth(key)) as c:
+            chat = await c.post("/chat", json={"chatId": "k1", "text": "slow"})
+            openai = await c.post(
+                "/v1/chat/completions",
+                json={"model": model, "messages": [{"role": "user", "content": "slow"}], "stream": True},
+            )
+            anthropic = await c.post(
+                "/v1/messages",
+                json={
+                    "model": model,
+                    "max_tokens": 16,
+                    "messages": [{"role": "user", "content": "slow"}],
+                    "stream": True,
+                },
+            )
+    assert "\n: keepalive\n\n" in chat.text and "\n: keepalive\n\n" in openai.text
+    assert [e.event for e in parse(chat.text)] == ["delta"] * 6 + ["done"]
+    assert parse(openai.text)[-1].data == "[DONE]"
+    kinds = [e.event for e in parse(anthropic.text)]
+    assert kinds[:2] == ["message_start", "ping"] and kinds.count("ping") > 1 and kinds[-1] == "message_stop"
