@@ -47,13 +47,15 @@ class Int4Weight:
 
 @dataclass
 class BlockWeight:
-    """A matrix in the GGUF's own blocks of 32 values, for the native kernels: 4-bit (Q4_0/Q4_1:
-    `values` packed two to a byte in ggml's order, w = d * q + m) or 8-bit (Q8_0: int8 `values`,
-    w = d * q, m None). d and m are fp32 [N, K/32]."""
+    """A matrix in the GGUF's own blocks of 32 values, for the native kernels: 4-bit (Q4_0/Q4_1,
+    w = d * q + m) or 8-bit (Q8_0: int8 `values`, w = d * q, m None). 4-bit `values` are packed
+    two to a byte, in ggml's order per row (d, m [N, K/32]) or, where N is a multiple of 8,
+    interleaved by 8 columns (`x8`: d, m [N/8, K/32, 8]), 2.5x faster on AVX2 (block_matmul.cpp)."""
 
     values: torch.Tensor
     d: torch.Tensor
     m: torch.Tensor | None = None
+    x8: bool = False
 
 
 @dataclass
@@ -94,6 +96,8 @@ def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tenso
 
     if w.m is None:
         y = native.q8_matmul(x, w.values, w.d)
+    elif w.x8:
+        y = native.q4x8_matmul(x, w.values, w.d, w.m)
     else:
         y = native.q4_matmul(x, w.values, w.d, w.m)
     return y if keep else y.to(x.dtype)
@@ -102,11 +106,13 @@ def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tenso
 def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
     """The native kernels' form of matrix `name` from its stored blocks (`.q4`/`.q4dm` 4-bit,
     `.q8`/`.q8d` 8-bit, see weights.read_gguf), repacked once at load; None without blocks."""
-    from libs.engine.native import pack_q4
+    from libs.engine.native import pack_q4, pack_q4x8
 
     if name + ".q4" in t:
-        dm = t[name + ".q4dm"].float()
-        return BlockWeight(pack_q4(t[name + ".q4"]), dm[..., 0].contiguous(), dm[..., 1].contiguous())
+        q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
+        if q.shape[0] % 8 == 0:
+            return BlockWeight(*pack_q4x8(q, dm), x8=True)
+        return BlockWeight(pack_q4(q), dm[..., 0].contiguous(), dm[..., 1].contiguous())
     if name + ".q8" in t:
         return BlockWeight(t[name + ".q8"].contiguous(), t[name + ".q8d"].float().contiguous())
     return None

@@ -63,10 +63,11 @@ def test_activation_quantization_matches_the_reference():
 
 @pytest.mark.parametrize("q4_0", [False, True], ids=["q4_1", "q4_0"])
 @pytest.mark.parametrize("rows", [1, 3, 4, 9, 16, 40])
-def test_q4_product_matches_the_reference(q4_0, rows):
-    q, dm, dense = _q4(96, 576, q4_0)
+@pytest.mark.parametrize("n", [96, 100], ids=["x8", "rows"])
+def test_q4_product_matches_the_reference(q4_0, rows, n):
+    q, dm, dense = _q4(n, 576, q4_0)
     w = pack_blocks({"w.q4": q, "w.q4dm": dm}, "w")
-    assert isinstance(w, BlockWeight) and w.values.shape == (96, 288)
+    assert isinstance(w, BlockWeight) and w.values.numel() == n * 288 and w.x8 == (n % 8 == 0)
     x = torch.randn(rows, 576)
     _check(linear(x, w, True), x, dense)
 
@@ -90,14 +91,15 @@ def test_packing_keeps_ggml_nibble_order():
 
 
 def test_a_row_gets_the_same_bits_alone_in_any_batch_and_thread_count():
-    q, dm, _ = _q4(300, 576, seed=1)
+    q, dm, _ = _q4(304, 576, seed=1)
     w4 = pack_blocks({"w.q4": q, "w.q4dm": dm}, "w")
+    w4rows = pack_blocks({"w.q4": q[:300], "w.q4dm": dm[:300]}, "w")
     qs, d = quantize_q8_0(torch.randn(260, 576))
     w8 = pack_blocks({"w.q8": qs, "w.q8d": d}, "w")
     x = torch.randn(17, 576)
     threads = torch.get_num_threads()
     try:
-        for w in (w4, w8):
+        for w in (w4, w4rows, w8):
             assert w is not None
             torch.set_num_threads(1)
             alone = torch.cat([linear(x[i : i + 1], w, True) for i in range(17)])

@@ -106,6 +106,11 @@ def q4_matmul(x: torch.Tensor, packed: torch.Tensor, d: torch.Tensor, m: torch.T
     return _ops().q4_matmul(x, packed, d, m)  # type: ignore[no-any-return]
 
 
+def q4x8_matmul(x: torch.Tensor, packed: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ W.T with W's 4-bit blocks interleaved by 8 columns (see pack_q4x8); fp32 [M, N]."""
+    return _ops().q4x8_matmul(x, packed, d, m)  # type: ignore[no-any-return]
+
+
 def q8_matmul(x: torch.Tensor, qs: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
     """x [M, K] @ W.T with W in Q8_0 blocks: int8 [N, K] values, fp32 [N, K/32] scales."""
     return _ops().q8_matmul(x, qs, d)  # type: ignore[no-any-return]
@@ -123,3 +128,15 @@ def pack_q4(q: torch.Tensor) -> torch.Tensor:
     n, k = q.shape
     blocks = q.reshape(n, k // 32, 2, 16).to(torch.uint8)
     return (blocks[:, :, 0] | (blocks[:, :, 1] << 4)).reshape(n, k // 2).contiguous()
+
+
+def pack_q4x8(q: torch.Tensor, dm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[N, K] 4-bit values and [N, K/32, 2] (d, m) -> the q4x8 layout (block_matmul.cpp): bytes
+    [N/8, K/32, 128] and d, m [N/8, K/32, 8]. N must be a multiple of 8."""
+    n, k = q.shape
+    nb = k // 32
+    # [group, column, block, half (values 0-15 / 16-31), register j, byte i]
+    v = q.reshape(n // 8, 8, nb, 2, 4, 4).to(torch.uint8)
+    packed = (v[:, :, :, 0] | (v[:, :, :, 1] << 4)).permute(0, 2, 3, 1, 4).reshape(n // 8, nb, 128)
+    scales = dm.float().reshape(n // 8, 8, nb, 2).permute(0, 2, 1, 3)
+    return packed.contiguous(), scales[..., 0].contiguous(), scales[..., 1].contiguous()
