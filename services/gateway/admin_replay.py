@@ -1,56 +1,49 @@
-"""Replaying a logged request (`POST /v1/admin/replay/{rid}`).
+"""Re-running a logged request (`POST /v1/admin/replay/{rid}`).
 
 `inference`: the logged final prompt and sampling (seed included) go straight to `pipeline.route`, so the
 router picks a replica, tools passes the prompt through, and a greedy or seeded request must reproduce
 its output token for token. `pipeline`: the original message runs through every stage again against a
 snapshot of the conversation as it was (its earlier turns as client messages, no chat id), so nothing in
-the original conversation changes. Either way the replay is a request of its own: a new rid with
-`persist=False`, its own trace, and a gateway record carrying `replay_of`.
+the original conversation changes. Either way the replay is a request of its own, launched as an ordinary
+run: a new rid with `persist=False`, its own trace, and a gateway record carrying `replay_of`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import difflib
 import re
 import time
 import uuid
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
 from pydantic import ValidationError
 
 from libs.bus import BusError
 from libs.bus import headers as H
-from libs.bus.bus import FORWARD_ACK_S
 from libs.store.keys import ApiKey
 from schemas import (
-    ChatEvent,
     ChatMessage,
     ConversationQuery,
     ConversationReply,
     DiffSegment,
     ErrorCode,
-    LoggedRequest,
     RecordedRequest,
-    ReplayPart,
     ReplayRequest,
     ReplayResult,
     RequestQuery,
     RequestRecord,
     RequestRecordReply,
     Sampling,
-    StageRecord,
     Work,
-    WorkAccepted,
     subjects,
 )
 from schemas.records import Text
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
+from services.gateway.streams import Rerun
 
+ROUTE = "POST /v1/admin/replay/{rid}"
 HISTORY_STATUSES = ("complete", "stopped")
 _WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -158,35 +151,6 @@ async def _work(gw: Gateway, key: ApiKey, rid: str, record: RequestRecord, req: 
     return work, subjects.CONTEXT
 
 
-async def _run(gw: Gateway, work: Work, subject: str, timeout_s: float) -> list[ChatEvent]:
-    """Publish the work and collect its events up to `done` or `error` (or the deadline)."""
-    got: list[ChatEvent] = []
-    finished = asyncio.Event()
-
-    async def on_event(ev: ChatEvent) -> None:
-        if ev.type == "holder":
-            return  # for liveness, never part of the replayed answer
-        if not finished.is_set():
-            got.append(ev)
-            if ev.type in ("done", "error"):
-                finished.set()
-
-    # Subscribed (and known to the server) before the work goes out, so no event is missed.
-    sub = await gw.bus.watch(subjects.chat_events(work.rid), ChatEvent, on_event)
-    try:
-        await gw.bus.flush()
-        deadline = H.now_ms() + int(timeout_s * 1000)
-        await gw.bus.request(
-            subject, work, WorkAccepted, timeout=FORWARD_ACK_S, rid=work.rid, tenant=work.tenant, deadline_ms=deadline
-        )
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(finished.wait(), timeout_s)
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    return got
-
-
 def word_diff(a: str, b: str) -> tuple[str, list[DiffSegment]]:
     """A unified diff with one word per line, and the same comparison as segments for side-by-side views."""
     wa, wb = _WORDS.findall(a), _WORDS.findall(b)
@@ -219,58 +183,16 @@ async def _replay_record(gw: Gateway, rid: str, timeout_s: float) -> RequestReco
 async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> ReplayResult:
     original = await _record(gw, rid)
     work, subject = await _work(gw, key, rid, original, req)
-    t0, started = time.perf_counter(), H.now_ms()
-    span = gw.bus.tracer.start_span(
-        f"replay {req.mode}",
-        kind=SpanKind.SERVER,
-        attributes={
-            "http.request.method": "POST",
-            "http.route": "/v1/admin/replay/{rid}",
-            "switchyard.rid": work.rid,
-            "switchyard.replay_of": rid,
-            "switchyard.tenant": work.tenant,
-            "switchyard.api": "replay",
-        },
-    )
+    t0 = time.perf_counter()
     overrides = req.overrides.model_dump(exclude_none=True)
-    with trace.use_span(span, end_on_exit=True):
-        events = await _run(gw, work, subject, gw.settings.request_timeout_s)
-        final = events[-1] if events and events[-1].type in ("done", "error") else None
-        error = final.error if final is not None and final.type == "error" else None
-        if final is None:
-            status = "error"
-        elif error is not None:
-            status = "error"
-        else:
-            status = "stopped" if final.finish_reason == "cancelled" else "complete"
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, error.message))
-        released = "".join(e.text for e in events if e.type == "delta")
-        part = ReplayPart(
-            api="replay",
-            replay_of=rid,
-            replay_mode=req.mode,
-            overrides=overrides,
-            request=LoggedRequest.of(work),
-            client_status=status,
-            replayed_by=key.id,
-            finish_reason=final.finish_reason if final is not None else None,
-            events=len(events),
-        )
-        if final is not None and final.usage:
-            part.usage = final.usage  # left out, not empty, when the replay never reported any
-        await gw.bus.log_stage(
-            StageRecord(
-                rid=work.rid,
-                stage="gateway",
-                tenant=work.tenant,
-                started_ms=started,
-                duration_ms=(time.perf_counter() - t0) * 1000,
-                status="error" if status == "error" else "ok",
-                error=error,
-                part=part,
-            )
-        )
+    # An ordinary run: admitted, traced, ended and recorded as every request is; `rerun` marks its record.
+    rerun = Rerun(of=rid, mode=req.mode, overrides=overrides, by=key.id)
+    run = gw.streams.begin(work.rid, "replay", ROUTE, work.tenant, key.id, None, rerun)
+    async with gw.streams.starting(run):
+        await gw.streams.launch(run, work, subject)
+    events = [event async for _, event in run.follow()]
+    final, error, status = run.last, run.error, run.client_status
+    released = "".join(e.text for e in events if e.type == "delta")
     new = await _replay_record(gw, work.rid, 10.0)
     # Token for token: the raw model output (before output redaction) of each; thinking too when present.
     a = _str(original.raw_output) or _str(original.output)

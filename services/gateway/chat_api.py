@@ -20,7 +20,7 @@ from services.gateway.errors import ApiError
 from services.gateway.proxy import ask
 from services.gateway.relay import Item, comment, follow, sse, sse_response
 from services.gateway.replay import owned, replay
-from services.gateway.streams import Run
+from services.gateway.streams import Phase, Run
 
 router = APIRouter()
 
@@ -150,7 +150,9 @@ async def stop(rid: str, gw: Gw, key: Principal) -> JSONResponse:
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
         await gw.streams.cancel(run, "stopped")
-        return JSONResponse({"rid": rid, "status": "finished" if run.finished else "cancelling"}, status_code=202)
+        return JSONResponse(
+            {"rid": rid, "status": "finished" if run.phase is Phase.closed else "cancelling"}, status_code=202
+        )
     if not gw.settings.resume_stream:
         raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
     # Relayed by another replica: the cancel reaches inference (and that replica's reader) through the bus.

@@ -203,7 +203,7 @@ async def start_run(
     # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
     rid = rid or request_id(request)
     run = gw.streams.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
-    try:
+    async with gw.streams.starting(run):
         with run.activate():
             limiter = await gw.limiter()
             if limiter is not None:
@@ -240,11 +240,4 @@ async def start_run(
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)
         await gw.streams.launch(run, work)
-    except BusError as e:
-        await gw.streams.abandon(run, e)
-        raise
-    except Exception as e:
-        err = ApiError(ErrorCode.unavailable, f"bus: {e}")
-        await gw.streams.abandon(run, err)
-        raise err from e
     return run

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import structlog
@@ -33,6 +34,7 @@ from schemas import (
     GatewayOutcome,
     GatewayPart,
     LoggedRequest,
+    ReplayPart,
     SaveTurn,
     SaveTurnAck,
     StageRecord,
@@ -54,6 +56,40 @@ CLIENT_STOPS = ("client_disconnected", "stopped")
 FinishHook = Callable[["Run"], Awaitable[None]]
 
 
+class Phase(StrEnum):
+    """Where a run is. Every way to end (the pipeline's `done` or `error`, the deadline, a Stop the
+    pipeline never answered, its holder lost, shutdown) goes through `ending` with the last event."""
+
+    admitted = "admitted"  # counted, span open; nothing published yet
+    refused = "refused"  # refused before launch (a limit, an unknown chat): nothing is kept
+    running = "running"  # subscribed to its events and the work published
+    cancelling = "cancelling"  # a Stop or a disconnect asked the pipeline to stop; its last event follows
+    ending = "ending"  # the last event is known; the finish hooks run before readers see it
+    ended = "ended"  # readers have every event, the last one included
+    closed = "closed"  # recorded, span ended, unsubscribed; its events stay for resuming a while
+
+
+NEXT: dict[Phase, tuple[Phase, ...]] = {
+    Phase.admitted: (Phase.refused, Phase.running),
+    Phase.running: (Phase.cancelling, Phase.ending),
+    Phase.cancelling: (Phase.ending,),
+    Phase.ending: (Phase.ended,),
+    Phase.ended: (Phase.closed,),
+    Phase.refused: (),
+    Phase.closed: (),
+}
+
+
+@dataclass
+class Rerun:
+    """What makes a run an admin's re-run of a logged request (admin_rerun.py); its record says so."""
+
+    of: str
+    mode: str
+    overrides: dict[str, Any]
+    by: str  # the admin key: not `key_id`, which abuse detection counts against
+
+
 @dataclass
 class Run:
     rid: str
@@ -62,15 +98,14 @@ class Run:
     tenant: str
     key_id: str
     span: trace.Span
+    rerun: Rerun | None = None
+    phase: Phase = Phase.admitted
     started_ms: int = field(default_factory=H.now_ms)
     t0: float = field(default_factory=time.perf_counter)
-    deadline_ms: int = 0
     work: Work | None = None
     events: list[ChatEvent] = field(default_factory=list)
-    # The terminal event once it is known; set before the finish hooks run and before readers see it.
-    final: ChatEvent | None = None
-    finished: bool = False
-    launched: bool = False
+    # The last event (done or error) from `ending` on.
+    last: ChatEvent | None = None
     cancel_reason: str | None = None
     first_event_s: float | None = None
     first_token_s: float | None = None  # the first delta or thinking text: what a user sees as the answer starting
@@ -81,18 +116,28 @@ class Run:
     _sub: Any = None
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
 
+    def to(self, phase: Phase) -> None:
+        assert phase in NEXT[self.phase], f"run {self.rid}: {self.phase} -> {phase}"
+        self.phase = phase
+
     @property
-    def terminal(self) -> ChatEvent | None:
-        return self.events[-1] if self.events and self.events[-1].type in TERMINAL else None
+    def live(self) -> bool:
+        """Published and not yet ending: its events still come."""
+        return self.phase in (Phase.running, Phase.cancelling)
 
     @property
     def usage(self) -> Usage:
-        t = self.final
+        t = self.last
         return t.usage if t is not None and t.usage is not None else Usage()
 
     @property
+    def error(self) -> ErrorInfo | None:
+        t = self.last
+        return t.error if t is not None and t.type == "error" else None
+
+    @property
     def client_status(self) -> str:
-        t = self.terminal
+        t = self.last
         if self.cancel_reason in CLIENT_STOPS:
             return "stopped"
         if t is None or t.type == "error":
@@ -105,8 +150,6 @@ class Run:
         return trace.use_span(self.span, end_on_exit=False)
 
     def _push(self, event: ChatEvent) -> None:
-        if self.finished or self.terminal is not None:
-            return
         if self.first_event_s is None:
             self.first_event_s = time.perf_counter() - self.t0
         self.events.append(event)
@@ -114,15 +157,51 @@ class Run:
         self._wake = asyncio.Event()
 
     async def follow(self, after: int = -1) -> AsyncIterator[tuple[int, ChatEvent]]:
-        """Events after sequence number `after`, live until the terminal one."""
+        """Events after sequence number `after`, live until the last one."""
         i = after + 1
         while True:
             while i < len(self.events):
                 yield i, self.events[i]
                 i += 1
-            if self.terminal is not None or self.finished:
+            if self.phase in (Phase.ended, Phase.closed):
                 return
             await self._wake.wait()
+
+    def part(self) -> GatewayPart | ReplayPart:
+        """The gateway's part of the request's record. The logger merges every stage's part into one record;
+        what only the gateway saw sits under "gateway" so it never overwrites the status, usage or finish
+        reason the answering stages report."""
+        request = LoggedRequest.of(self.work) if self.work is not None else LoggedRequest()
+        finish_reason = self.last.finish_reason if self.last is not None else None
+        if self.rerun is not None:
+            part = ReplayPart(
+                api="replay",
+                replay_of=self.rerun.of,
+                replay_mode=self.rerun.mode,
+                overrides=self.rerun.overrides,
+                request=request,
+                client_status=self.client_status,
+                replayed_by=self.rerun.by,
+                finish_reason=finish_reason,
+                events=len(self.events),
+            )
+            if self.last is not None and self.last.usage:
+                part.usage = self.last.usage  # left out, not empty, when the run never reported any
+            return part
+        return GatewayPart(
+            api=self.api,
+            request=request,
+            client_status=self.client_status,
+            key_id=self.key_id,
+            gateway=GatewayOutcome(
+                route=self.route,
+                cancel_reason=self.cancel_reason,
+                finish_reason=finish_reason,
+                usage=self.usage,
+                events=len(self.events),
+                first_event_ms=self.first_event_s * 1000 if self.first_event_s is not None else None,
+            ),
+        )
 
 
 class Streams:
@@ -149,7 +228,14 @@ class Streams:
     # ---- starting --------------------------------------------------------------------------
 
     def begin(
-        self, rid: str, api: str, route: str, tenant: str, key_id: str, parent: otel_context.Context | None
+        self,
+        rid: str,
+        api: str,
+        route: str,
+        tenant: str,
+        key_id: str,
+        parent: otel_context.Context | None,
+        rerun: Rerun | None = None,
     ) -> Run:
         """Admit a request and open its server span; nothing is published yet."""
         if self.active >= self.settings.max_active_streams:
@@ -159,48 +245,57 @@ class Streams:
                 f"gateway is at its limit of {self.settings.max_active_streams} concurrent streams",
                 retry_after=1,
             )
-        span = self.bus.tracer.start_span(
-            route,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes={
-                "http.request.method": route.split(" ", 1)[0],
-                "http.route": route.split(" ", 1)[-1],
-                "switchyard.rid": rid,
-                "switchyard.tenant": tenant,
-                "switchyard.api": api,
-            },
-        )
-        run = Run(rid=rid, api=api, route=route, tenant=tenant, key_id=key_id, span=span)
+        attributes = {
+            "http.request.method": route.split(" ", 1)[0],
+            "http.route": route.split(" ", 1)[-1],
+            "switchyard.rid": rid,
+            "switchyard.tenant": tenant,
+            "switchyard.api": api,
+        }
+        if rerun is not None:
+            attributes["switchyard.replay_of"] = rerun.of
+        span = self.bus.tracer.start_span(route, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+        run = Run(rid=rid, api=api, route=route, tenant=tenant, key_id=key_id, span=span, rerun=rerun)
         self.active += 1
         self.metrics.active_streams.set(self.active)
         return run
 
     async def abandon(self, run: Run, error: BusError) -> None:
         """A request refused before launch (unknown chat, limit): return its lease, close the span, keep nothing."""
-        if run.launched:  # the publish itself failed: it is a run, and ends like one
+        if run.phase is not Phase.admitted:  # the publish itself failed: it is a run, and ends like one
             await self._end(run, ChatEvent(rid=run.rid, type="error", error=error.info()))
             return
-        for hook in run.on_finish:
-            try:
-                await hook(run)
-            except Exception:
-                log.exception("finish hook failed", rid=run.rid)
+        run.to(Phase.refused)
+        await self._run_hooks(run)
         run.span.set_status(Status(StatusCode.ERROR, error.message))
         run.span.set_attribute("http.response.status_code", status_of(error))
         run.span.end()
         self.active -= 1
         self.metrics.active_streams.set(self.active)
 
-    async def launch(self, run: Run, work: Work) -> None:
+    @contextlib.asynccontextmanager
+    async def starting(self, run: Run) -> AsyncIterator[None]:
+        """Around everything between `begin` and a launched run: a failure abandons the run, as its error."""
+        try:
+            yield
+        except BusError as e:
+            await self.abandon(run, e)
+            raise
+        except Exception as e:
+            err = ApiError(ErrorCode.unavailable, f"bus: {e}")
+            await self.abandon(run, err)
+            raise err from e
+
+    async def launch(self, run: Run, work: Work, subject: str = subjects.CONTEXT) -> None:
+        """Subscribe to the run's events, then publish its work to `subject` (a re-run may skip stages)."""
         run.work = work
-        run.deadline_ms = H.now_ms() + int(self.settings.request_timeout_s * 1000)
+        deadline_ms = H.now_ms() + int(self.settings.request_timeout_s * 1000)
 
         async def on_event(event: ChatEvent) -> None:
             await self._receive(run, event)
 
         run._sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
-        run.launched = True
+        run.to(Phase.running)
         self.runs[run.rid] = run
         run.holder = self.liveness.watch(run.rid)
         loop = asyncio.get_running_loop()
@@ -208,21 +303,21 @@ class Streams:
         # The server must know the subscription before the work goes out, or the first events could be lost.
         await self.bus.flush()
         with run.activate():
-            # Acked at once by a context replica; nobody listening fails the request now, not at its deadline.
+            # Acked at once by a replica; nobody listening fails the request now, not at its deadline.
             await self.bus.request(
-                subjects.CONTEXT,
+                subject,
                 work,
                 WorkAccepted,
                 timeout=FORWARD_ACK_S,
                 rid=run.rid,
                 tenant=run.tenant,
-                deadline_ms=run.deadline_ms,
+                deadline_ms=deadline_ms,
             )
 
     # ---- events ----------------------------------------------------------------------------
 
     async def _receive(self, run: Run, event: ChatEvent) -> None:
-        if run.final is not None:
+        if not run.live:
             return
         if event.type == "holder":
             run.holder.took(event.stage or "", event.replica or "")
@@ -239,33 +334,39 @@ class Streams:
         else:
             run._push(event)
 
-    async def _end(self, run: Run, event: ChatEvent, *, ours: bool = False) -> None:
-        """Settle the request (limits) before the client sees the last event: a client that sends its next
-        request the moment it gets `done` must find its stream lease already returned.
-
-        `ours`: the gateway made this event (deadline, Stop without an answer); it goes on the bus too, so a
-        replica replaying the stream sees the same ending."""
-        if run.final is not None or run.finished:
-            return
-        run.final = event
-        if ours:
-            try:
-                await self.bus.publish(subjects.chat_events(run.rid), event, rid=run.rid, tenant=run.tenant)
-            except Exception as e:
-                log.warning("final event not published", rid=run.rid, error=str(e))
+    async def _run_hooks(self, run: Run) -> None:
         for hook in run.on_finish:
             try:
                 await hook(run)
             except Exception:
                 log.exception("finish hook failed", rid=run.rid)
+
+    async def _end(self, run: Run, event: ChatEvent, *, ours: bool = False) -> None:
+        """The one way a launched run ends. Settle the request (limits) before the client sees the last
+        event: a client that sends its next request the moment it gets `done` must find its stream lease
+        already returned.
+
+        `ours`: the gateway made this event (deadline, Stop without an answer, holder lost, shutdown); it
+        goes on the bus too, so a replica replaying the stream sees the same ending."""
+        if not run.live:
+            return
+        run.to(Phase.ending)
+        run.last = event
+        if ours:
+            try:
+                await self.bus.publish(subjects.chat_events(run.rid), event, rid=run.rid, tenant=run.tenant)
+            except Exception as e:
+                log.warning("last event not published", rid=run.rid, error=str(e))
+        await self._run_hooks(run)
         run._push(event)
-        self._spawn(self._finish(run))
+        run.to(Phase.ended)
+        self._spawn(self._close(run))
 
     async def _holder_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
         """The process holding the run died, or what it sent on was lost: end it now, keeping what the
         client already has."""
         run = self.runs.get(rid)
-        if run is None or run.final is not None or run.finished:
+        if run is None or not run.live:
             return
         self.metrics.cancels.labels("holder_lost").inc()
         if why == "gone":
@@ -303,7 +404,7 @@ class Streams:
             log.warning("partial answer not saved", rid=run.rid, error=str(e))
 
     def _expire(self, run: Run) -> None:
-        if run.final is not None or run.finished:
+        if not run.live:
             return
         info = ErrorInfo.of(ErrorCode.deadline_exceeded, f"no answer within {self.settings.request_timeout_s:g}s")
         self._spawn(self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True))
@@ -327,8 +428,9 @@ class Streams:
 
     async def cancel(self, run: Run, reason: str) -> None:
         """Stop a running request; the pipeline answers with its last event, or we end it ourselves."""
-        if run.finished or run.final is not None or run.cancel_reason is not None:
+        if run.phase is not Phase.running:
             return
+        run.to(Phase.cancelling)
         run.cancel_reason = reason
         run.span.add_event("cancel", {"reason": reason})
         await self._publish_cancel(run, reason)
@@ -347,7 +449,7 @@ class Streams:
     def detach(self, run: Run, completed: bool) -> None:
         """Synchronous on purpose: it runs in `finally` of a response the server may be cancelling."""
         run.readers -= 1
-        if completed or run.readers > 0 or run.finished or run.terminal is not None or not run.launched:
+        if completed or run.readers > 0 or run.phase is not Phase.running:
             return
         grace = self.settings.resume_grace_s
         if grace <= 0:
@@ -360,14 +462,14 @@ class Streams:
 
         run._timers.append(asyncio.get_running_loop().call_later(grace, later))
 
-    # ---- ending ----------------------------------------------------------------------------
+    # ---- closing ---------------------------------------------------------------------------
 
-    async def _finish(self, run: Run) -> None:
-        if run.finished:
+    async def _close(self, run: Run) -> None:
+        """After the last event: stop watching, then the span and the gateway's record, each made here only."""
+        if run.phase is not Phase.ended:
             return
-        run.finished = True
+        run.to(Phase.closed)
         self.liveness.forget(run.rid)
-        run._wake.set()
         for timer in run._timers:
             timer.cancel()
         if run._sub is not None:
@@ -378,8 +480,7 @@ class Streams:
         duration = time.perf_counter() - run.t0
         status = run.client_status
         self.metrics.stream_duration.labels(run.api, status).observe(duration)
-        terminal = run.terminal
-        error = terminal.error if terminal is not None and terminal.type == "error" else None
+        error = run.error
         run.span.set_attribute("http.response.status_code", 200)
         run.span.set_attribute("switchyard.client_status", status)
         if error is not None:
@@ -394,30 +495,11 @@ class Streams:
                     duration_ms=duration * 1000,
                     status="error" if error is not None else "ok",
                     error=error,
-                    part=self._record(run, status),
+                    part=run.part(),
                 )
             )
         run.span.end()
         run._timers = [asyncio.get_running_loop().call_later(self.settings.resume_ttl_s, self._forget, run.rid)]
-
-    def _record(self, run: Run, status: str) -> GatewayPart:
-        terminal = run.terminal
-        # The logger merges every stage's part into one record; what only the gateway saw sits under
-        # "gateway" so it never overwrites the status, usage or finish reason the answering stages report.
-        return GatewayPart(
-            api=run.api,
-            request=LoggedRequest.of(run.work) if run.work is not None else LoggedRequest(),
-            client_status=status,
-            key_id=run.key_id,
-            gateway=GatewayOutcome(
-                route=run.route,
-                cancel_reason=run.cancel_reason,
-                finish_reason=terminal.finish_reason if terminal is not None else None,
-                usage=run.usage,
-                events=len(run.events),
-                first_event_ms=run.first_event_s * 1000 if run.first_event_s is not None else None,
-            ),
-        )
 
     def _forget(self, rid: str) -> None:
         self.runs.pop(rid, None)
@@ -426,11 +508,11 @@ class Streams:
         """Shutdown: cancel what still runs so inference frees it, and record it."""
         await self.liveness.close()
         for run in list(self.runs.values()):
-            if not run.finished:
+            if run.live:
                 await self.cancel(run, "gateway_shutdown")
                 info = ErrorInfo.of(ErrorCode.unavailable, "gateway shutting down")
                 await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
-                await self._finish(run)
+            await self._close(run)
         for run in self.runs.values():
             for timer in run._timers:
                 timer.cancel()
