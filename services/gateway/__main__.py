@@ -22,7 +22,7 @@ from libs.telemetry import configure_logging, setup_tracing
 from schemas import HealthReply, HealthRequest, SpanBatch, subjects
 from services.gateway.app import create_app
 from services.gateway.core import Gateway
-from services.gateway.replay import ensure_events_stream
+from services.gateway.resume import ensure_events_stream
 from services.gateway.settings import GatewaySettings
 
 SERVICE = "gateway"
@@ -104,7 +104,7 @@ async def main() -> None:
         await asyncio.wait_for(serving, settings.request_timeout_s)
     except TimeoutError:
         log.warning("streams still open at shutdown")
-    await gw.streams.close()
+    await gw.runs.close()
     await telemetry.shutdown()
     await bus.close()
     await keys.close()

@@ -27,13 +27,15 @@ from schemas import (
     StatsQuery,
 )
 from schemas.records import ADMIN_PREFERENCES_EXPORT, ADMIN_REQUESTS_EXPORT, ADMIN_REQUESTS_LIST, ADMIN_STATS
-from services.gateway.admin_replay import replay
 from services.gateway.auth import AdminKey
 from services.gateway.body import json_body
 from services.gateway.core import Gateway, Gw
 from services.gateway.errors import ApiError
+from services.gateway.rerun import rerun
 
 router = APIRouter()
+# The logger answers these from its store: a wide filter or a big page takes longer than a stage's reply.
+ASK_S = 10.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -128,26 +130,22 @@ class StatsParams(BaseModel):
         return self
 
 
-async def ask(gw: Gateway, subject: str, query: BaseModel, reply: type[Any], timeout: float = 10.0) -> Any:
-    return await gw.bus.request(subject, query, reply, timeout=timeout)
-
-
 @router.get("/v1/admin/requests")
 async def list_requests(gw: Gw, filters: Annotated[RequestFilters, Query()]) -> JSONResponse:
-    got: RequestList = await ask(gw, ADMIN_REQUESTS_LIST, filters.query(), RequestList)
+    got: RequestList = await gw.bus.request(ADMIN_REQUESTS_LIST, filters.query(), RequestList, timeout=ASK_S)
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.get("/v1/admin/stats")
 async def stats(gw: Gw, params: Annotated[StatsParams, Query()]) -> JSONResponse:
-    got: Stats = await ask(gw, ADMIN_STATS, params.query(), Stats)
+    got: Stats = await gw.bus.request(ADMIN_STATS, params.query(), Stats, timeout=ASK_S)
     return JSONResponse(got.model_dump(mode="json"))
 
 
 async def _jsonl_requests(gw: Gateway, q: RequestListQuery, limit: int | None) -> AsyncIterator[bytes]:
     sent = 0
     while True:
-        page: RequestExport = await ask(gw, ADMIN_REQUESTS_EXPORT, q, RequestExport, timeout=30.0)
+        page: RequestExport = await gw.bus.request(ADMIN_REQUESTS_EXPORT, q, RequestExport, timeout=30.0)
         for item in page.items:
             if limit is not None and sent >= limit:
                 return
@@ -162,14 +160,16 @@ async def _jsonl_requests(gw: Gateway, q: RequestListQuery, limit: int | None) -
 async def export_requests(gw: Gw, filters: Annotated[ExportFilters, Query()]) -> StreamingResponse:
     """Logged requests as JSONL (newest first), with the same filters as the list; `max` caps the count."""
     q = filters.query().model_copy(update={"limit": 50, "cursor": None})
-    first: RequestExport = await ask(gw, ADMIN_REQUESTS_EXPORT, q.model_copy(update={"limit": 1}), RequestExport)
+    first: RequestExport = await gw.bus.request(
+        ADMIN_REQUESTS_EXPORT, q.model_copy(update={"limit": 1}), RequestExport, timeout=ASK_S
+    )
     del first  # fail before the 200 when the logger is away
     return StreamingResponse(_jsonl_requests(gw, q, filters.max), media_type="application/x-ndjson")
 
 
 async def _jsonl_preferences(gw: Gateway, q: PreferenceQuery) -> AsyncIterator[bytes]:
     while True:
-        page: PreferenceList = await ask(gw, ADMIN_PREFERENCES_EXPORT, q, PreferenceList, timeout=30.0)
+        page: PreferenceList = await gw.bus.request(ADMIN_PREFERENCES_EXPORT, q, PreferenceList, timeout=30.0)
         for item in page.items:
             yield (item.model_dump_json() + "\n").encode()
         if not page.next_cursor:
@@ -181,7 +181,7 @@ async def _jsonl_preferences(gw: Gateway, q: PreferenceQuery) -> AsyncIterator[b
 async def export_preferences(gw: Gw, tenant: Annotated[Text, Query()] = None) -> StreamingResponse:
     """Preference pairs as JSONL: prompt, chosen, rejected (and both rids)."""
     q = PreferenceQuery(tenant=tenant, limit=100)
-    await ask(gw, ADMIN_PREFERENCES_EXPORT, q.model_copy(update={"limit": 1}), PreferenceList)
+    await gw.bus.request(ADMIN_PREFERENCES_EXPORT, q.model_copy(update={"limit": 1}), PreferenceList, timeout=ASK_S)
     return StreamingResponse(_jsonl_preferences(gw, q), media_type="application/x-ndjson")
 
 
@@ -189,7 +189,7 @@ async def export_preferences(gw: Gw, tenant: Annotated[Text, Query()] = None) ->
 async def replay_request(
     rid: str, gw: Gw, key: AdminKey, body: Annotated[ReplayRequest, json_body(ReplayRequest, optional=True)]
 ) -> JSONResponse:
-    result = await replay(gw, key, rid, body)
+    result = await rerun(gw, key, rid, body)
     return JSONResponse(result.model_dump(mode="json"))
 
 

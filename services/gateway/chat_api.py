@@ -12,15 +12,15 @@ from sse_starlette import ServerSentEvent
 
 from schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from schemas.messages import Mode
-from services.gateway.attach import attach_files
+from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
+from services.gateway.chat_files import attach_files
 from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
-from services.gateway.proxy import ask
 from services.gateway.relay import Item, comment, follow, sse, sse_response
-from services.gateway.replay import owned, replay
-from services.gateway.streams import Phase, Run
+from services.gateway.resume import kept_events, owned
+from services.gateway.runs import Phase, Run
 
 router = APIRouter()
 
@@ -109,7 +109,7 @@ NOT_KEPT = "stream {rid!r} not found (or no longer kept)"
 
 def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
     """This replica's copy of the stream; another tenant's is treated as absent."""
-    run = gw.streams.runs.get(rid)
+    run = gw.runs.by_rid.get(rid)
     if run is not None and run.tenant != tenant:
         raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
     return run
@@ -118,7 +118,7 @@ def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
 async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Item]:
     """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
     timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
-    async for item in replay(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
+    async for item in kept_events(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
         if item is not None:  # quiet: sse-starlette keeps the line alive
             yield 0, *item
 
@@ -149,7 +149,7 @@ async def stop(rid: str, gw: Gw, key: Principal) -> JSONResponse:
     """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
-        await gw.streams.cancel(run, "stopped")
+        await gw.runs.cancel(run, "stopped")
         return JSONResponse(
             {"rid": rid, "status": "finished" if run.phase is Phase.closed else "cancelling"}, status_code=202
         )

@@ -29,11 +29,11 @@ from schemas import (
     subjects,
 )
 from schemas import conversations as subj
+from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.chat_api import CHAT_ID_PATTERN
 from services.gateway.core import Gw
-from services.gateway.proxy import ask
 
 router = APIRouter()
 

@@ -29,10 +29,10 @@ from schemas import (
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
-from services.gateway.replay import mark_owner
+from services.gateway.resume import mark_owner
+from services.gateway.runs import Run, Runs
 from services.gateway.settings import GatewaySettings
 from services.gateway.standing import Standings
-from services.gateway.streams import Run, Streams
 
 MODES: tuple[Mode, ...] = ("fast", "reasoning")
 # Seeds are stored and traced as signed 64-bit integers; larger ones are refused rather than wrapped.
@@ -46,14 +46,14 @@ class Gateway:
     bus: Bus
     keys: KeyStore
     metrics: Metrics = field(default_factory=Metrics)
-    streams: Streams = field(init=False)
+    runs: Runs = field(init=False)
     standings: Standings = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _limiter_retry_at: float = 0.0
 
     def __post_init__(self) -> None:
-        self.streams = Streams(self.bus, self.settings, self.metrics)
+        self.runs = Runs(self.bus, self.settings, self.metrics)
         self.standings = Standings(self.bus)
 
     async def limiter(self) -> Limiter | None:
@@ -202,8 +202,8 @@ async def start_run(
     """
     # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
     rid = rid or request_id(request)
-    run = gw.streams.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
-    async with gw.streams.starting(run):
+    run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
+    async with gw.runs.starting(run):
         with run.activate():
             limiter = await gw.limiter()
             if limiter is not None:
@@ -239,5 +239,5 @@ async def start_run(
         )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)
-        await gw.streams.launch(run, work)
+        await gw.runs.launch(run, work)
     return run

@@ -22,12 +22,12 @@ from fastapi.responses import JSONResponse
 
 from schemas import DeleteAck, ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
 from schemas import conversations as subj
+from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import read_body
 from services.gateway.chat_api import CHAT_ID_PATTERN
 from services.gateway.core import Gw
 from services.gateway.errors import ApiError
-from services.gateway.proxy import ask
 
 router = APIRouter()
 

@@ -25,10 +25,10 @@ from schemas import (
 )
 from schemas import conversations as subj
 from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
+from services.gateway.ask import ask
 from services.gateway.auth import AdminKey, Principal
 from services.gateway.body import json_body
 from services.gateway.core import Gw
-from services.gateway.proxy import ask
 
 router = APIRouter()
 # Included by the app under the admin guard.

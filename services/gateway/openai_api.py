@@ -26,7 +26,7 @@ from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import collect, comment, follow, sse, sse_response, terminal_error
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
-from services.gateway.streams import Run
+from services.gateway.runs import Run
 from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
 
 router = APIRouter()
@@ -305,7 +305,7 @@ async def chat_completions(
             )
     except ApiError:
         for r in runs:  # the answers already started are not wanted without the rest
-            await gw.streams.cancel(r, "sibling_refused")
+            await gw.runs.cancel(r, "sibling_refused")
         raise
     run = runs[0]
     if body.stream:

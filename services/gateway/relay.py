@@ -24,7 +24,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from schemas import ChatEvent
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
-from services.gateway.streams import Run
+from services.gateway.runs import Run
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # (answer index, sequence number, event): what an encoder is given.
@@ -54,14 +54,14 @@ class Encoder(Protocol):
 
 
 async def _read(gw: Gateway, run: Run, after: int) -> AsyncIterator[tuple[int, ChatEvent]]:
-    gw.streams.attach(run)
+    gw.runs.attach(run)
     completed = False
     try:
         async for item in run.follow(after):
             yield item
         completed = True
     finally:
-        gw.streams.detach(run, completed)
+        gw.runs.detach(run, completed)
 
 
 async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator[Item]:
@@ -132,7 +132,7 @@ async def collect(gw: Gateway, runs: list[Run], request: Request, *, first_only:
                 return
 
     for run in runs:
-        gw.streams.attach(run)
+        gw.runs.attach(run)
     completed = False
     reading: asyncio.Future[Any] = asyncio.gather(*(read(i, r) for i, r in enumerate(runs)))
     gone: asyncio.Future[Any] = asyncio.ensure_future(_client_gone(request))
@@ -145,7 +145,7 @@ async def collect(gw: Gateway, runs: list[Run], request: Request, *, first_only:
         with contextlib.suppress(asyncio.CancelledError):
             await reading
         for run in runs:
-            gw.streams.detach(run, completed)
+            gw.runs.detach(run, completed)
     return got
 
 

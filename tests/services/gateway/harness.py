@@ -42,7 +42,7 @@ from schemas import (
     subjects,
 )
 from services.gateway.app import create_app
-from services.gateway.replay import ensure_events_stream
+from services.gateway.resume import ensure_events_stream
 from services.gateway.settings import GatewaySettings, TierLimits
 
 USAGE = Usage(prompt_tokens=42, cached_tokens=16, completion_tokens=3, ttft_ms=12.5, tpot_ms=4.0)
@@ -222,7 +222,7 @@ async def gateway(
         try:
             yield gw
         finally:
-            await app.state.gateway.streams.close()
+            await app.state.gateway.runs.close()
     await bus.drain()
     if own_keys:
         await store.close()

@@ -1,4 +1,4 @@
-"""Resuming a stream that another gateway replica relays.
+"""Resuming a stream that another gateway replica relays (the relaying replica's own copy is in runs.py).
 
 A memory-backed JetStream stream captures `chat.events.>` for a few minutes, so any replica can replay a
 request's events in order and follow the rest live. Sequence numbers are positions among the rid's
@@ -16,7 +16,7 @@ from libs.bus import headers as H
 from libs.bus.capture import ensure_memory_stream, follow, last_headers
 from schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
 from services.gateway.errors import ApiError
-from services.gateway.streams import TERMINAL
+from services.gateway.runs import TERMINAL
 
 EVENTS_STREAM = "CHAT_EVENTS"
 
@@ -47,7 +47,7 @@ async def owned(bus: Bus, rid: str, tenant: str) -> None:
         raise ApiError(ErrorCode.not_found, f"stream {rid!r} not found")
 
 
-async def replay(
+async def kept_events(
     bus: Bus, rid: str, after: int, idle_s: float, timeout_s: float
 ) -> AsyncIterator[tuple[int, ChatEvent] | None]:
     """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet."""

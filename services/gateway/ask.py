@@ -1,4 +1,5 @@
-"""Asking the context service on behalf of an HTTP route: one place names what was not found."""
+"""Asking a stage (the context service, mostly) on behalf of an HTTP route: one place names what was
+not found, never what the store said."""
 
 from __future__ import annotations
 

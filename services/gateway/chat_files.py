@@ -5,9 +5,9 @@ from __future__ import annotations
 from libs.store.keys import ApiKey
 from schemas import ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
 from schemas import conversations as subj
+from services.gateway.ask import ask
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
-from services.gateway.proxy import ask
 
 MAX_ATTACHED = 10
 

@@ -41,7 +41,7 @@ from schemas import (
 from schemas.records import Text
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
-from services.gateway.streams import Rerun
+from services.gateway.runs import Rerun
 
 ROUTE = "POST /v1/admin/replay/{rid}"
 HISTORY_STATUSES = ("complete", "stopped")
@@ -164,7 +164,7 @@ def word_diff(a: str, b: str) -> tuple[str, list[DiffSegment]]:
     return unified, segs
 
 
-async def _replay_record(gw: Gateway, rid: str, timeout_s: float) -> RequestRecord:
+async def _rerun_record(gw: Gateway, rid: str, timeout_s: float) -> RequestRecord:
     """The replay's own record once inference has logged its raw output (the logger writes a moment later)."""
     deadline = time.monotonic() + timeout_s
     last = RequestRecord()
@@ -180,20 +180,20 @@ async def _replay_record(gw: Gateway, rid: str, timeout_s: float) -> RequestReco
     return last
 
 
-async def replay(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> ReplayResult:
+async def rerun(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> ReplayResult:
     original = await _record(gw, rid)
     work, subject = await _work(gw, key, rid, original, req)
     t0 = time.perf_counter()
     overrides = req.overrides.model_dump(exclude_none=True)
     # An ordinary run: admitted, traced, ended and recorded as every request is; `rerun` marks its record.
     rerun = Rerun(of=rid, mode=req.mode, overrides=overrides, by=key.id)
-    run = gw.streams.begin(work.rid, "replay", ROUTE, work.tenant, key.id, None, rerun)
-    async with gw.streams.starting(run):
-        await gw.streams.launch(run, work, subject)
+    run = gw.runs.begin(work.rid, "replay", ROUTE, work.tenant, key.id, None, rerun)
+    async with gw.runs.starting(run):
+        await gw.runs.launch(run, work, subject)
     events = [event async for _, event in run.follow()]
     final, error, status = run.last, run.error, run.client_status
     released = "".join(e.text for e in events if e.type == "delta")
-    new = await _replay_record(gw, work.rid, 10.0)
+    new = await _rerun_record(gw, work.rid, 10.0)
     # Token for token: the raw model output (before output redaction) of each; thinking too when present.
     a = _str(original.raw_output) or _str(original.output)
     b = _str(new.raw_output) if new.raw_output is not None else released

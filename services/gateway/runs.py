@@ -82,7 +82,7 @@ NEXT: dict[Phase, tuple[Phase, ...]] = {
 
 @dataclass
 class Rerun:
-    """What makes a run an admin's re-run of a logged request (admin_rerun.py); its record says so."""
+    """What makes a run an admin's re-run of a logged request (rerun.py); its record says so."""
 
     of: str
     mode: str
@@ -204,12 +204,12 @@ class Run:
         )
 
 
-class Streams:
+class Runs:
     def __init__(self, bus: Bus, settings: GatewaySettings, metrics: Metrics):
         self.bus = bus
         self.settings = settings
         self.metrics = metrics
-        self.runs: dict[str, Run] = {}
+        self.by_rid: dict[str, Run] = {}
         self.active = 0
         self.liveness = Liveness(
             bus,
@@ -296,7 +296,7 @@ class Streams:
 
         run._sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
         run.to(Phase.running)
-        self.runs[run.rid] = run
+        self.by_rid[run.rid] = run
         run.holder = self.liveness.watch(run.rid)
         loop = asyncio.get_running_loop()
         run._timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
@@ -365,7 +365,7 @@ class Streams:
     async def _holder_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
         """The process holding the run died, or what it sent on was lost: end it now, keeping what the
         client already has."""
-        run = self.runs.get(rid)
+        run = self.by_rid.get(rid)
         if run is None or not run.live:
             return
         self.metrics.cancels.labels("holder_lost").inc()
@@ -502,18 +502,18 @@ class Streams:
         run._timers = [asyncio.get_running_loop().call_later(self.settings.resume_ttl_s, self._forget, run.rid)]
 
     def _forget(self, rid: str) -> None:
-        self.runs.pop(rid, None)
+        self.by_rid.pop(rid, None)
 
     async def close(self) -> None:
         """Shutdown: cancel what still runs so inference frees it, and record it."""
         await self.liveness.close()
-        for run in list(self.runs.values()):
+        for run in list(self.by_rid.values()):
             if run.live:
                 await self.cancel(run, "gateway_shutdown")
                 info = ErrorInfo.of(ErrorCode.unavailable, "gateway shutting down")
                 await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
             await self._close(run)
-        for run in self.runs.values():
+        for run in self.by_rid.values():
             for timer in run._timers:
                 timer.cancel()
-        self.runs.clear()
+        self.by_rid.clear()
