@@ -7,8 +7,9 @@ many weight bytes stream from memory, where int8 wins. On AVX2-only CPUs bf16 is
 
 On AVX2 CPUs without AVX-512, torch's int8/int4 weight-only kernels convert the weights to fp32
 and are compute-bound. There the `native` format serves small decode steps with the engine's
-own C++ kernels (libs/engine/native): the GGUF's blocks times activations quantized per row and
-block of 32 to int8, multiplied with integer dot products as llama.cpp does; int8 serves the rest.
+own C++ kernels (libs/engine/native) for every product: the GGUF's blocks times activations
+quantized per row and block of 32 to int8, multiplied with integer dot products as llama.cpp
+does. A row's result depends on that row alone, so prompt rows need no invariant range.
 
 Every kernel here keeps activations in fp32 around the product: elementwise work in bf16 is slow
 without native support, and fp32 residuals keep the model close to the reference.
@@ -61,12 +62,11 @@ class BlockWeight:
 @dataclass
 class DualWeight:
     """A quantized copy for steps of few generated rows, and a copy for everything else (see
-    `linear`). hybrid: bf16 beside int4 where the GGUF stored the matrix in 4-bit blocks, int8
-    otherwise; native: int8 beside the GGUF's blocks. `small` is None on a device without the
-    quantized kernel (the full copy then serves)."""
+    `linear`): bf16 beside int4 where the GGUF stored the matrix in 4-bit blocks, int8
+    otherwise. `small` is None on a device without the int4 kernel (the bf16 copy then serves)."""
 
-    full: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
-    small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | BlockWeight | None
+    full: torch.Tensor
+    small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None
 
 
 Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | Int4Weight | BlockWeight | DualWeight
@@ -217,29 +217,19 @@ class Calibration:
     """What `measure` found: the formats' times for one (rows x hidden) @ (hidden x 2*inter)."""
 
     us: dict[str, dict[int, float]]  # format -> rows -> best microseconds ('native' where it runs)
-    # Up to this many rows the quantized copy of the format `best_dtype` picks beats its full
-    # copy: for hybrid int4 (most of the model's matrices are 4-bit in the GGUF) against bf16,
-    # for native the native kernel against int8. A forced format gets the same count.
+    # Up to this many rows the quantized kernel of hybrid weights (int4, as most of the model's
+    # matrices are 4-bit in the GGUF) beats bf16.
     small_max_rows: int
 
     def best_dtype(self) -> str:
         """'hybrid' when bf16 is the fastest batched kernel here; else (AVX2 CPUs) 'native' where
-        its kernels beat int8 on one row, 'int8' where they cannot run or lose."""
+        its kernels beat int8 on one row and on the most rows measured, 'int8' where they cannot
+        run or lose."""
         big, one = max(self.us["bf16"]), min(self.us["bf16"])
         if self.us["bf16"][big] < min(self.us["int8"][big], self.us["fp32"][big]):
             return "hybrid"
-        nat = self.us.get("native")
-        return "native" if nat is not None and nat[one] < self.us["int8"][one] else "int8"
-
-
-def _crossover(us: dict[str, dict[int, float]], small: str, full: str) -> int:
-    """The largest row count up to which `small` is at least as fast as `full` at every count."""
-    best = 0
-    for r in sorted(us[small]):
-        if us[small][r] > us[full][r]:
-            break
-        best = r
-    return best
+        nat, i8 = self.us.get("native"), self.us["int8"]
+        return "native" if nat is not None and nat[one] < i8[one] and nat[big] < i8[big] else "int8"
 
 
 def measure(
@@ -276,11 +266,13 @@ def measure(
                     f(x)
                     el = (time.perf_counter() - t) * 1e6
                     us[name][r] = min(us[name].get(r, el), el)
-    cal = Calibration(us, 0)
-    cal.small_max_rows = (
-        _crossover(us, "native", "int8") if cal.best_dtype() == "native" else _crossover(us, "int4", "bf16")
-    )
-    return cal
+    small_max = 0
+    for r in rows:
+        if us["int4"][r] <= us["bf16"][r]:
+            small_max = r
+        else:
+            break
+    return Calibration(us, small_max)
 
 
 def tiled(x: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:

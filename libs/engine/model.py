@@ -37,9 +37,6 @@ from libs.engine.weights import LlamaConfig
 QUERY_SLICE = 32
 MIN_QUERY_ROWS = 8
 KEY_BLOCK = 64
-# Decode steps of at most this many rows take the native kernels of `native` weights when no
-# calibration says otherwise (a forced format): they beat torch's int8 up to here on AVX2.
-NATIVE_MAX_ROWS = 32
 
 
 def _round_up(n: int, m: int) -> int:
@@ -157,7 +154,7 @@ class LlamaModel:
         self.kv_dtype = torch.bfloat16 if dtype in ("bf16", "hybrid") else torch.float32
         # Steps of at most this many rows, all decodes, use the quantized copy of hybrid weights
         # (set from kernels.measure by the engine; see forward).
-        self.small_max_rows = NATIVE_MAX_ROWS if dtype == "native" else 4
+        self.small_max_rows = 4
         # Decode attention on a bf16 cache as fused bf16 SDPA, else upcast fp32 matmuls
         # (measure_decode_attention, by the engine).
         self.fused_decode = True
@@ -232,6 +229,8 @@ class LlamaModel:
                 small = None if cpu_only and device != "cpu" else w.small
                 return DualWeight(mv(w.full), None if small is None else mv(small))  # type: ignore[arg-type]
             if isinstance(w, BlockWeight):
+                if device != "cpu":
+                    raise ValueError("native weights run on the CPU only (use bf16 on a GPU)")
                 return w
             if isinstance(w, Int4Weight):
                 return Int4Weight(w.packed.to(device), w.scales_zeros.to(device), w.group)
@@ -251,14 +250,14 @@ class LlamaModel:
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None, native: bool = False) -> Weight:
-        if name not in t and name + ".q" not in t:
+        if not any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8")):
             assert fallback is not None, name
             name = fallback
         if native:
-            # int8 for prompts and large steps, the GGUF's blocks for the native kernels.
+            # Every product on the native kernels, prompt rows included: a row's bits depend on
+            # that row alone, so replays and prefix-cache hits stay exact at any chunking.
             blocks = pack_blocks(t, name)
-            full = (t[name + ".q"], t[name + ".scale"])
-            return full if blocks is None else DualWeight(full, blocks)
+            return blocks if blocks is not None else (t[name + ".q"], t[name + ".scale"])
         small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None = None
         if name + ".q4" in t:
             small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])

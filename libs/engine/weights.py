@@ -137,8 +137,9 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     fp32: everything fp32. bf16 / int8: matrices in bf16 / int8 (per-row scales), norms and the
     embedding table stay fp32. hybrid: a bf16 copy of every matrix and a quantized one, the
     GGUF's own 4-bit blocks where it has them (`.q4`, `.q4dm`) and int8 otherwise; the model
-    picks one per step. native: int8 beside the GGUF's own blocks for the native kernels (4-bit
-    `.q4`/`.q4dm` or 8-bit `.q8`/`.q8d`; Q8_0 blocks made here for a matrix stored unquantized).
+    picks one per step. native: the GGUF's own blocks for the native kernels (4-bit `.q4`/`.q4dm`
+    or 8-bit `.q8`/`.q8d`; Q8_0 blocks made here for a matrix stored unquantized, int8 for one
+    whose width is not a multiple of 32).
     A tied output projection gets its own copy in the matrix format.
     """
     if dtype not in ("fp32", "bf16", "int8", "hybrid", "native"):
@@ -160,15 +161,14 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
             out[name] = t.to(torch.bfloat16).contiguous()
         if dtype == "hybrid" and name + ".q4" in blocks:
             out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
+        elif dtype == "native" and name + ".q4" in blocks:
+            out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
+        elif dtype == "native" and name + ".q8" in blocks:
+            out[name + ".q8"], out[name + ".q8d"] = blocks[name + ".q8"], blocks[name + ".q8d"]
+        elif dtype == "native" and t.shape[1] % 32 == 0:
+            out[name + ".q8"], out[name + ".q8d"] = quantize_q8_0(t)
         elif dtype in ("int8", "hybrid", "native"):
             out[name + ".q"], out[name + ".scale"] = quantize_int8(t)
-        if dtype == "native":
-            if name + ".q4" in blocks:
-                out[name + ".q4"], out[name + ".q4dm"] = blocks[name + ".q4"], blocks[name + ".q4dm"]
-            elif name + ".q8" in blocks:
-                out[name + ".q8"], out[name + ".q8d"] = blocks[name + ".q8"], blocks[name + ".q8d"]
-            elif t.shape[1] % 32 == 0:
-                out[name + ".q8"], out[name + ".q8d"] = quantize_q8_0(t)
     return out
 
 
