@@ -11,16 +11,15 @@ from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
-from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from pydantic import BaseModel, ValidationError
+
+from libs.bus.bus import Bus
 
 M = TypeVar("M", bound=BaseModel)
 
 
-async def ensure_memory_stream(
-    js: JetStreamContext, name: str, subjects: list[str], max_age_s: float, max_bytes: int
-) -> None:
+async def ensure_memory_stream(bus: Bus, name: str, subjects: list[str], max_age_s: float, max_bytes: int) -> None:
     cfg = StreamConfig(
         name=name,
         subjects=subjects,
@@ -30,26 +29,24 @@ async def ensure_memory_stream(
         discard=DiscardPolicy.OLD,
     )
     try:
-        await js.add_stream(cfg)
+        await bus.js.add_stream(cfg)
     except nats.js.errors.BadRequestError:
-        await js.update_stream(cfg)
+        await bus.js.update_stream(cfg)
 
 
-async def last_headers(js: JetStreamContext, stream: str, subject: str) -> dict[str, str] | None:
+async def last_headers(bus: Bus, stream: str, subject: str) -> dict[str, str] | None:
     """Headers of the newest kept message on `subject`, or None when none is kept."""
     try:
-        msg = await js.get_last_msg(stream, subject)
+        msg = await bus.js.get_last_msg(stream, subject)
     except (nats.js.errors.NotFoundError, nats.errors.TimeoutError):
         return None
     return dict(msg.headers or {})
 
 
-async def follow(
-    js: JetStreamContext, stream: str, subject: str, model: type[M], idle_s: float
-) -> AsyncGenerator[M | None, None]:
+async def follow(bus: Bus, stream: str, subject: str, model: type[M], idle_s: float) -> AsyncGenerator[M | None, None]:
     """Every kept message of `subject` from the first, then live ones; None after `idle_s` of quiet.
     Messages that do not decode are skipped. The caller decides when to stop iterating."""
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
+    sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
     try:
         while True:
             try:

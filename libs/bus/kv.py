@@ -1,10 +1,11 @@
-"""Typed JetStream key-value buckets (replica heartbeats, shared rate-limit counters)."""
+"""JetStream key-value buckets: typed and watched (replica heartbeats, key standing), or raw values
+updated by compare-and-set (shared rate-limit counters)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import nats
 import structlog
@@ -13,6 +14,9 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy, KeyValueConfig
 from nats.js.kv import KV_DEL, KV_OP, KV_PURGE, KeyValue
 from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    from libs.bus.bus import Bus
 
 M = TypeVar("M", bound=BaseModel)
 log = structlog.get_logger()
@@ -98,3 +102,36 @@ class TypedKV(Generic[M]):
             with contextlib.suppress(Exception):
                 await self._watch.unsubscribe()
             self._watch = None
+
+
+class CasKV:
+    """Raw values that writers update by compare-and-set on the entry's revision: two writers that race
+    both read, one write wins, the other re-reads and tries again."""
+
+    def __init__(self, kv: KeyValue):
+        self._kv = kv
+
+    @classmethod
+    async def open(cls, bus: Bus, bucket: str, ttl_s: float | None = None, replicas: int | None = None) -> CasKV:
+        """`replicas`: nodes that keep the bucket (the bus's own count when None)."""
+        return cls(await open_bucket(bus.js, bucket, ttl_s, bus.js_replicas if replicas is None else replicas))
+
+    async def get(self, key: str) -> tuple[bytes | None, int]:
+        """The value and its revision; (None, 0) when there is none."""
+        try:
+            entry = await self._kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return None, 0
+        return entry.value, entry.revision or 0
+
+    async def put_if(self, key: str, value: bytes, revision: int) -> bool:
+        """Write `value` if the entry is still at `revision` (0: if there is none yet); False if another
+        writer changed it first."""
+        try:
+            if revision == 0:
+                await self._kv.create(key, value)
+            else:
+                await self._kv.update(key, value, last=revision)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True

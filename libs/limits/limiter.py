@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import nats.js.errors
 import structlog
-from nats.js import JetStreamContext
-from nats.js.kv import KeyValue
+
+from libs.bus import Bus
+from libs.bus.kv import CasKV
 
 log = structlog.get_logger()
 
@@ -75,7 +75,7 @@ def _key(tenant: str) -> str:
 
 
 class Limiter:
-    def __init__(self, kv: KeyValue, attempts: int = 25, timeout_s: float = 2.0):
+    def __init__(self, kv: CasKV, attempts: int = 25, timeout_s: float = 2.0):
         self.kv = kv
         self.attempts = attempts
         # A bucket electing a new leader (a node died) would hold each call for nats-py's 5 s; the
@@ -83,35 +83,21 @@ class Limiter:
         self.timeout_s = timeout_s
 
     @classmethod
-    async def open(cls, js: JetStreamContext, bucket: str, replicas: int = 1) -> Limiter:
-        try:
-            kv = await js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            # Idle tenants' entries age out; a full bucket is the same as an absent entry. In a cluster,
-            # kept on `replicas` nodes: on one that died, every admission would wait 5 s for it.
-            kv = await js.create_key_value(bucket=bucket, history=1, ttl=3600, replicas=replicas)
-        return cls(kv)
+    async def open(cls, bus: Bus, bucket: str) -> Limiter:
+        # Idle tenants' entries age out; a full bucket is the same as an absent entry. In a cluster, kept
+        # on the bus's JetStream replicas: on one node that died, every admission would wait 5 s for it.
+        return cls(await CasKV.open(bus, bucket, ttl_s=3600))
 
     async def _read(self, tenant: str, limits: Limits, now: int) -> tuple[_State, int]:
-        try:
-            entry = await self.kv.get(_key(tenant))
-        except nats.js.errors.KeyNotFoundError:
-            return _State.fresh(limits, now), 0
-        if entry.value is None:
-            return _State.fresh(limits, now), entry.revision or 0
-        state = _State.load(entry.value)
+        value, revision = await self.kv.get(_key(tenant))
+        if value is None:
+            return _State.fresh(limits, now), revision
+        state = _State.load(value)
         state.refill(limits, now)
-        return state, entry.revision or 0
+        return state, revision
 
     async def _write(self, tenant: str, state: _State, revision: int) -> bool:
-        try:
-            if revision == 0:
-                await self.kv.create(_key(tenant), state.dump())
-            else:
-                await self.kv.update(_key(tenant), state.dump(), last=revision)
-            return True
-        except nats.js.errors.KeyWrongLastSequenceError:
-            return False
+        return await self.kv.put_if(_key(tenant), state.dump(), revision)
 
     async def _backoff(self, attempt: int) -> None:
         await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))

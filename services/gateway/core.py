@@ -66,7 +66,7 @@ class Gateway:
         async with self._limiter_lock:
             if self._limiter is None and time.monotonic() >= self._limiter_retry_at:
                 try:
-                    self._limiter = await Limiter.open(self.bus.js, self.settings.limits_bucket, self.bus.js_replicas)
+                    self._limiter = await Limiter.open(self.bus, self.settings.limits_bucket)
                 except Exception as e:
                     self._limiter_retry_at = time.monotonic() + 30
                     log.warning("rate limits unavailable", error=str(e))

@@ -27,7 +27,7 @@ def owner_subject(rid: str) -> str:
 
 
 async def ensure_events_stream(bus: Bus, max_age_s: float, max_bytes: int) -> None:
-    await ensure_memory_stream(bus.js, EVENTS_STREAM, ["chat.events.>", "chat.owner.>"], max_age_s, max_bytes)
+    await ensure_memory_stream(bus, EVENTS_STREAM, ["chat.events.>", "chat.owner.>"], max_age_s, max_bytes)
 
 
 async def mark_owner(bus: Bus, rid: str, tenant: str) -> None:
@@ -37,7 +37,7 @@ async def mark_owner(bus: Bus, rid: str, tenant: str) -> None:
 
 async def stream_tenant(bus: Bus, rid: str) -> str | None:
     """The tenant a kept stream belongs to, or None when none is kept."""
-    headers = await last_headers(bus.js, EVENTS_STREAM, owner_subject(rid))
+    headers = await last_headers(bus, EVENTS_STREAM, owner_subject(rid))
     return (headers or {}).get(H.TENANT) or None
 
 
@@ -53,7 +53,7 @@ async def kept_events(
     """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet."""
     deadline = time.monotonic() + timeout_s
     seq = -1
-    events = follow(bus.js, EVENTS_STREAM, subjects.chat_events(rid), ChatEvent, idle_s)
+    events = follow(bus, EVENTS_STREAM, subjects.chat_events(rid), ChatEvent, idle_s)
     try:
         async for event in events:
             if event is None:

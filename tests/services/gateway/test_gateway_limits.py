@@ -105,7 +105,7 @@ async def test_limiter_compare_and_set_under_contention(nats_server: NatsServer)
 
     bus_a, bus_b = await connect(nats_server, "la"), await connect(nats_server, "lb")
     bucket = f"lim_{uuid.uuid4().hex[:8]}"
-    la, lb = await Limiter.open(bus_a.js, bucket), await Limiter.open(bus_b.js, bucket)
+    la, lb = await Limiter.open(bus_a, bucket), await Limiter.open(bus_b, bucket)
     limits = tiny_tiers()["free"].model_copy(update={"requests_per_minute": 10, "concurrent_streams": 100})
     results = await asyncio.gather(*((la if i % 2 else lb).admit("t", f"r{i}", limits, lease_s=60) for i in range(30)))
     assert sum(r is None for r in results) == 10
