@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -72,10 +72,10 @@ Seconds = Annotated[int | None, _blank_is_none(parse_duration_s)]
 Flag = Annotated[bool | None, _blank_is_none(lambda v: str(v).lower() in ("1", "true", "yes"))]
 
 
-def _as(schema: type[BaseModel], values: dict[str, Any]) -> None:
-    """Check the values against the bus query they become, as a validation error of the query string."""
+def _checked(query: Callable[[], BaseModel]) -> None:
+    """Build the bus query the string becomes: what it refuses is a validation error of the query string."""
     try:
-        schema.model_validate(values)
+        query()
     except ValidationError as e:
         raise ValueError(e.errors()[0]["msg"]) from e
 
@@ -100,7 +100,7 @@ class RequestFilters(BaseModel):
 
     @model_validator(mode="after")
     def _valid(self) -> RequestFilters:
-        _as(RequestListQuery, self.model_dump(exclude={"since", "until", "max"}, exclude_none=True))
+        _checked(self.query)
         return self
 
 
@@ -126,7 +126,7 @@ class StatsParams(BaseModel):
 
     @model_validator(mode="after")
     def _valid(self) -> StatsParams:
-        _as(StatsQuery, {"window_s": self.window or 3600, "bucket_s": self.bucket})
+        _checked(self.query)
         return self
 
 

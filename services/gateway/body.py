@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
@@ -73,14 +74,6 @@ def _check_content_type(request: Request) -> None:
         raise ApiError(ErrorCode.unsupported_media_type, f"expected Content-Type application/json, got {ctype!r}")
 
 
-def _describe(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors()[:3]:
-        loc = ".".join(str(x) for x in err.get("loc", ()))
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg", "invalid")))
-    return "invalid request: " + "; ".join(parts)
-
-
 def too_deep(value: object, limit: int) -> bool:
     """Whether arrays and objects nest deeper than `limit`; walked without recursion."""
     stack = [(value, 1)]
@@ -120,7 +113,8 @@ async def read_json(request: Request, model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise ApiError(ErrorCode.bad_request, _describe(e)) from e
+        # FastAPI's own exception: its one handler words every validation error alike.
+        raise RequestValidationError(e.errors()) from e
 
 
 def has_body(request: Request) -> bool:
