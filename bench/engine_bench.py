@@ -224,6 +224,71 @@ def worker_llama_cpp(streams: list[int], max_tokens: int) -> dict[str, Any]:
     return res
 
 
+def worker_llama_cpp_batched(streams: list[int], max_tokens: int) -> dict[str, Any]:
+    """llama.cpp's own batched decode, as llama-server's continuous batching runs it: every
+    sequence's prompt, then one `llama_decode` per step over a batch of one token per sequence,
+    each with its own seq_id; greedy. agg_N counts generated tokens over the whole time, prompts
+    included, like the engine rows."""
+    try:
+        import llama_cpp as lc  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return {"note": "llama-cpp-python is not installed (`make bench` builds it when it can)"}
+    path = default_model_path()
+    ours = load_tokenizer(path)
+    lc.llama_backend_init()
+    load_model = getattr(lc, "llama_model_load_from_file", None) or lc.llama_load_model_from_file
+    model = load_model(path.encode(), lc.llama_model_default_params())
+    res: dict[str, Any] = {}
+    for s in [n for n in streams if n > 1]:
+        prompts = [ours.encode(chat_prompt(ours, i)) for i in range(s)]
+        res[f"agg_{s}"], res[f"decode_only_{s}"] = _llama_cpp_batched_run(lc, model, prompts, max_tokens)
+    return res
+
+
+def _llama_cpp_batched_run(lc: Any, model: Any, prompts: list[list[int]], max_tokens: int) -> tuple[float, float]:
+    """(tokens/s over the whole run, tokens/s of the decode steps alone) for len(prompts) sequences."""
+    import numpy as np
+
+    s, chunk = len(prompts), 512
+    n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
+    cp = lc.llama_context_default_params()
+    cp.n_ctx = (max(len(p) for p in prompts) + max_tokens + 8) * s
+    cp.n_batch = cp.n_ubatch = max(chunk, s)
+    cp.n_seq_max = s
+    cp.n_threads = cp.n_threads_batch = bench_threads()
+    new_ctx = getattr(lc, "llama_init_from_model", None) or lc.llama_new_context_with_model
+    ctx = new_ctx(model, cp)
+    batch = lc.llama_batch_init(max(chunk, s), 0, s)
+
+    def decode(items: list[tuple[int, int, int, bool]]) -> None:
+        """items: (token, position, seq_id, wants logits)."""
+        batch.n_tokens = len(items)
+        for i, (tok, pos, seq, logits) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, logits
+        if lc.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    def argmax(i: int) -> int:
+        return int(np.ctypeslib.as_array(lc.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).argmax())
+
+    t = time.perf_counter()
+    last: list[int] = []
+    for seq, ids in enumerate(prompts):  # each prompt in chunks of the batch size
+        for a in range(0, len(ids), chunk):
+            part = ids[a : a + chunk]
+            decode([(tok, a + j, seq, a + j == len(ids) - 1) for j, tok in enumerate(part)])
+        last.append(argmax((len(ids) - 1) % chunk))
+    t_decode = time.perf_counter()
+    for step in range(max_tokens - 1):
+        decode([(last[q], len(prompts[q]) + step, q, True) for q in range(s)])
+        last = [argmax(q) for q in range(s)]
+    end = time.perf_counter()
+    lc.llama_batch_free(batch)
+    lc.llama_free(ctx)
+    return s * max_tokens / (end - t), s * (max_tokens - 1) / (end - t_decode)
+
+
 def run_worker(args: argparse.Namespace) -> None:
     kind = args.worker
     if kind == "native":
@@ -234,6 +299,8 @@ def run_worker(args: argparse.Namespace) -> None:
         res = worker_sweep(args.sweep_dtypes.split(","), [1, 8, 32])
     elif kind == "hf":
         res = worker_hf(args.streams, args.max_tokens)
+    elif kind == "llama_cpp_batched":
+        res = worker_llama_cpp_batched(args.streams, args.max_tokens)
     else:
         res = worker_llama_cpp(args.streams, args.max_tokens)
     res["peak_rss_mb"] = peak_rss_mb()
@@ -325,12 +392,15 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
             # The 4-bit crossover and the decode-attention choice only exist for the bf16 formats.
             hybrid = res.get("dtype") == "hybrid"
             extra = [f"4-bit ≤ {res.get('small_max_rows')} rows"] if hybrid else []
+            if res.get("dtype") == "native":
+                extra = ["libs/engine/native kernels for every product"]
             if res.get("dtype") in ("hybrid", "bf16"):
                 extra.append(f"decode attention: {res.get('decode_attention')}")
             label = f"auto → {res.get('dtype')}" + (f" ({'; '.join(extra)})" if extra else "")
         row("native", label, res)
     row("transformers `generate` (batched)", "fp32", r["hf"])
     row("llama-cpp-python (sequential)", "GGUF Q4_1", r["lcpp"])
+    row("llama.cpp batched decode (one llama_decode a step, a seq_id per stream)", "GGUF Q4_1", r["lcpp_batched"])
     lines += ["", _targets(args, r), ""]
     t_on, t_off = r["turns"].get("on", {}), r["turns"].get("off", {})
     if "ttfts" in t_on and "ttfts" in t_off:
@@ -393,6 +463,12 @@ def _targets(args: argparse.Namespace, r: dict[str, Any]) -> str:
             4.0,
         ),
         (f"{big} streams vs transformers at {big}", ratio(nat.get(f"agg_{big}"), hf.get(f"agg_{big}")), "≥ 2x", 2.0),
+        (
+            f"{big} streams vs llama.cpp's batched decode of {big}",
+            ratio(nat.get(f"agg_{big}"), r["lcpp_batched"].get(f"agg_{big}")),
+            "≥ 1.2x",
+            1.2,
+        ),
     ]
     out = [
         f"Targets (native `{args.dtypes[0]}` against the baselines of this run):",
@@ -414,7 +490,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument(
-        "--dtypes", default="auto,fp32,bf16,int8", help="native weight formats; the first is the one judged"
+        "--dtypes", default="auto,fp32,bf16,int8,native", help="native weight formats; the first is the one judged"
     )
     ap.add_argument("--streams", default="1,8,32,64")
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -423,10 +499,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one format, 1 and 8 streams, 16 tokens")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--rounds", type=int, default=2, help="run every engine this many times; keep the best")
-    ap.add_argument("--worker", choices=["native", "turns", "sweep", "hf", "llama_cpp"], help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--worker", choices=["native", "turns", "sweep", "hf", "llama_cpp", "llama_cpp_batched"], help=argparse.SUPPRESS
+    )
     ap.add_argument("--dtype", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--caching", default="on", help=argparse.SUPPRESS)
-    ap.add_argument("--sweep-dtypes", default="fp32,bf16,int8,hybrid", help=argparse.SUPPRESS)
+    ap.add_argument("--sweep-dtypes", default="fp32,bf16,int8,hybrid,native", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
         args.dtypes, args.streams, args.max_tokens, args.turns, args.rounds = "auto", "1,8", 16, 4, 1
@@ -452,6 +530,8 @@ def main() -> None:
             r["turns"][caching] = best(r["turns"].get(caching), spawn(extra, common))
         r["hf"] = skipped if args.no_baselines else best(r.get("hf"), spawn(["--worker", "hf"], common))
         r["lcpp"] = skipped if args.no_baselines else best(r.get("lcpp"), spawn(["--worker", "llama_cpp"], common))
+        batched = ["--worker", "llama_cpp_batched"]
+        r["lcpp_batched"] = skipped if args.no_baselines else best(r.get("lcpp_batched"), spawn(batched, common))
     if not args.quick:
         r["sweep"] = spawn(["--worker", "sweep"], common)
     section = render(args, r)
