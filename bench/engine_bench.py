@@ -3,8 +3,9 @@
     python bench/engine_bench.py --out docs/benchmarks.md [--quick] [--no-baselines]
 
 Every engine runs in its own worker process (`--worker ...`), one after another, so each peak
-RSS is its own and no engine warms another's caches. Every engine gets the same number of
-threads: SWITCHYARD_ENGINE_THREADS, else every core. The result is a markdown section written
+RSS is its own and no engine warms another's caches. Where the vLLM virtualenv exists (`make
+setup-vllm`), vLLM is a peer row, its worker run by that environment's python (bench/vllm_bench.py).
+Every engine gets the same number of threads: SWITCHYARD_ENGINE_THREADS, else every core. The result is a markdown section written
 into --out (replacing this benchmark's earlier section), with the targets of the engine issue
 as ratios against the baselines measured in the same run.
 """
@@ -398,6 +399,8 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
                 extra.append(f"decode attention: {res.get('decode_attention')}")
             label = f"auto → {res.get('dtype')}" + (f" ({'; '.join(extra)})" if extra else "")
         row("native", label, res)
+    if "vllm" in r:
+        row("vLLM 0.32 CPU build (`vllm` engine kind)", "fp32 (HF checkpoint from the GGUF)", r["vllm"])
     row("transformers `generate` (batched)", "fp32", r["hf"])
     row("llama-cpp-python (sequential)", "GGUF Q4_1", r["lcpp"])
     row("llama.cpp batched decode (one llama_decode a step, a seq_id per stream)", "GGUF Q4_1", r["lcpp_batched"])
@@ -530,6 +533,11 @@ def main() -> None:
             r["turns"][caching] = best(r["turns"].get(caching), spawn(extra, common))
         r["hf"] = skipped if args.no_baselines else best(r.get("hf"), spawn(["--worker", "hf"], common))
         r["lcpp"] = skipped if args.no_baselines else best(r.get("lcpp"), spawn(["--worker", "llama_cpp"], common))
+        from bench.vllm_bench import spawn_vllm, vllm_python
+
+        vpy = vllm_python()
+        if vpy is not None and not args.no_baselines:
+            r["vllm"] = best(r.get("vllm"), spawn_vllm(vpy, ",".join(map(str, args.streams)), args.max_tokens))
         batched = ["--worker", "llama_cpp_batched"]
         r["lcpp_batched"] = skipped if args.no_baselines else best(r.get("lcpp_batched"), spawn(batched, common))
     if not args.quick:

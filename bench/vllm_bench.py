@@ -70,19 +70,12 @@ async def worker_vllm(streams: list[int], max_tokens: int, eager: bool) -> dict[
     return res
 
 
-def spawn_vllm(python: str, args: argparse.Namespace) -> dict[str, Any]:
+def spawn_vllm(python: str, streams: str, max_tokens: int, eager: bool = False) -> dict[str, Any]:
+    """Run the vLLM worker with the vLLM virtualenv's python (engine_bench's peer row uses it too)."""
     import subprocess
 
-    cmd = [
-        python,
-        os.path.abspath(__file__),
-        "--worker",
-        "--streams",
-        args.streams,
-        "--max-tokens",
-        str(args.max_tokens),
-    ]
-    cmd += ["--eager"] if args.eager else []
+    cmd = [python, os.path.abspath(__file__), "--worker", "--streams", streams, "--max-tokens", str(max_tokens)]
+    cmd += ["--eager"] if eager else []
     print("$ vllm worker", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     for line in reversed(proc.stdout.splitlines()):
@@ -163,7 +156,7 @@ def main() -> None:
     vllm: dict[str, Any] | None = None
     for _ in range(args.rounds):
         native = best(native, spawn(["--worker", "native", "--dtype", args.dtype], common))
-        vllm = best(vllm, spawn_vllm(python, args))
+        vllm = best(vllm, spawn_vllm(python, args.streams, args.max_tokens, args.eager))
     assert native is not None and vllm is not None
     section = render(args, streams, load, native, vllm)
     write_section(args.out, MARK_BEGIN, MARK_END, section)
