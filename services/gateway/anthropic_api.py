@@ -26,7 +26,7 @@ from services.gateway.body import json_body
 from services.gateway.core import Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import collect, follow, sse, sse_response, terminal_error
+from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
 from services.gateway.runs import Run
 from services.gateway.tool_calls import parse_call
 
@@ -140,7 +140,7 @@ def _call_events(index: int, call: dict[str, Any]) -> list[ServerSentEvent]:
     ]
 
 
-class MessageEncoder:
+class MessageEncoder(Encoder):
     """Anthropic's streaming event sequence for one answer; its `ping` event keeps the line alive."""
 
     def __init__(self, rid: str, model: str, tool_names: set[str] | None = None):
@@ -207,9 +207,6 @@ class MessageEncoder:
         )
         out.append(_event("message_stop"))
         return out
-
-    def closing(self) -> list[ServerSentEvent]:
-        return []
 
     def keepalive(self) -> ServerSentEvent:
         return _event("ping")

@@ -18,7 +18,7 @@ from services.gateway.body import json_body
 from services.gateway.chat_files import attach_files
 from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
-from services.gateway.relay import Item, comment, follow, sse, sse_response
+from services.gateway.relay import Encoder, Item, follow, sse, sse_response
 from services.gateway.resume import kept_events, owned
 from services.gateway.runs import Phase, Run
 
@@ -57,20 +57,11 @@ def chat_payload(event: ChatEvent) -> dict[str, Any]:
     return {"message": "unknown error", "code": ErrorCode.internal.value, "type": "api_error"}
 
 
-class ChatEncoder:
+class ChatEncoder(Encoder):
     """Every event as `id: <seq>` / `event: <type>` / `data: <json>`; a comment keeps the line alive."""
-
-    def opening(self) -> list[ServerSentEvent]:
-        return []
 
     def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
         return [sse(chat_payload(event), event=event.type, id=seq)]
-
-    def closing(self) -> list[ServerSentEvent]:
-        return []
-
-    def keepalive(self) -> ServerSentEvent:
-        return comment("keepalive")
 
 
 @router.post("/chat")

@@ -24,7 +24,7 @@ from services.gateway.core import (
 )
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import collect, comment, follow, sse, sse_response, terminal_error
+from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
 from services.gateway.runs import Run
 from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
@@ -134,7 +134,7 @@ def usage_json(usage: Usage) -> dict[str, Any]:
     }
 
 
-class ChunkEncoder:
+class ChunkEncoder(Encoder):
     """The chunks of one or several (`n`) answers (choice `index` each), then the usage chunk (the prompt
     counted once) and `[DONE]`; a comment keeps the line alive."""
 
@@ -207,9 +207,6 @@ class ChunkEncoder:
             usage = first.model_copy(update={"completion_tokens": sum(u.completion_tokens for u in self.usages)})
             out.append(sse({**self.base, "choices": [], "usage": usage_json(usage)}))
         return [*out, sse("[DONE]")]
-
-    def keepalive(self) -> ServerSentEvent:
-        return comment("keepalive")
 
 
 def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:

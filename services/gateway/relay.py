@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -37,20 +37,21 @@ def sse(data: Any, event: str | None = None, id: int | None = None) -> ServerSen
     return ServerSentEvent(payload, event=event, id=None if id is None else str(id), sep="\n")
 
 
-def comment(text: str) -> ServerSentEvent:
-    return ServerSentEvent(comment=text, sep="\n")
+class Encoder:
+    """A protocol's framing of a run: what opens the stream, each event's SSE events, what closes it, and
+    what keeps a quiet line alive (by default nothing, nothing, and a comment)."""
 
+    def opening(self) -> list[ServerSentEvent]:
+        return []
 
-class Encoder(Protocol):
-    """A protocol's framing of a run: what opens the stream, each event's SSE events, what closes it."""
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        raise NotImplementedError
 
-    def opening(self) -> list[ServerSentEvent]: ...
+    def closing(self) -> list[ServerSentEvent]:
+        return []
 
-    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]: ...
-
-    def closing(self) -> list[ServerSentEvent]: ...
-
-    def keepalive(self) -> ServerSentEvent: ...
+    def keepalive(self) -> ServerSentEvent:
+        return ServerSentEvent(comment="keepalive", sep="\n")
 
 
 async def _read(gw: Gateway, run: Run, after: int) -> AsyncIterator[tuple[int, ChatEvent]]:
