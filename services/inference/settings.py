@@ -16,10 +16,12 @@ class InferenceSettings(ServiceSettings):
     # The engine sets its own step-loop threads (SWITCHYARD_ENGINE_THREADS): leave torch alone here.
     torch_threads: int = 0
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'
-    # 'auto' measures the kernels at load and picks 'hybrid' (int8 for small decode steps, bf16
-    # otherwise) where bf16 is fast, else 'int8'. Both keep a prompt's KV independent of batch
-    # shape, so a quiet replay reproduces token for token (docs/architecture.md, "Weight formats").
-    dtype: str = "auto"  # 'auto' | 'hybrid' | 'int8' | 'bf16' | 'fp32'
+    # 'auto' measures the kernels at load: 'hybrid' (int4 for small decode steps, bf16 otherwise)
+    # where bf16 is the fastest batched kernel (AVX-512 BF16, AMX); else 'native' (the engine's own
+    # C++ block kernels, libs/engine/native) where they beat int8, else 'int8'. Each keeps a prompt's
+    # KV independent of batch shape, so a quiet replay reproduces token for token
+    # (docs/architecture.md, "Weight formats").
+    dtype: str = "auto"  # 'auto' | 'hybrid' | 'native' | 'int8' | 'bf16' | 'fp32'
     model_path: str | None = None
     # The name clients and the router use; None => the GGUF file name without its quantization suffix.
     model_name: str | None = None

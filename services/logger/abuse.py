@@ -128,10 +128,7 @@ def _decode(_subject: str, data: bytes) -> BaseModel:
     return StageRecord.model_validate_json(data)
 
 
-async def start_abuse_monitor(bus: Bus, settings: LoggerSettings | None = None) -> DurableConsumer | None:
-    # The logger's __main__ passes its settings; the default only serves tests/services/gateway, which
-    # still start the monitor with the bus alone (see the report of issue 20).
-    settings = settings or LoggerSettings()
+async def start_abuse_monitor(bus: Bus, settings: LoggerSettings) -> DurableConsumer | None:
     if not settings.abuse_enabled:
         return None
     standing = await bus.kv(subjects.STANDING_BUCKET, KeyStanding)

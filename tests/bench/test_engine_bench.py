@@ -19,6 +19,7 @@ def test_targets_are_ratios_against_the_same_run():
         "native": {"auto": {"decode_tok_s": 60.0, "agg_32": 400.0}},
         "hf": {"agg_32": 250.0},
         "lcpp": {"decode_tok_s": 100.0},
+        "lcpp_batched": {"agg_32": 320.0},
         "turns": {"on": {"ttfts": [0.05] + [0.06] * 8 + [0.08]}},
     }
     table = _targets(args, r)
@@ -28,9 +29,14 @@ def test_targets_are_ratios_against_the_same_run():
     ].endswith("| yes |")
     assert "4.000x" in rows["32 streams vs llama-cpp-python single stream"]
     assert rows["32 streams vs transformers at 32"].endswith("| no |")  # 1.6x < 2x
+    assert "1.250x" in rows["32 streams vs llama.cpp's batched decode of 32"] and rows[
+        "32 streams vs llama.cpp's batched decode of 32"
+    ].endswith("| yes |")
     assert "1.60x" in rows["turn-10 TTFT vs turn 1, prefix caching on"] and rows[
         "turn-10 TTFT vs turn 1, prefix caching on"
     ].endswith("| no |")
     # A missing baseline is neither met nor failed.
     r["lcpp"] = {"note": "not installed"}
     assert "| - | ≥ 0.6x | - |" in _targets(args, r)
+    del r["lcpp_batched"]
+    assert "| - | ≥ 1.2x | - |" in _targets(args, r)

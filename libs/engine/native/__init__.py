@@ -6,7 +6,7 @@ per row in blocks of 32 to int8, with integer dot products (AVX2), as llama.cpp 
 
 The library is built with `torch.utils.cpp_extension.load` (g++ and ninja from the distribution,
 no pip build step) into a directory keyed by the source's hash under the user's cache
-(~/.cache/switchyard/kernels, or $XDG_CACHE_HOME), and registers torch ops under
+(~/.cache/switchyard/kernels), and registers torch ops under
 `torch.ops.switchyard`. `available()` says whether they can run here: a compiler, an x86 CPU
 with AVX2/FMA/F16C. A failed build is remembered for the process and logged once.
 """
@@ -30,8 +30,7 @@ _state: dict[str, bool | str] = {}
 
 
 def build_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "switchyard" / "kernels"
+    return Path.home() / ".cache" / "switchyard" / "kernels"
 
 
 def _key() -> str:

@@ -13,6 +13,7 @@ from libs.bus import Bus
 from libs.bus.headers import now_ms
 from schemas import GatewayPart, StageRecord
 from services.logger.abuse import start_abuse_monitor
+from services.logger.settings import LoggerSettings
 from tests.services.gateway.harness import Gateway, Responder
 
 
@@ -43,7 +44,7 @@ async def test_key_suspended_after_threshold_then_reinstated(gw: Gateway, respon
     os.environ["SWITCHYARD_LOGGER_ABUSE_THRESHOLD"] = "3"
     os.environ["SWITCHYARD_LOGGER_ABUSE_DURABLE"] = f"abuse-{uuid.uuid4().hex[:6]}"
     try:
-        consumer = await start_abuse_monitor(responder.bus)
+        consumer = await start_abuse_monitor(responder.bus, LoggerSettings())
     finally:
         del os.environ["SWITCHYARD_LOGGER_ABUSE_THRESHOLD"], os.environ["SWITCHYARD_LOGGER_ABUSE_DURABLE"]
     assert consumer is not None
