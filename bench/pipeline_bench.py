@@ -10,7 +10,11 @@ Per request: the client's TTFT (request sent → first content delta), the engin
 before the first byte went. Before the stack starts, the engine alone runs in a fresh process (the
 inference service's settings, threads and concurrency, the prompts the context stage renders for the
 same texts) at the same levels, so the pipeline's cost is a ratio measured side by side; the weight
-format it resolves `auto` to is pinned for the stack. The result is a markdown section in --out.
+format it resolves `auto` to is pinned for the stack. With --vllm (on where the vLLM virtualenv is,
+`make setup-vllm`) the same load then runs against vLLM as a peer: vLLM alone (this file's engine
+worker, run by that environment's python) and the same stack with its inference replica run from that
+environment (`SWITCHYARD_INFERENCE_ENGINE=vllm`, eager unless --vllm-compile), rendered beside the
+native stack's rows with ratios of the same run. The result is a markdown section in --out.
 """
 
 from __future__ import annotations
@@ -54,6 +58,17 @@ def plan(args: argparse.Namespace) -> list[tuple[int, list[str]]]:
 
 
 # -- the stack over HTTP ----------------------------------------------------------------------
+def vllm_env(eager: bool) -> dict[str, str]:
+    """A vLLM replica: the inference service's vllm engine kind, run by the vLLM virtualenv's python,
+    which has our dependencies but not our package (PYTHONPATH at this checkout)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {
+        "SWITCHYARD_INFERENCE_ENGINE": "vllm",
+        "SWITCHYARD_VLLM_ENFORCE_EAGER": "1" if eager else "0",
+        "PYTHONPATH": path,
+    }
+
+
 def stack_env(dtype: str | None = None) -> dict[str, str]:
     """The stack as `make run` starts it, with the dev key's limits out of the way: the limiter still
     runs (its cost is the pipeline's), but 64 streams must not be refused. `dtype` pins the weight
@@ -92,21 +107,25 @@ async def drive(
 
 
 def run_stack(
-    args: argparse.Namespace, texts: list[tuple[int, list[str]]], dtype: str | None
-) -> dict[int, list[Sample]]:
+    args: argparse.Namespace, texts: list[tuple[int, list[str]]], dtype: str | None, vllm: str | None = None
+) -> tuple[dict[int, list[Sample]], float | None]:
+    """Each level's samples, and the seconds the stack took to be ready (None for a running one).
+    `vllm`: the python its inference replica runs with (the vLLM virtualenv's), else a native replica."""
     if args.url:
-        return asyncio.run(drive(args.url, args.api_key, args.admin_key, args, texts))
+        return asyncio.run(drive(args.url, args.api_key, args.admin_key, args, texts)), None
     from cli.stack import Stack
     from libs.bus.embedded import free_port
 
     data = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
-    stack = Stack(data_dir=data, port=free_port(), env=stack_env(dtype))
-    print(f"starting the stack (logs in {data}/logs) ...", flush=True)
+    env = {**stack_env(dtype), **(vllm_env(args.vllm_eager) if vllm else {})}
+    stack = Stack(data_dir=data, port=free_port(), env=env, interpreters={"inference": vllm} if vllm else {})
+    print(f"starting the stack{' on a vLLM replica' if vllm else ''} (logs in {data}/logs) ...", flush=True)
     try:
         t = time.perf_counter()
-        stack.start(timeout_s=600)
-        print(f"  ready in {time.perf_counter() - t:.0f}s", flush=True)
-        return asyncio.run(drive(stack.url, stack.api_key, stack.admin_key, args, texts))
+        stack.start(timeout_s=900)
+        ready = time.perf_counter() - t
+        print(f"  ready in {ready:.0f}s", flush=True)
+        return asyncio.run(drive(stack.url, stack.api_key, stack.admin_key, args, texts)), ready
     finally:
         stack.stop()
 
@@ -122,7 +141,9 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
     s = InferenceSettings()
     config = s.engine_config()
     eng = create_engine(config)
+    t = time.perf_counter()
     await eng.start()
+    load_s = time.perf_counter() - t
     tokens = job["tokens"]
 
     async def one(rid: str, prompt: str, n_tokens: int) -> tuple[int, float | None, float | None]:
@@ -137,10 +158,16 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
     for i in range(2):
         await one(f"warm{i}", job["warm"], 8)
     res: dict[str, Any] = {
+        "kind": config.kind,
         "threads": engine_threads(config.threads),
         "dtype": getattr(eng, "dtype", s.dtype),
+        "load_s": load_s,
         "levels": {},
     }
+    if config.kind == "vllm":  # vLLM binds its own threads; its weights are the fp32 (or bf16) checkpoint
+        import vllm
+
+        res.update(threads="vLLM's own binding", dtype=getattr(config, "vllm_dtype", "-"), version=vllm.__version__)
     for level, prompts in job["levels"]:
         todo = iter(enumerate(prompts))
         outs: list[tuple[int, float | None, float | None]] = []
@@ -176,8 +203,11 @@ def render_prompt(text: str) -> str:
     return str(_tokenizer().apply_chat_template([{"role": "user", "content": text}]))
 
 
-def spawn_engine(texts: list[tuple[int, list[str]]], args: argparse.Namespace) -> dict[str, Any]:
-    """The engine alone in a fresh process (its own threads and caches), with the stack's environment."""
+def spawn_engine(
+    texts: list[tuple[int, list[str]]], args: argparse.Namespace, vllm: str | None = None
+) -> dict[str, Any]:
+    """The engine alone in a fresh process (its own threads and caches), with the stack's environment;
+    `vllm`: vLLM alone, the worker run by that python with a vLLM replica's environment."""
     job = {
         "tokens": args.tokens,
         "warm": render_prompt("Say hello. (warm-up)"),
@@ -186,11 +216,11 @@ def spawn_engine(texts: list[tuple[int, list[str]]], args: argparse.Namespace) -
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(job, fh)
     load = os.getloadavg()[0]
-    print("engine alone ...", flush=True)
+    print(f"{'vLLM' if vllm else 'engine'} alone ...", flush=True)
     t = time.perf_counter()
-    env = {**os.environ, **stack_env(), "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, **stack_env(), **(vllm_env(args.vllm_eager) if vllm else {}), "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.pipeline_bench", "--worker", fh.name],
+        [vllm or sys.executable, "-m", "bench.pipeline_bench", "--worker", fh.name],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -205,6 +235,32 @@ def spawn_engine(texts: list[tuple[int, list[str]]], args: argparse.Namespace) -
     return {"note": f"engine worker failed (exit {proc.returncode})", "levels": {}}
 
 
+def vllm_wanted(args: argparse.Namespace) -> str | None:
+    """The vLLM virtualenv's python when the vLLM peer runs: asked for, or by default where it is installed;
+    never against a stack started elsewhere (--url), whose replicas are its own."""
+    from bench.vllm_bench import vllm_python
+
+    if args.vllm is False or args.url:
+        return None
+    python = vllm_python()
+    if python is None and args.vllm:
+        raise SystemExit("--vllm: no vLLM environment (make setup-vllm, or set VLLM_VENV)")
+    return python
+
+
+def run_vllm(args: argparse.Namespace, texts: list[tuple[int, list[str]]], python: str) -> dict[str, Any]:
+    """vLLM alone, then the stack on a vLLM replica; a failure is a note in the section, not a lost run."""
+    engine: dict[str, Any] = {"note": "skipped (--no-engine)", "levels": {}}
+    if not args.no_engine:
+        engine = spawn_engine(texts, args, vllm=python)
+    out: dict[str, Any] = {"load": f"{os.getloadavg()[0]:.2f}", "eager": args.vllm_eager}
+    try:
+        samples, out["ready_s"] = run_stack(args, texts, None, vllm=python)
+    except (RuntimeError, TimeoutError, OSError) as e:
+        return {**out, "note": f"the stack on a vLLM replica failed: {e}", "engine": engine}
+    return {**out, **summarize(samples, engine)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="docs/benchmarks.md", help="markdown file to write the section into; '' for none")
@@ -213,6 +269,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=None, help="requests per level (default max(8, 2 x level))")
     ap.add_argument("--json", default=None, help="also write the summary as JSON here")
     ap.add_argument("--no-engine", action="store_true", help="skip the engine-alone comparison")
+    ap.add_argument(
+        "--vllm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also run the same load on a stack whose inference replica is vLLM (default: where `make setup-vllm` "
+        "made its virtualenv, VLLM_VENV)",
+    )
+    ap.add_argument(
+        "--vllm-compile",
+        dest="vllm_eager",
+        action="store_false",
+        help="let vLLM compile at start-up (minutes on 2 cores) instead of running eager",
+    )
     ap.add_argument("--url", default=None, help="drive a running stack instead of starting one")
     ap.add_argument("--api-key", default=os.environ.get("SWITCHYARD_API_KEY", ""))
     ap.add_argument("--admin-key", default=os.environ.get("SWITCHYARD_ADMIN_KEY", ""))
@@ -231,10 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         engine = spawn_engine(texts, args)
     r: dict[str, Any] = {"load": f"{os.getloadavg()[0]:.2f}"}
     dtype = engine.get("dtype")
-    samples = run_stack(args, texts, dtype if isinstance(dtype, str) else None)
+    samples, r["ready_s"] = run_stack(args, texts, dtype if isinstance(dtype, str) else None)
     r.update(summarize(samples, engine))
     recorded = [s for ss in samples.values() for s in ss if s.record.get("prompt")]
     r["prompts_differing"] = sum(s.record["prompt"] != render_prompt(s.text) for s in recorded)
+    vllm = vllm_wanted(args)
+    if vllm:
+        r["vllm"] = run_vllm(args, texts, vllm)
     section = render(args.tokens, r)
     if args.out:
         write_section(args.out, MARK_BEGIN, MARK_END, section)

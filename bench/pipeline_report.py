@@ -1,4 +1,8 @@
-"""The pipeline benchmark's summary (per level p50/p95, the stage breakdown, the targets) and its markdown."""
+"""The pipeline benchmark's summary (per level p50/p95, the stage breakdown, the targets) and its markdown.
+
+`r` is the native stack's summary; where the vLLM peer ran, `r["vllm"]` is the same summary for the
+stack on a vLLM replica (plus its load, readiness and eager flag, or a `note` where it failed), and
+its rows are rendered beside the native ones with ratios (vLLM / native) of the same run."""
 
 from __future__ import annotations
 
@@ -108,6 +112,39 @@ def pair(d: dict[str, float | None], digits: int = 0) -> str:
     return f"{p50:.{digits}f} / {p95:.{digits}f}" if p95 is not None else f"{p50:.{digits}f}"
 
 
+# The p50s (or throughputs) the vLLM peer is compared on, as (column, path into a level's summary).
+COMPARED = (
+    ("client TTFT", ("client_ttft_ms", "p50")),
+    ("engine TTFT", ("engine_ttft_ms", "p50")),
+    ("pipeline-added TTFT", ("added_ttft_ms", "p50")),
+    ("engine TPOT", ("engine_tpot_ms", "p50")),
+    ("API tok/s", ("api_tok_s",)),
+    ("engine alone tok/s", ("engine_alone", "tok_s")),
+)
+
+
+def _at(level: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        level = level.get(key) if isinstance(level, dict) else None  # type: ignore[assignment]
+    return level
+
+
+def vllm_levels(r: dict[str, Any]) -> dict[str, Any]:
+    """The vLLM peer's levels, or none where it did not run (or failed)."""
+    levels: dict[str, Any] = (r.get("vllm") or {}).get("levels") or {}
+    return levels
+
+
+def compare(r: dict[str, Any]) -> dict[str, list[float | None]]:
+    """Per level both stacks ran: vLLM / native for each COMPARED figure (None where either lacks it)."""
+    peer = vllm_levels(r)
+    return {
+        level: [ratio(_at(peer[level], path), _at(v, path)) for _, path in COMPARED]
+        for level, v in r["levels"].items()
+        if level in peer
+    }
+
+
 def targets(r: dict[str, Any]) -> list[tuple[str, float | None, str, bool | None]]:
     lv = r["levels"]
     one = lv.get("1", {})
@@ -170,6 +207,67 @@ def reading(r: dict[str, Any]) -> str:
     return " ".join(p for p in parts if p)
 
 
+def vllm_reading(r: dict[str, Any]) -> str:
+    lv, peer = r["levels"], vllm_levels(r)
+    lo = min(peer, key=int)
+    hi = "32" if "32" in peer else max(peer, key=int)
+    a, b = peer[lo], peer[hi]
+    return (
+        f"On the vLLM replica a client waits {fmt(a['client_ttft_ms']['p50'])} ms (p50) for the first byte at "
+        f"{streams(lo)} ({fmt(ratio(a['client_ttft_ms']['p50'], lv[lo]['client_ttft_ms']['p50']), 'x')} the native "
+        f"stack's), the pipeline adding {fmt(a['added_ttft_ms']['p50'])} ms to vLLM's own "
+        f"{fmt(a['engine_ttft_ms']['p50'])}; at {streams(hi)} the API serves {fmt(b['api_tok_s'])} tok/s "
+        f"({fmt(ratio(b['api_tok_s'], lv[hi]['api_tok_s']), 'x')} the native stack's) against "
+        f"{fmt(b['engine_alone']['tok_s'])} for vLLM alone ({fmt(ratio(b['api_tok_s'], b['engine_alone']['tok_s']), 'x')})."
+    )
+
+
+def yes(met: bool | None) -> str:
+    return "-" if met is None else ("yes" if met else "no")
+
+
+def row(label: str, v: dict[str, Any]) -> str:
+    """One level of one stack in the main table."""
+    d = v["deltas_per_token"]
+    dpt = "-" if d["p50"] is None else f"{d['p50']:.2f} ({d['min']:.2f})"
+    return (
+        f"| {label} | {v['requests']} | {pair(v['client_ttft_ms'])} | {pair(v['engine_ttft_ms'])} | "
+        f"{pair(v['added_ttft_ms'])} | {pair(v['engine_tpot_ms'], 1)} | {pair(v['gap_ms'], 1)} | {dpt} | "
+        f"{fmt(v['api_tok_s'])} | {fmt(v['engine_alone']['tok_s'])} | "
+        f"{fmt(ratio(v['api_tok_s'], v['engine_alone']['tok_s']), 'x')} | {pair(v['engine_alone']['ttft_ms'])} | "
+        f"{v['error_count']} |"
+    )
+
+
+def seconds(v: Any) -> str:
+    return f"{v:.0f} s" if isinstance(v, int | float) else "-"
+
+
+def vllm_header(r: dict[str, Any]) -> list[str]:
+    """What the vLLM peer was, in the section's list of conditions (nothing where it did not run)."""
+    v = r.get("vllm")
+    if not v:
+        return []
+    eng = v.get("engine") or {}
+    mode = (
+        "eager (`SWITCHYARD_VLLM_ENFORCE_EAGER=1`: no start-up compile, about 10 % slower decode)"
+        if v.get("eager", True)
+        else "compiled at start-up"
+    )
+    lines = [
+        "- vLLM replica, a peer in the same run: the same stack and load, its inference service run by the vLLM "
+        f"virtualenv's python (`make setup-vllm`) with `SWITCHYARD_INFERENCE_ENGINE=vllm`; vLLM "
+        f"{eng.get('version', '-')} CPU build, weights {eng.get('dtype', '-')} (the HF checkpoint written from the "
+        f"GGUF), {mode}, its own core binding; vLLM alone (the same worker, that python) loads in "
+        f"{seconds(eng.get('load_s'))}, the stack was ready in {seconds(v.get('ready_s'))} (native: "
+        f"{seconds(r.get('ready_s'))}); load average at start {eng.get('load', '-')} (vLLM alone), "
+        f"{v.get('load', '-')} (stack)"
+    ]
+    lines += [f"- vLLM alone: {eng['note']}"] if eng.get("note") else []
+    lines += [f"- vLLM replica: {v['note']}"] if v.get("note") else []
+    return lines
+
+
 def render(tokens: int, r: dict[str, Any]) -> str:
     lv = r["levels"]
     eng = r["engine"]
@@ -192,25 +290,39 @@ def render(tokens: int, r: dict[str, Any]) -> str:
             else []
         ),
         *([f"- engine alone: {eng['note']}"] if eng.get("note") else []),
+        *vllm_header(r),
         "",
         "| streams | requests | client TTFT ms p50 / p95 | engine TTFT ms | pipeline-added TTFT ms | engine TPOT ms "
         "| delta gap ms | deltas per token p50 (min) | API tok/s | engine alone tok/s | API / engine | "
         "engine alone TTFT ms | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    peer = vllm_levels(r)
     for level, v in lv.items():
-        d = v["deltas_per_token"]
-        dpt = "-" if d["p50"] is None else f"{d['p50']:.2f} ({d['min']:.2f})"
-        lines.append(
-            f"| {level} | {v['requests']} | {pair(v['client_ttft_ms'])} | {pair(v['engine_ttft_ms'])} | "
-            f"{pair(v['added_ttft_ms'])} | {pair(v['engine_tpot_ms'], 1)} | {pair(v['gap_ms'], 1)} | {dpt} | "
-            f"{fmt(v['api_tok_s'])} | {fmt(v['engine_alone']['tok_s'])} | "
-            f"{fmt(ratio(v['api_tok_s'], v['engine_alone']['tok_s']), 'x')} | {pair(v['engine_alone']['ttft_ms'])} | "
-            f"{v['error_count']} |"
-        )
-    lines += ["", "Targets:", "", "| target | measured | wanted | met |", "|---|---|---|---|"]
-    for name, val, want, met in targets(r):
-        lines.append(f"| {name} | {fmt(val)} | {want} | {'-' if met is None else ('yes' if met else 'no')} |")
+        lines.append(row(level, v))
+        if level in peer:
+            lines.append(row(f"{level} (vLLM)", peer[level]))
+    ratios = compare(r)
+    if ratios:
+        lines += [
+            "",
+            "The vLLM replica against the native one, same run (vLLM / native; p50s, tok/s; below 1 is faster "
+            "for a TTFT or TPOT, slower for a tok/s):",
+            "",
+            "| streams | " + " | ".join(name for name, _ in COMPARED) + " |",
+            "|---|" + "---|" * len(COMPARED),
+        ]
+        for level, rs in ratios.items():
+            lines.append(f"| {level} | " + " | ".join(fmt(x, "x") for x in rs) + " |")
+    lines += ["", "Targets" + (" (the native stack's; the vLLM replica's beside them)" if peer else "") + ":", ""]
+    if peer:
+        lines += ["| target | measured | met | vLLM replica | met | wanted |", "|---|---|---|---|---|---|"]
+        for (name, val, want, met), (_, pval, _, pmet) in zip(targets(r), targets(r["vllm"]), strict=True):
+            lines.append(f"| {name} | {fmt(val)} | {yes(met)} | {fmt(pval)} | {yes(pmet)} | {want} |")
+    else:
+        lines += ["| target | measured | wanted | met |", "|---|---|---|---|"]
+        for name, val, want, met in targets(r):
+            lines.append(f"| {name} | {fmt(val)} | {want} | {yes(met)} |")
     lines += [
         "",
         "Before the first byte, per stage (p50 ms: its own span / its share of the client's TTFT). Shares follow "
@@ -218,16 +330,19 @@ def render(tokens: int, r: dict[str, Any]) -> str:
         "so a stage running beside another's work adds nothing and the shares add up to the TTFT "
         "(bench/pipeline_stages.py):",
         "",
-        "| stage | " + " | ".join(streams(level) for level in lv) + " |",
-        "|---|" + "---|" * len(lv),
+        "| stage | "
+        + " | ".join(streams(level) for level in lv)
+        + "".join(f" | {streams(x)} (vLLM)" for x in peer)
+        + " |",
+        "|---|" + "---|" * (len(lv) + len(peer)),
     ]
     for name in STAGES:
         cells = []
-        for v in lv.values():
+        for v in [*lv.values(), *peer.values()]:
             st = v["stages"][name]
             own = "-" if st["own_p50"] is None else f"{st['own_p50']:.1f}"
             adds = "-" if st["adds_p50"] is None else f"{st['adds_p50']:.1f}"
             cells.append(f"{own} / {adds}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", reading(r), "", MARK_END, ""]
+    lines += ["", reading(r), *(["", vllm_reading(r)] if ratios else []), "", MARK_END, ""]
     return "\n".join(lines)

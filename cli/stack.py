@@ -75,6 +75,9 @@ class Stack:
     supervise: bool = False
     backoff: Backoff = field(default_factory=Backoff)
     echo_events: bool = False
+    # The python a service runs with, where not this one's: a vLLM replica runs from vLLM's own
+    # virtualenv (`make setup-vllm`), with PYTHONPATH at the checkout in `env`.
+    interpreters: dict[str, str] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _changed: threading.Condition = field(init=False, repr=False)
     _stop: StopLatch = field(default_factory=StopLatch, repr=False)
@@ -160,7 +163,7 @@ class Stack:
                 env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(free_port())
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{spec.name}"],
+                [self.interpreters.get(spec.name, sys.executable), "-m", f"services.{spec.name}"],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT if out else None,

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from bench.pipeline_bench import vllm_env, vllm_wanted
 from bench.pipeline_client import Sample
-from bench.pipeline_report import MARK_BEGIN, MARK_END, render, summarize, targets
+from bench.pipeline_report import COMPARED, MARK_BEGIN, MARK_END, compare, render, summarize, targets
 from bench.pipeline_stages import STAGES, first_byte_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +142,85 @@ def test_summary_targets_and_section() -> None:
     section = render(8, r)
     assert section.startswith(MARK_BEGIN) and section.rstrip().endswith(MARK_END)
     assert "| 32 | 2 |" in section and "| safety_in |" in section
+
+
+def two_stacks() -> dict[str, Any]:
+    """A native run and its vLLM peer at 1 and 32 streams: vLLM's engine TTFT is half the native one's
+    (50 against 100 ms), its client TTFT 300 against 400 ms, its throughput twice."""
+    native = {1: [request(ttft_ms=400.0) for _ in range(2)], 32: [request(ttft_ms=400.0) for _ in range(2)]}
+    peer = {1: [request(ttft_ms=300.0) for _ in range(2)], 32: [request(ttft_ms=300.0) for _ in range(2)]}
+    for ss in peer.values():
+        for s in ss:
+            s.record["usage"] = {"ttft_ms": 50.0, "tpot_ms": 5.0}
+            s.t_end_ns -= 600 * MS  # the same 8 tokens, done 400 ms after the first instead of 1,000
+    engine = {"threads": 1, "dtype": "native", "load_s": 9.0, "levels": {"1": {"tok_s": 8.0}, "32": {"tok_s": 8.0}}}
+    vllm = {"kind": "vllm", "dtype": "float32", "version": "0.32.0", "load_s": 30.0, "load": "1.50"}
+    vllm["levels"] = {"1": {"tok_s": 16.0}, "32": {"tok_s": 32.0}}
+    r: dict[str, Any] = {"load": "0.50", "ready_s": 20.0, **summarize(native, engine)}
+    r["vllm"] = {"load": "1.70", "eager": True, "ready_s": 45.0, **summarize(peer, vllm)}
+    return r
+
+
+def test_the_vllm_peer_is_compared_level_by_level() -> None:
+    r = two_stacks()
+    ratios = compare(r)
+    assert list(ratios) == ["1", "32"]
+    got = dict(zip((name for name, _ in COMPARED), ratios["1"], strict=True))
+    assert got["client TTFT"] == pytest.approx(0.75)  # 300 / 400 ms
+    assert got["engine TTFT"] == pytest.approx(0.5) and got["engine TPOT"] == pytest.approx(0.5)
+    assert got["pipeline-added TTFT"] == pytest.approx(250 / 300)  # (300 - 50) / (400 - 100)
+    assert got["engine alone tok/s"] == pytest.approx(2.0)
+    # Both stacks' requests start together: 16 tokens by 2.4 s after against 1.7 s after (1.4 s against 0.7 s).
+    assert got["API tok/s"] == pytest.approx(2.0)
+    # A failed peer (no levels) compares nothing.
+    r["vllm"] = {"note": "the stack on a vLLM replica failed: boom", "engine": {}}
+    assert compare(r) == {}
+
+
+def test_the_vllm_rows_sit_beside_the_native_ones() -> None:
+    section = render(8, two_stacks())
+    lines = section.splitlines()
+    native = next(i for i, line in enumerate(lines) if line.startswith("| 32 | 2 |"))
+    assert lines[native + 1].startswith("| 32 (vLLM) | 2 | 300 / 300 | 50 / 50 |")
+    assert "| 1 | 0.750x | 0.500x | 0.833x | 0.500x | 2.000x | 2.000x |" in lines
+    assert "| target | measured | met | vLLM replica | met | wanted |" in lines
+    assert "| stage | 1 stream | 32 streams | 1 stream (vLLM) | 32 streams (vLLM) |" in lines
+    assert any(
+        "vLLM 0.32.0 CPU build, weights float32" in line and "eager (`SWITCHYARD_VLLM_ENFORCE_EAGER=1`" in line
+        for line in lines
+    )
+    assert any(line.startswith("On the vLLM replica a client waits 300.0 ms") for line in lines)
+    # Without the peer the section is the native one alone, as before.
+    r = two_stacks()
+    del r["vllm"]
+    alone = render(8, r)
+    assert "(vLLM)" not in alone and "| target | measured | wanted | met |" in alone.splitlines()
+
+
+def test_a_failed_vllm_peer_is_a_note() -> None:
+    r = two_stacks()
+    r["vllm"] = {"load": "2.00", "eager": True, "note": "the stack on a vLLM replica failed: boom", "engine": {}}
+    section = render(8, r)
+    assert "- vLLM replica: the stack on a vLLM replica failed: boom" in section.splitlines()
+    assert "(vLLM) |" not in section and "| target | measured | wanted | met |" in section
+
+
+def test_the_vllm_peer_runs_where_its_virtualenv_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def args(vllm: bool | None, url: str | None = None) -> Any:
+        return type("Args", (), {"vllm": vllm, "url": url})()
+
+    monkeypatch.setenv("VLLM_VENV", str(tmp_path))
+    assert vllm_wanted(args(None)) is None  # no virtualenv: off by default
+    with pytest.raises(SystemExit):
+        vllm_wanted(args(True))  # asked for, and missing
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").touch()
+    assert vllm_wanted(args(None)) == str(tmp_path / "bin" / "python")
+    assert vllm_wanted(args(False)) is None
+    assert vllm_wanted(args(True, url="http://127.0.0.1:8000")) is None  # a running stack's replicas are its own
+    env = vllm_env(eager=True)
+    assert env["SWITCHYARD_INFERENCE_ENGINE"] == "vllm" and env["SWITCHYARD_VLLM_ENFORCE_EAGER"] == "1"
+    assert str(ROOT) in env["PYTHONPATH"].split(":")
 
 
 @pytest.mark.e2e
