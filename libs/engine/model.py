@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from libs.engine import native
 from libs.engine.kernels import (
     BlockWeight,
     DualWeight,
@@ -78,6 +79,7 @@ class AttnBatch:
     # Rows [0, free_rows) are generated tokens (the decodes): their products may use any kernel
     # (see linear). A step without prefills is made of generated tokens only.
     free_rows: int = 0
+    decode_lens: torch.Tensor | None = None  # [num_decodes] keys each decode attends to
 
     def to(self, device: torch.device) -> AttnBatch:
         """The same batch with every tensor on `device` (built on the CPU, copied once a step)."""
@@ -101,6 +103,7 @@ class AttnBatch:
             spans,
             self.logits_rows.to(device),
             self.free_rows,
+            mv(self.decode_lens),
         )
 
 
@@ -158,6 +161,9 @@ class LlamaModel:
         # Decode attention on a bf16 cache as fused bf16 SDPA, else upcast fp32 matmuls
         # (measure_decode_attention, by the engine).
         self.fused_decode = True
+        # The layer's norms, rotary embedding, cache write, decode attention and SiLU as the native
+        # ops (libs/engine/native/layer_ops.cpp) beside the native products, on the CPU.
+        self.native_layers = dtype == "native"
         # Row counts at which prompt rows are multiplied (kernels.row_invariance; None: any).
         self.invariance: RowInvariance | None = None
         self.embed = tensors["token_embd.weight"]
@@ -287,8 +293,6 @@ class LlamaModel:
         nqk = (nh + nkv) * hd
         inter = cfg.intermediate_size
         x = self.embed[batch.input_ids]
-        cos = self.cos[batch.positions].unsqueeze(1)
-        sin = self.sin[batch.positions].unsqueeze(1)
         T = x.shape[0]
         # The quantized copy only for small steps of generated tokens: prompt tokens always take
         # the dense kernel, in calls of a row count inside the measured invariant range (see
@@ -296,31 +300,50 @@ class LlamaModel:
         # cache and prefill, and a quiet replay recomputes exactly what the original run computed.
         small = not batch.prefills and T <= self.small_max_rows
         inv, fr = self.invariance, batch.free_rows
+        nat = self.native_layers and x.device.type == "cpu"
+        norm = native.rms_norm if nat else rms_norm
         for li, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.attn_norm, cfg.rms_eps)
+            h = norm(x, layer.attn_norm, cfg.rms_eps)
             qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
-            # RoPE on q and k heads in one pass: they share positions.
-            qk = qkv[:, :nqk].view(T, nh + nkv, hd)
-            qk = torch.addcmul(qk * cos, qk.roll(hd // 2, -1), sin)
-            q, k = qk[:, :nh], qk[:, nh:]
-            v = qkv[:, nqk:].view(T, nkv, hd)
             kc, vc = kv.k[li], kv.v[li]
-            if kc.dtype != k.dtype:
-                # Attention reads the stored (rounded) values even for keys computed this step,
-                # so a row sees the same keys whether they came from the cache or not.
-                k, v = k.to(kc.dtype), v.to(kc.dtype)
-            kc.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
-            vc.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
-            attn = self._attention(q, k, v, kc, vc, batch)
+            if nat:
+                # Rotated in place, and k, v written to their slots, in one call.
+                native.rope_store(qkv, self.cos, self.sin, batch.positions, kc, vc, batch.slot_mapping, nh, nkv)
+                q, k = qkv[:, : nh * hd].view(T, nh, hd), qkv[:, nh * hd : nqk].view(T, nkv, hd)
+                v = qkv[:, nqk:].view(T, nkv, hd)
+            else:
+                q, k, v = self._rope_store(qkv, batch, kc, vc, nh, nkv, hd)
+            attn = self._attention(q, k, v, kc, vc, batch, nat)
             # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
             # adding bf16 into the fp32 residual promotes without a separate cast.
             x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, inv, fr)
-            h = rms_norm(x, layer.ffn_norm, cfg.rms_eps)
+            h = norm(x, layer.ffn_norm, cfg.rms_eps)
             gu = linear(h, layer.gate_up, small, True, inv, fr)
-            x = x + linear(F.silu(gu[:, :inter]) * gu[:, inter:], layer.down, small, True, inv, fr)
-        x = rms_norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
+            act = native.silu_mul(gu) if nat else F.silu(gu[:, :inter]) * gu[:, inter:]
+            x = x + linear(act, layer.down, small, True, inv, fr)
+        x = norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
         # One row per sampling sequence: a quiet request's logits come from a call of one row.
         return linear(x, self.lm_head, small).float()
+
+    def _rope_store(
+        self, qkv: torch.Tensor, batch: AttnBatch, kc: torch.Tensor, vc: torch.Tensor, nh: int, nkv: int, hd: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of the step's rows, q and k rotated, k and v written to the cache."""
+        T, nqk = qkv.shape[0], (nh + nkv) * hd
+        # RoPE on q and k heads in one pass: they share positions.
+        qk = qkv[:, :nqk].view(T, nh + nkv, hd)
+        qk = torch.addcmul(
+            qk * self.cos[batch.positions].unsqueeze(1), qk.roll(hd // 2, -1), self.sin[batch.positions].unsqueeze(1)
+        )
+        q, k = qk[:, :nh], qk[:, nh:]
+        v = qkv[:, nqk:].view(T, nkv, hd)
+        if kc.dtype != k.dtype:
+            # Attention reads the stored (rounded) values even for keys computed this step,
+            # so a row sees the same keys whether they came from the cache or not.
+            k, v = k.to(kc.dtype), v.to(kc.dtype)
+        kc.index_copy_(1, batch.slot_mapping, k.transpose(0, 1))
+        vc.index_copy_(1, batch.slot_mapping, v.transpose(0, 1))
+        return q, k, v
 
     def _attention(
         self,
@@ -330,12 +353,13 @@ class LlamaModel:
         kc: torch.Tensor,
         vc: torch.Tensor,
         batch: AttnBatch,
+        nat: bool = False,
     ) -> torch.Tensor:
         if not batch.prefills:  # an all-decode step: no buffer to assemble
-            return self._decode_attention(q, kc, vc, batch, self.fused_decode)
+            return self._decode(q, kc, vc, batch, nat)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if batch.num_decodes:
-            out[: batch.num_decodes] = self._decode_attention(q, kc, vc, batch, self.fused_decode)
+            out[: batch.num_decodes] = self._decode(q, kc, vc, batch, nat)
         for span in batch.prefills:
             # Prompt rows: fp32 SDPA, whose rows keep their bits however the prompt was chunked
             # (a bf16 SDPA's do not), over keys upcast from the cache's dtype.
@@ -361,6 +385,13 @@ class LlamaModel:
                 )
                 out[first : first + n] = op[0, :, :n].transpose(0, 1)
         return out
+
+    def _decode(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, batch: AttnBatch, nat: bool) -> torch.Tensor:
+        if nat and batch.decode_lens is not None:
+            bd = batch.num_decodes
+            assert batch.decode_slots is not None
+            return native.decode_attention(q[:bd], kc, vc, batch.decode_slots.view(bd, -1), batch.decode_lens)
+        return self._decode_attention(q, kc, vc, batch, self.fused_decode)
 
     @staticmethod
     def _decode_attention(

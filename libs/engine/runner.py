@@ -73,6 +73,7 @@ class ModelRunner:
             # In the order of `seqs`: the engine pairs sampled tokens with sequences by position.
             logits_rows=torch.tensor([last_row[id(s)] for s in seqs if s.samples], dtype=torch.long),
             free_rows=len(decodes),
+            decode_lens=torch.tensor(decode_lens) if decodes else None,
         )
 
     def run(self, seqs: list[ScheduledSeq]) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 torch's int8/int4 weight-only CPU kernels convert weights to fp32 on CPUs without AVX-512, and
 are compute-bound there. These kernels multiply the GGUF's weight blocks by activations quantized
-per row in blocks of 32 to int8, with integer dot products (AVX2), as llama.cpp does.
+per row in blocks of 32 to int8, with integer dot products (AVX2 `maddubs`, or AVX-512 VNNI
+`dpbusd` where the CPU has it: the same integers, so the same bits), as llama.cpp does.
 
 The library is built with `torch.utils.cpp_extension.load` (g++ and ninja from the distribution,
 no pip build step) into a directory keyed by the source's hash under the user's cache
@@ -24,6 +25,10 @@ import torch
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("block_matmul.cpp")
+# The layer's other parts (RMSNorm, rotary embedding and cache write, decode attention, SiLU).
+LAYER_OPS = Path(__file__).with_name("layer_ops.cpp")
+# Included by SOURCE once per instruction set; part of the build's key.
+ROWS = Path(__file__).with_name("block_rows.inc")
 _lock = threading.Lock()
 _state: dict[str, bool | str] = {}
 
@@ -33,7 +38,7 @@ def build_dir() -> Path:
 
 
 def _key() -> str:
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256(SOURCE.read_bytes() + ROWS.read_bytes() + LAYER_OPS.read_bytes())
     h.update(torch.__version__.encode())
     return h.hexdigest()[:16]
 
@@ -68,7 +73,7 @@ def _load() -> bool:
         out.mkdir(parents=True, exist_ok=True)
         cpp_extension.load(
             name=f"switchyard_kernels_{key}",
-            sources=[str(SOURCE)],
+            sources=[str(SOURCE), str(LAYER_OPS)],
             build_directory=str(out),
             # No global -mavx2: the AVX2 functions carry target attributes, so the library loads
             # on any x86 CPU and has_avx2() decides. No contraction of separate multiply-adds:
@@ -91,6 +96,16 @@ def available() -> bool:
 def unavailable_reason() -> str:
     load()
     return str(_state.get("error", ""))
+
+
+def has_vnni() -> bool:
+    """Whether the CPU has AVX-512 VNNI, where the products use `dpbusd` (same bits as AVX2's)."""
+    return bool(_ops().has_vnni())
+
+
+def use_vnni(on: bool) -> bool:
+    """Turns the VNNI kernels on or off (only on where the CPU has them); whether they are on."""
+    return bool(_ops().use_vnni(on))
 
 
 def _ops() -> Any:
@@ -118,6 +133,40 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     """The activations' quantization alone: int8 values, per-block scales and scaled sums."""
     q, d, s = _ops().quantize_rows(x)
     return q, d, s
+
+
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm of each row of x [M, D] (fp32) with weight w [D]."""
+    return _ops().rms_norm(x, w, eps)  # type: ignore[no-any-return]
+
+
+def rope_store(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    kc: torch.Tensor,
+    vc: torch.Tensor,
+    slots: torch.Tensor,
+    nh: int,
+    nkv: int,
+) -> None:
+    """In place: rotary embedding of qkv's q and k heads (rotate-half, `sin` signed), then each row's
+    k and v heads written to its slot of the caches kc, vc [nkv, slots, hd] (fp32)."""
+    _ops().rope_store(qkv, cos, sin, positions, kc, vc, slots, nh, nkv)
+
+
+def decode_attention(
+    q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor
+) -> torch.Tensor:
+    """Single-token attention of q [B, heads, hd] over the keys at slots[b, :lens[b]] of the caches
+    [kv_heads, slots, hd] (fp32), read in place; [B, heads, hd]."""
+    return _ops().decode_attention(q, kc, vc, slots, lens)  # type: ignore[no-any-return]
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for gu = [gate | up] of shape [T, 2I]; [T, I]."""
+    return _ops().silu_mul(gu)  # type: ignore[no-any-return]
 
 
 def pack_q4(q: torch.Tensor) -> torch.Tensor:

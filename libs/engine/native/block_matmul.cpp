@@ -23,9 +23,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -47,6 +49,20 @@ bool cpu_has_avx2() {
   return false;
 #endif
 }
+
+bool cpu_has_vnni() {
+#ifdef SY_X86
+  __builtin_cpu_init();
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512bw");
+#else
+  return false;
+#endif
+}
+
+// Whether the products take the VNNI kernels: on where the CPU has them; tests switch it off to
+// compare the two paths bit for bit.
+std::atomic<bool> g_vnni{cpu_has_vnni()};
 
 #ifdef SY_X86
 #define SY_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -102,100 +118,37 @@ struct QRows {
   int64_t K;
 };
 
-template <int G>
-SY_AVX2 void q4_rows(const QRows& x, int64_t r0, const uint8_t* w, const float* wd, const float* wm, int64_t nb,
-                     float* out, int64_t ldo) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + b * 16));
-    const __m256i wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + r * x.K + b * kBlock));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
-      acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(wd[b] * x.d[r * nb + b]), _mm256_cvtepi32_ps(dot), acc[g]);
-    }
-  }
-  for (int g = 0; g < G; ++g) {
-    const int64_t r = r0 + g;
-    // The minimums' term, sum over blocks of m * (d_x * sum q_x), eight blocks at a time: a
-    // scalar chain of dependent multiply-adds here cost as much as the integer products.
-    const float* xs = x.s + r * nb;
-    __m256 mv = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) mv = _mm256_fmadd_ps(_mm256_loadu_ps(wm + b), _mm256_loadu_ps(xs + b), mv);
-    float mins = hsum(mv);
-    for (; b < nb; ++b) mins = __builtin_fmaf(wm[b], xs[b], mins);
-    out[r * ldo] = hsum(acc[g]) + mins;
-  }
-}
+// The row kernels, compiled twice: for AVX2 (maddubs into int16 pairs, madd into int32) and for
+// AVX-512 VNNI (dpbusd straight into int32). Both sum the same integers exactly (the int16 pairs
+// cannot saturate: at most 2 x 15 x 127 per pair for 4-bit weights, 8 x that per lane in q4x8, and
+// 128 x 127 x 2 for 8-bit ones), so a row gets the same bits from either.
+namespace avx2 {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define SY_VNNI 0
+#include "block_rows.inc"
+#undef SY_VNNI
+#pragma GCC pop_options
+}  // namespace avx2
 
-template <int G>
-SY_AVX2 void q8_rows(const QRows& x, int64_t r0, const int8_t* w, const float* wd, int64_t nb, float* out,
-                     int64_t ldo) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * kBlock));
-    // s8 x s8 through maddubs (u8 x s8): |w| times x with w's sign moved onto x.
-    const __m256i wabs = _mm256_sign_epi8(wq, wq);
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + r * x.K + b * kBlock));
-      const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(xq, wq)), ones);
-      acc[g] = _mm256_fmadd_ps(_mm256_set1_ps(wd[b] * x.d[r * nb + b]), _mm256_cvtepi32_ps(dot), acc[g]);
-    }
-  }
-  for (int g = 0; g < G; ++g) out[(r0 + g) * ldo] = hsum(acc[g]);
-}
+namespace vnni {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")
+#define SY_VNNI 1
+#include "block_rows.inc"
+#undef SY_VNNI
+#pragma GCC pop_options
+}  // namespace vnni
 
-// Rows r0..r0+G of 8 columns in the q4x8 layout; out points at column 0 of the group.
-template <int G>
-SY_AVX2 void q4x8_rows(const QRows& x, int64_t r0, const uint8_t* w, const float* wd, const float* wm, int64_t nb,
-                       float* out, int64_t ldo) {
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i wq[8];
-    for (int j = 0; j < 4; ++j) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * 128 + j * 32));
-      wq[j] = _mm256_and_si256(raw, low);
-      wq[j + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-    }
-    const __m256 d8 = _mm256_loadu_ps(wd + b * 8);
-    const __m256 m8 = _mm256_loadu_ps(wm + b * 8);
-    for (int g = 0; g < G; ++g) {
-      const int64_t r = r0 + g;
-      const int8_t* xb = x.q + r * x.K + b * kBlock;
-      __m256i s16 = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j) {
-        int32_t four;
-        std::memcpy(&four, xb + 4 * j, 4);
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wq[j], _mm256_set1_epi32(four)));
-      }
-      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
-      acc[g] = _mm256_fmadd_ps(dot, _mm256_mul_ps(d8, _mm256_set1_ps(x.d[r * nb + b])), acc[g]);
-      acc[g] = _mm256_fmadd_ps(m8, _mm256_set1_ps(x.s[r * nb + b]), acc[g]);
-    }
-  }
-  for (int g = 0; g < G; ++g) _mm256_storeu_ps(out + (r0 + g) * ldo, acc[g]);
-}
-
-// Calls f(r0, G) over row groups of kGroup and one smaller tail group.
-template <typename F4, typename F3, typename F2, typename F1>
-inline void for_row_groups(int64_t M, F4 f4, F3 f3, F2 f2, F1 f1) {
+// Calls f(r0, std::integral_constant<int, G>) over row groups of kGroup and one smaller tail group.
+template <typename F>
+inline void for_row_groups(int64_t M, F f) {
   int64_t r = 0;
-  for (; r + 4 <= M; r += 4) f4(r);
+  for (; r + kGroup <= M; r += kGroup) f(r, std::integral_constant<int, kGroup>{});
   switch (M - r) {
-    case 3: f3(r); break;
-    case 2: f2(r); break;
-    case 1: f1(r); break;
+    case 3: f(r, std::integral_constant<int, 3>{}); break;
+    case 2: f(r, std::integral_constant<int, 2>{}); break;
+    case 1: f(r, std::integral_constant<int, 1>{}); break;
     default: break;
   }
 }
@@ -247,6 +200,7 @@ at::Tensor q4_matmul(const at::Tensor& x_in, const at::Tensor& packed, const at:
 #ifdef SY_X86
   const Quantized xq = quantize(x);
   const QRows xv = xq.view();
+  const bool dpbusd = g_vnni.load();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* dp = d.data_ptr<float>();
   const float* mp = m.data_ptr<float>();
@@ -256,11 +210,10 @@ at::Tensor q4_matmul(const at::Tensor& x_in, const at::Tensor& packed, const at:
       const uint8_t* w = wp + n * (K / 2);
       const float* wd = dp + n * nb;
       const float* wm = mp + n * nb;
-      for_row_groups(
-          M, [&](int64_t r) { q4_rows<4>(xv, r, w, wd, wm, nb, yp + n, N); },
-          [&](int64_t r) { q4_rows<3>(xv, r, w, wd, wm, nb, yp + n, N); },
-          [&](int64_t r) { q4_rows<2>(xv, r, w, wd, wm, nb, yp + n, N); },
-          [&](int64_t r) { q4_rows<1>(xv, r, w, wd, wm, nb, yp + n, N); });
+      for_row_groups(M, [&](int64_t r, auto g) {
+        if (dpbusd) vnni::q4_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, yp + n, N);
+        else avx2::q4_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, yp + n, N);
+      });
     }
   });
 #endif
@@ -282,6 +235,7 @@ at::Tensor q4x8_matmul(const at::Tensor& x_in, const at::Tensor& packed, const a
 #ifdef SY_X86
   const Quantized xq = quantize(x);
   const QRows xv = xq.view();
+  const bool dpbusd = g_vnni.load();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const float* dp = d.data_ptr<float>();
   const float* mp = m.data_ptr<float>();
@@ -292,11 +246,10 @@ at::Tensor q4x8_matmul(const at::Tensor& x_in, const at::Tensor& packed, const a
       const float* wd = dp + g * nb * 8;
       const float* wm = mp + g * nb * 8;
       float* out = yp + g * 8;
-      for_row_groups(
-          M, [&](int64_t r) { q4x8_rows<4>(xv, r, w, wd, wm, nb, out, N); },
-          [&](int64_t r) { q4x8_rows<3>(xv, r, w, wd, wm, nb, out, N); },
-          [&](int64_t r) { q4x8_rows<2>(xv, r, w, wd, wm, nb, out, N); },
-          [&](int64_t r) { q4x8_rows<1>(xv, r, w, wd, wm, nb, out, N); });
+      for_row_groups(M, [&](int64_t r, auto g) {
+        if (dpbusd) vnni::q4x8_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, out, N);
+        else avx2::q4x8_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, out, N);
+      });
     }
   });
 #endif
@@ -315,6 +268,7 @@ at::Tensor q8_matmul(const at::Tensor& x_in, const at::Tensor& qs, const at::Ten
 #ifdef SY_X86
   const Quantized xq = quantize(x);
   const QRows xv = xq.view();
+  const bool dpbusd = g_vnni.load();
   const int8_t* wp = qs.data_ptr<int8_t>();
   const float* dp = d.data_ptr<float>();
   float* yp = y.data_ptr<float>();
@@ -322,11 +276,10 @@ at::Tensor q8_matmul(const at::Tensor& x_in, const at::Tensor& qs, const at::Ten
     for (int64_t n = n0; n < n1; ++n) {
       const int8_t* w = wp + n * K;
       const float* wd = dp + n * nb;
-      for_row_groups(
-          M, [&](int64_t r) { q8_rows<4>(xv, r, w, wd, nb, yp + n, N); },
-          [&](int64_t r) { q8_rows<3>(xv, r, w, wd, nb, yp + n, N); },
-          [&](int64_t r) { q8_rows<2>(xv, r, w, wd, nb, yp + n, N); },
-          [&](int64_t r) { q8_rows<1>(xv, r, w, wd, nb, yp + n, N); });
+      for_row_groups(M, [&](int64_t r, auto g) {
+        if (dpbusd) vnni::q8_rows<decltype(g)::value>(xv, r, w, wd, nb, yp + n, N);
+        else avx2::q8_rows<decltype(g)::value>(xv, r, w, wd, nb, yp + n, N);
+      });
     }
   });
 #endif
@@ -348,6 +301,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x
 
 bool has_avx2() { return cpu_has_avx2(); }
 
+bool has_vnni() { return cpu_has_vnni(); }
+
+// Turns the VNNI kernels on or off (on only where the CPU has them); returns whether they are on.
+bool use_vnni(bool on) {
+  g_vnni.store(on && cpu_has_vnni());
+  return g_vnni.load();
+}
+
 }  // namespace
 
 TORCH_LIBRARY(switchyard, m) {
@@ -356,6 +317,8 @@ TORCH_LIBRARY(switchyard, m) {
   m.def("q8_matmul(Tensor x, Tensor qs, Tensor d) -> Tensor");
   m.def("quantize_rows(Tensor x) -> (Tensor, Tensor, Tensor)");
   m.def("has_avx2() -> bool", &has_avx2);
+  m.def("has_vnni() -> bool", &has_vnni);
+  m.def("use_vnni(bool on) -> bool", &use_vnni);
 }
 
 TORCH_LIBRARY_IMPL(switchyard, CPU, m) {
