@@ -8,6 +8,8 @@ prefill chunk.
 
 from __future__ import annotations
 
+import math
+import mmap
 import time
 from dataclasses import dataclass
 
@@ -107,6 +109,16 @@ class AttnBatch:
         )
 
 
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Zeros that take memory only where written, on the CPU: an anonymous mapping is the kernel's
+    zero page until touched, where torch.zeros writes every byte (and numpy's calloc asks for huge
+    pages, 2 MiB a touch). The KV budget is an upper bound, so resident memory follows its use."""
+    if device != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer(mmap.mmap(-1, size), dtype=dtype).view(shape)
+
+
 class KVCache:
     """Slot-addressed K/V storage, [layer, kv_head, slot, head_dim]; slot = block * block_size + offset.
 
@@ -122,8 +134,8 @@ class KVCache:
         shape = (cfg.num_layers, cfg.num_kv_heads, num_blocks * block_size, cfg.head_dim)
         # zeros, not empty: padded attention reads unwritten slots (masked out), and masking
         # cannot neutralise a NaN that uninitialised memory may hold.
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = _zeros(shape, dtype, device)
+        self.v = _zeros(shape, dtype, device)
 
     @staticmethod
     def bytes_per_block(cfg: LlamaConfig, block_size: int, dtype: torch.dtype) -> int:
