@@ -19,6 +19,8 @@
 #include <limits>
 #include <vector>
 
+#include <immintrin.h>
+
 // Where the ops run at all the CPU has AVX2 and FMA (native.available() checks before any call).
 #pragma GCC target("avx2,fma,f16c")
 
@@ -99,6 +101,65 @@ void rope_store(at::Tensor& qkv, const at::Tensor& cos_in, const at::Tensor& sin
   });
 }
 
+// e^x for x <= 0 (scores minus their maximum), 8 lanes: Cephes' expf (range reduction by ln 2 in
+// two parts, a degree-5 polynomial), within 2 ulp of std::exp; lanes below -87 give 0.
+inline __m256 exp_nonpositive(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  __m256 fx = _mm256_floor_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(0.5f)));
+  x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(0.693359375f)));
+  x = _mm256_sub_ps(x, _mm256_mul_ps(fx, _mm256_set1_ps(-2.12194440e-4f)));
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_add_ps(_mm256_mul_ps(y, x), _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(y, x), x), x), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// One query head over n keys at slots sl of one kv head's cache (rows of hd floats, hd a multiple
+// of 8, at most 128): scores into p (at least n + 8 floats), softmax, and the weighted sum of values into o.
+inline void attend(const float* q, const float* k, const float* v, const int64_t* sl, int64_t n, int64_t hd,
+                   float scale, float* p, float* o) {
+  const int64_t c8 = hd / 8;
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kj = k + sl[j] * hd;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t c = 0; c < c8; ++c) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(kj + 8 * c)));
+    p[j] = hsum8(acc) * scale;
+    mx = _mm256_max_ps(mx, _mm256_set1_ps(p[j]));
+  }
+  // The tail past n holds -inf, so its exp is 0 and full vectors cover every key.
+  for (int64_t j = n; j < ((n + 7) & ~int64_t{7}); ++j) p[j] = -std::numeric_limits<float>::infinity();
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(p + j), mx));
+    _mm256_storeu_ps(p + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const float inv = 1.0f / hsum8(sum);
+  // Each value row is read once: the output's hd / 8 (at most 16) vectors stay in registers.
+  __m256 acc[16];
+  for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const float* vj = v + sl[j] * hd;
+    for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(pj, _mm256_loadu_ps(vj + 8 * c)));
+  }
+  for (int64_t c = 0; c < c8; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
+}
+
 // Single-token decode attention over the paged caches, read in place: row r attends to the keys
 // at slots[r, :lens[r]]; the query heads of kv head h are h * group .. (h + 1) * group - 1.
 at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& kc, const at::Tensor& vc,
@@ -111,7 +172,8 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& kc, const 
   TORCH_CHECK(q.dim() == 3 && slots.dim() == 2, "q [B, nh, hd], slots [B, width]");
   const int64_t B = q.size(0), nh = q.size(1), hd = q.size(2), nkv = kc.size(0), S = kc.size(1);
   const int64_t width = slots.size(1), group = nh / nkv;
-  TORCH_CHECK(kc.size(2) == hd && nh % nkv == 0 && slots.size(0) == B && lens.numel() == B, "shapes disagree");
+  TORCH_CHECK(kc.size(2) == hd && hd % 8 == 0 && hd <= 128 && nh % nkv == 0 && slots.size(0) == B && lens.numel() == B,
+              "shapes disagree (hd a multiple of 8, at most 128)");
   const int64_t *lp = lens.data_ptr<int64_t>(), *slp = slots.data_ptr<int64_t>();
   for (int64_t r = 0; r < B; ++r) {
     TORCH_CHECK(lp[r] >= 1 && lp[r] <= width, "each row attends to 1..width keys");
@@ -123,33 +185,13 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& kc, const 
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // One task per (row, kv head): its keys and values are read once for the whole head group.
   at::parallel_for(0, B * nkv, 1, [&](int64_t a, int64_t b) {
-    std::vector<float> p(group * width);
+    std::vector<float> p(width + 8);
     for (int64_t task = a; task < b; ++task) {
-      const int64_t r = task / nkv, h = task % nkv, n = lp[r];
-      const int64_t* sl = slp + r * width;
-      const float* kh = kp + h * S * hd;
-      const float* vh = vp + h * S * hd;
+      const int64_t r = task / nkv, h = task % nkv;
       for (int64_t g = 0; g < group; ++g) {
-        const float* qv = qp + (r * nh + h * group + g) * hd;
-        float* pg = p.data() + g * width;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          pg[j] = dot(qv, kh + sl[j] * hd, hd) * scale;
-          mx = std::max(mx, pg[j]);
-        }
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          pg[j] = std::exp(pg[j] - mx);
-          sum += pg[j];
-        }
-        const float inv = 1.0f / sum;
-        float* o = op + (r * nh + h * group + g) * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int64_t j = 0; j < n; ++j) {
-          const float w = pg[j] * inv;
-          const float* vj = vh + sl[j] * hd;
-          for (int64_t i = 0; i < hd; ++i) o[i] += w * vj[i];
-        }
+        const int64_t head = r * nh + h * group + g;
+        attend(qp + head * hd, kp + h * S * hd, vp + h * S * hd, slp + r * width, lp[r], hd, scale, p.data(),
+               op + head * hd);
       }
     }
   });
