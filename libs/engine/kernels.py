@@ -111,7 +111,10 @@ def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
     if name + ".q4" in t:
         q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
         if q.shape[0] % 8 == 0:
-            return BlockWeight(*pack_q4x8(q, dm), x8=True)
+            try:
+                return BlockWeight(*pack_q4x8(q, dm), x8=True)
+            except ValueError:  # scales that are not fp16 values: the plain layout keeps fp32
+                pass
         return BlockWeight(pack_q4(q), dm[..., 0].contiguous(), dm[..., 1].contiguous())
     if name + ".q8" in t:
         return BlockWeight(t[name + ".q8"].contiguous(), t[name + ".q8d"].float().contiguous())
@@ -244,7 +247,12 @@ def measure(
     wb = pack_dense(w.to(torch.bfloat16))
     q, s = quantize_int8(w)
     q4 = torch.randint(0, 16, (out, hidden), generator=g, dtype=torch.uint8)
-    dm = torch.stack([torch.full((out, hidden // 32), 0.002), torch.full((out, hidden // 32), -0.015)], -1)
+    # fp16 values, as a GGUF's scales are (the layout the model's 4-bit matrices take).
+    dm = (
+        torch.stack([torch.full((out, hidden // 32), 0.002), torch.full((out, hidden // 32), -0.015)], -1)
+        .half()
+        .float()
+    )
     w4 = pack_int4(q4, dm)
     fns = {
         "fp32": lambda x: dense_mm(x, w),

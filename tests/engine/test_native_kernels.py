@@ -35,8 +35,9 @@ def _quantized_rows(x: torch.Tensor) -> torch.Tensor:
 def _q4(n: int, k: int, q4_0: bool = False, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     q = torch.randint(0, 16, (n, k), generator=g, dtype=torch.uint8)
-    d = torch.rand(n, k // 32, generator=g) * 0.01 + 0.001
-    m = -8 * d if q4_0 else -torch.rand(n, k // 32, generator=g) * 0.08
+    # fp16 values, as a GGUF stores its scales
+    d = (torch.rand(n, k // 32, generator=g) * 0.01 + 0.001).half().float()
+    m = -8 * d if q4_0 else (-torch.rand(n, k // 32, generator=g) * 0.08).half().float()
     dense = (q.view(n, k // 32, 32).float() * d[..., None] + m[..., None]).view(n, k)
     return q, torch.stack([d, m], -1), dense
 
@@ -77,6 +78,15 @@ def test_q4_product_matches_the_reference(q4_0, rows, n):
     assert isinstance(w, BlockWeight) and w.values.numel() == n * 288 and w.x8 == (n % 8 == 0)
     x = torch.randn(rows, 576, generator=torch.Generator().manual_seed(rows))
     _check(linear(x, w, True), x, dense)
+
+
+def test_scales_that_are_not_fp16_values_keep_the_plain_layout():
+    q, dm, dense = _q4(96, 576)
+    dm = dm + 1e-7  # no longer fp16 values: the interleaved layout would round them
+    w = pack_blocks({"w.q4": q, "w.q4dm": dm}, "w")
+    assert isinstance(w, BlockWeight) and not w.x8 and w.d.dtype == torch.float32
+    x = torch.randn(4, 576, generator=torch.Generator().manual_seed(1))
+    _check(linear(x, w, True), x, dense + 1e-7)
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 16])

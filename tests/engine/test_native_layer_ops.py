@@ -114,7 +114,9 @@ def test_vnni_products_give_the_avx2_bits():
     g = torch.Generator().manual_seed(5)
     q4 = torch.randint(0, 16, (256, 576), generator=g, dtype=torch.uint8)
     dm = torch.stack([torch.rand(256, 18, generator=g) * 0.01, -torch.rand(256, 18, generator=g) * 0.05], -1)
+    dm = dm.half().float()  # fp16 values, as a GGUF's: the interleaved layout
     w = pack_blocks({"w.q4": q4, "w.q4dm": dm}, "w")
+    assert w is not None and w.x8
     q8 = torch.randint(-128, 128, (64, 576), generator=g, dtype=torch.int8)
     d8 = torch.rand(64, 18, generator=g) * 0.01
     x = torch.randn(7, 576, generator=g) * 5

@@ -12,7 +12,8 @@
 //   q4: packed [N, K/2] uint8, per block 16 bytes: low nibbles = values 0..15, high = 16..31
 //       (ggml's order), d and m [N, K/32] fp32 with w = d * q + m (Q4_0: m = -8 d).
 //   q8: qs [N, K] int8, d [N, K/32] fp32 with w = d * q (Q8_0).
-//   q4x8: the 4-bit blocks of 8 columns interleaved, [N/8, K/32, 128] bytes, d and m [N/8, K/32, 8].
+//   q4x8: the 4-bit blocks of 8 columns interleaved, [N/8, K/32, 128] bytes, d and m [N/8, K/32, 8]
+//       in fp16 (the GGUF's own precision; converted with F16C as they are loaded).
 //       In a block's 128 bytes, 32-byte register j (0..3) holds 4 bytes per column (column c at
 //       bytes 4c..4c+3): values 4j..4j+3 in the low nibbles and 16+4j..16+4j+3 in the high ones.
 //       A `maddubs` with the row's 4 values broadcast then yields one column per 32-bit lane, so
@@ -226,9 +227,9 @@ at::Tensor q4x8_matmul(const at::Tensor& x_in, const at::Tensor& packed, const a
   const int64_t groups = packed.size(0), nb = packed.size(1), N = groups * 8, K = nb * kBlock;
   check_x(x_in, K);
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "packed: contiguous uint8");
-  TORCH_CHECK(d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat && d.is_contiguous() &&
+  TORCH_CHECK(d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf && d.is_contiguous() &&
                   m.is_contiguous() && d.numel() == N * nb && m.numel() == N * nb,
-              "d, m: contiguous fp32 [N/8, K/32, 8]");
+              "d, m: contiguous fp16 [N/8, K/32, 8]");
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0);
   at::Tensor y = at::empty({M, N}, x.options());
@@ -237,14 +238,14 @@ at::Tensor q4x8_matmul(const at::Tensor& x_in, const at::Tensor& packed, const a
   const QRows xv = xq.view();
   const bool dpbusd = g_vnni.load();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  const float* dp = d.data_ptr<float>();
-  const float* mp = m.data_ptr<float>();
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
+  const uint16_t* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, groups, std::max<int64_t>(1, grain(N, M) / 8), [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; ++g) {
       const uint8_t* w = wp + g * nb * 128;
-      const float* wd = dp + g * nb * 8;
-      const float* wm = mp + g * nb * 8;
+      const uint16_t* wd = dp + g * nb * 8;
+      const uint16_t* wm = mp + g * nb * 8;
       float* out = yp + g * 8;
       for_row_groups(M, [&](int64_t r, auto g) {
         if (dpbusd) vnni::q4x8_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, out, N);
