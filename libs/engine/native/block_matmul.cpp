@@ -187,104 +187,78 @@ QRows Quantized::view() const {
 int64_t grain(int64_t N, int64_t M) { return std::max<int64_t>(8, 256 / std::max<int64_t>(M, 1)); }
 #endif
 
-at::Tensor q4_matmul(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m) {
+// y [M, N] = x @ W.T for x [M, K]: x is quantized once, then `tile(xv, t, r, g, dpbusd, y)` fills
+// the outputs of task t (a column or a group of columns) for rows r..r+G, over tasks split
+// between threads.
+template <typename Tile>
+at::Tensor blocked_product(const at::Tensor& x_in, int64_t N, int64_t K, int64_t tasks, int64_t columns_per_task,
+                           Tile tile) {
+  check_x(x_in, K);
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
+#ifdef SY_X86
+  const Quantized xq = quantize(x);
+  const QRows xv = xq.view();
+  const bool dpbusd = g_vnni.load();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, tasks, std::max<int64_t>(1, grain(N, M) / columns_per_task), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) for_row_groups(M, [&](int64_t r, auto g) { tile(xv, t, r, g, dpbusd, yp); });
+  });
+#endif
+  return y;
+}
+
+// One instantiation of a row kernel per instruction set, called as the CPU allows.
+#define SY_ROWS(KERNEL, G, ...) \
+  (dpbusd ? vnni::KERNEL<decltype(G)::value>(__VA_ARGS__) : avx2::KERNEL<decltype(G)::value>(__VA_ARGS__))
+
+at::Tensor q4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m) {
   TORCH_CHECK(cpu_has_avx2(), "switchyard::q4_matmul needs AVX2, FMA and F16C");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, nb = K / kBlock;
-  check_x(x_in, K);
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "packed: contiguous uint8 [N, K/2]");
   TORCH_CHECK(d.scalar_type() == at::kFloat && m.scalar_type() == at::kFloat && d.is_contiguous() &&
                   m.is_contiguous() && d.numel() == N * nb && m.numel() == N * nb,
               "d, m: contiguous fp32 [N, K/32]");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t M = x.size(0);
-  at::Tensor y = at::empty({M, N}, x.options());
-#ifdef SY_X86
-  const Quantized xq = quantize(x);
-  const QRows xv = xq.view();
-  const bool dpbusd = g_vnni.load();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
-  const float* dp = d.data_ptr<float>();
-  const float* mp = m.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N, grain(N, M), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* w = wp + n * (K / 2);
-      const float* wd = dp + n * nb;
-      const float* wm = mp + n * nb;
-      for_row_groups(M, [&](int64_t r, auto g) {
-        if (dpbusd) vnni::q4_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, yp + n, N);
-        else avx2::q4_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, yp + n, N);
-      });
-    }
-  });
+  const float *dp = d.data_ptr<float>(), *mp = m.data_ptr<float>();
+  return blocked_product(x, N, K, N, 1, [&](const QRows& xv, int64_t n, int64_t r, auto g, bool dpbusd, float* y) {
+#ifdef SY_X86
+    SY_ROWS(q4_rows, g, xv, r, wp + n * (K / 2), dp + n * nb, mp + n * nb, nb, y + n, N);
 #endif
-  return y;
+  });
 }
 
-at::Tensor q4x8_matmul(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m) {
+at::Tensor q4x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m) {
   TORCH_CHECK(cpu_has_avx2(), "switchyard::q4x8_matmul needs AVX2, FMA and F16C");
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == 128, "packed: [N/8, K/32, 128] uint8");
   const int64_t groups = packed.size(0), nb = packed.size(1), N = groups * 8, K = nb * kBlock;
-  check_x(x_in, K);
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous(), "packed: contiguous uint8");
   TORCH_CHECK(d.scalar_type() == at::kHalf && m.scalar_type() == at::kHalf && d.is_contiguous() &&
                   m.is_contiguous() && d.numel() == N * nb && m.numel() == N * nb,
               "d, m: contiguous fp16 [N/8, K/32, 8]");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t M = x.size(0);
-  at::Tensor y = at::empty({M, N}, x.options());
-#ifdef SY_X86
-  const Quantized xq = quantize(x);
-  const QRows xv = xq.view();
-  const bool dpbusd = g_vnni.load();
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const uint16_t* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, groups, std::max<int64_t>(1, grain(N, M) / 8), [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) {
-      const uint8_t* w = wp + g * nb * 128;
-      const uint16_t* wd = dp + g * nb * 8;
-      const uint16_t* wm = mp + g * nb * 8;
-      float* out = yp + g * 8;
-      for_row_groups(M, [&](int64_t r, auto g) {
-        if (dpbusd) vnni::q4x8_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, out, N);
-        else avx2::q4x8_rows<decltype(g)::value>(xv, r, w, wd, wm, nb, out, N);
-      });
-    }
-  });
+  return blocked_product(x, N, K, groups, 8, [&](const QRows& xv, int64_t c, int64_t r, auto g, bool dpbusd, float* y) {
+#ifdef SY_X86
+    SY_ROWS(q4x8_rows, g, xv, r, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, y + c * 8, N);
 #endif
-  return y;
+  });
 }
 
-at::Tensor q8_matmul(const at::Tensor& x_in, const at::Tensor& qs, const at::Tensor& d) {
+at::Tensor q8_matmul(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d) {
   TORCH_CHECK(cpu_has_avx2(), "switchyard::q8_matmul needs AVX2, FMA and F16C");
   const int64_t N = qs.size(0), K = qs.size(1), nb = K / kBlock;
-  check_x(x_in, K);
   TORCH_CHECK(qs.scalar_type() == at::kChar && qs.is_contiguous(), "qs: contiguous int8 [N, K]");
   TORCH_CHECK(d.scalar_type() == at::kFloat && d.is_contiguous() && d.numel() == N * nb, "d: contiguous fp32 [N, K/32]");
-  const at::Tensor x = x_in.to(at::kFloat).contiguous();
-  const int64_t M = x.size(0);
-  at::Tensor y = at::empty({M, N}, x.options());
-#ifdef SY_X86
-  const Quantized xq = quantize(x);
-  const QRows xv = xq.view();
-  const bool dpbusd = g_vnni.load();
   const int8_t* wp = qs.data_ptr<int8_t>();
   const float* dp = d.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, N, grain(N, M), [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) {
-      const int8_t* w = wp + n * K;
-      const float* wd = dp + n * nb;
-      for_row_groups(M, [&](int64_t r, auto g) {
-        if (dpbusd) vnni::q8_rows<decltype(g)::value>(xv, r, w, wd, nb, yp + n, N);
-        else avx2::q8_rows<decltype(g)::value>(xv, r, w, wd, nb, yp + n, N);
-      });
-    }
-  });
+  return blocked_product(x, N, K, N, 1, [&](const QRows& xv, int64_t n, int64_t r, auto g, bool dpbusd, float* y) {
+#ifdef SY_X86
+    SY_ROWS(q8_rows, g, xv, r, wp + n * K, dp + n * nb, nb, y + n, N);
 #endif
-  return y;
+  });
 }
 
 // The activation quantization alone, for tests against a reference: (q int8, d, s) per block.
