@@ -24,13 +24,12 @@ import json
 import logging
 import os
 import secrets
-import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, push_tokens
 from libs.engine.request import TextStream
-from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, Usage
+from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,6 @@ FINISH_REASONS = {"stop": "stop", "length": "length", "cancelled": "cancelled", 
 STATS_TIMEOUT_S = 2.0  # get_stats_async's wait for the next iteration before it ends a round
 STATS_IDLE_S = 0.5  # between rounds: an idle engine's stats stream ends at once
 KV_BYTES_PER_ELEMENT = 2  # the KV cache is fp16/bf16 on the GPU
-MAX_EARLY_CANCELS = 1024
 
 
 def _hf_checkpoint(path: str | None) -> tuple[str, dict[str, Any]]:
@@ -87,9 +85,7 @@ class TrtLlmEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self._handles: dict[str, Any] = {}
-        # cancel() may come from any thread, and before generate() has submitted the request.
-        self._cancel_lock = threading.Lock()
-        self._cancels: dict[str, None] = {}
+        self._cancels = EarlyCancels()
         self._m = EngineMetrics()
 
     async def start(self) -> None:
@@ -192,11 +188,10 @@ class TrtLlmEngine:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         # logit_bias and logprobs are not passed to the LLM API (yet): refused, never dropped.
         unserved = bool(params.logit_bias) or params.logprobs is not None
-        if self._llm is None or not ids or len(ids) >= self.max_model_len or unserved:
-            yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
-            return
-        if self._take_cancel(request_id):
-            yield StreamChunk(request_id, "", [], True, "cancelled", Usage(len(ids), 0, 0, None, None))
+        servable = self._llm is not None and 0 < len(ids) < self.max_model_len and not unserved
+        end = early_end(request_id, ids, servable, self._cancels)
+        if end is not None:
+            yield end
             return
         req = _Req(len(ids))
         text = TextStream(self.tokenizer, params.stop, self.tokenizer.eos_token_ids)
@@ -210,22 +205,17 @@ class TrtLlmEngine:
                 yield self._final(request_id, req, handle, "", [], "error")
                 return
             self._handles[request_id] = handle
-            if self._take_cancel(request_id):
+            if self._cancels.take(request_id):
                 handle.abort()
             async for out in handle:
                 comp = out.outputs[0]
                 new_ids = list(comp.token_ids_diff)
                 req.seen(out, comp, new_ids)
                 self._m.generated_tokens += len(new_ids)
-                if out.finished:
-                    reason = FINISH_REASONS.get(comp.finish_reason or "", "error")
-                    # A natural end flushes held-back text; a cancelled or failed one has no more to say.
-                    delta = text.push(new_ids, final=reason in ("stop", "length"))
-                    yield self._final(request_id, req, handle, delta, new_ids, "stop" if text.stopped else reason)
-                    return
-                delta = text.push(new_ids)
-                if text.stopped:  # our stop string: the library generates on until aborted
-                    yield self._final(request_id, req, handle, delta, new_ids, "stop")
+                reason = FINISH_REASONS.get(comp.finish_reason or "", "error") if out.finished else None
+                delta, end_reason = push_tokens(text, new_ids, reason)
+                if end_reason is not None:  # on our stop string the library generates on until aborted
+                    yield self._final(request_id, req, handle, delta, new_ids, end_reason)
                     return
                 yield StreamChunk(request_id, delta, new_ids, token_at=req.last)
             yield self._final(request_id, req, handle, "", [], "error")  # ended without a final response
@@ -240,7 +230,7 @@ class TrtLlmEngine:
         self._release(request_id, req, handle)
         self._m.prefix_cache_queries_tokens += req.prompt
         self._m.prefix_cache_hits_tokens += req.cached
-        return StreamChunk(request_id, text, ids, True, reason, req.usage(), token_at=req.last if ids else None)
+        return req.final(request_id, text, ids, reason)
 
     @staticmethod
     def _abort_handle(handle: Any) -> None:
@@ -249,43 +239,24 @@ class TrtLlmEngine:
 
     def _release(self, request_id: str, req: _Req, handle: Any) -> None:
         """Forget a request (aborting it if it is still generating: our stop string, or the caller left)."""
-        if req.released:
+        if not req.release():
             return
-        req.released = True
         self._m.running -= 1
-        with self._cancel_lock:
-            self._cancels.pop(request_id, None)
+        self._cancels.discard(request_id)
         if handle is None or self._handles.get(request_id) is not handle:
             return
         self._abort_handle(handle)
         del self._handles[request_id]
 
-    def _take_cancel(self, request_id: str) -> bool:
-        with self._cancel_lock:
-            return self._cancels.pop(request_id, 0) is None
-
     def cancel(self, request_id: str) -> None:
         """Thread-safe: the abort itself runs on the engine's loop (the library's client is not thread-safe)."""
-        with self._cancel_lock:
-            self._cancels[request_id] = None
-            while len(self._cancels) > MAX_EARLY_CANCELS:
-                self._cancels.pop(next(iter(self._cancels)))
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if here is loop:
-            self._abort_now(request_id)
-        else:
-            loop.call_soon_threadsafe(self._abort_now, request_id)
+        self._cancels.add(request_id)
+        call_on_loop(self._loop, self._abort_now, request_id)
 
     def _abort_now(self, request_id: str) -> None:
         h = self._handles.get(request_id)
         if h is not None:
-            self._take_cancel(request_id)
+            self._cancels.take(request_id)
             self._abort_handle(h)
 
     async def _follow_stats(self) -> None:
@@ -319,31 +290,21 @@ class TrtLlmEngine:
         return EngineMetrics(**vars(self._m))
 
 
-class _Req:
+class _Req(RequestStats):
     """One request's counts and times: ours (monotonic) unless the library's perf metrics say better."""
 
     def __init__(self, prompt: int) -> None:
-        self.prompt = prompt
-        self.t0 = time.monotonic()
-        self.first: float | None = None
-        self.last: float | None = None
-        self.n = 0
-        self.cached = 0
+        super().__init__(prompt)
         self.perf: Any = None
-        self.released = False
 
     def seen(self, out: Any, comp: Any, new_ids: list[int]) -> None:
         # 0 until the first response: read on every one, keep the last.
         self.cached = int(getattr(out, "cached_tokens", 0) or 0)
         self.perf = getattr(comp, "request_perf_metrics", None) or self.perf
-        if new_ids:
-            self.last = time.monotonic()
-            self.first = self.first or self.last
-            self.n += len(new_ids)
+        self.tokens(new_ids)
 
-    def usage(self) -> Usage:
-        ttft = None if self.first is None else self.first - self.t0
-        tpot = (self.last - self.first) / (self.n - 1) if self.n > 1 and self.first and self.last else None
+    def timings(self) -> tuple[float | None, float | None]:
+        ttft, tpot = super().timings()
         timing = getattr(self.perf, "timing_metrics", None)
         if timing is not None and self.n:
             arrival = timing.arrival_time.total_seconds()
@@ -352,4 +313,4 @@ class _Req:
                 ttft = first - arrival
             if self.n > 1 and last >= first > 0:
                 tpot = (last - first) / (self.n - 1)
-        return Usage(self.prompt, self.cached, self.n, ttft, tpot)
+        return ttft, tpot

@@ -30,20 +30,11 @@ import dataclasses
 import logging
 import os
 import secrets
-import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from libs.engine.types import (
-    Constraint,
-    EngineConfig,
-    EngineMetrics,
-    SamplingParams,
-    StreamChunk,
-    TokenLogprobs,
-    Usage,
-)
+from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, push_tokens
+from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, TokenLogprobs
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -51,7 +42,6 @@ log = logging.getLogger(__name__)
 # vLLM's finish reasons (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS) in ours.
 FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "cancelled", "error": "error", "repetition": "stop"}
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "float32": "float32", "bfloat16": "bfloat16"}
-MAX_EARLY_CANCELS = 1024
 
 
 @dataclasses.dataclass
@@ -117,9 +107,7 @@ class VllmEngine:
         self._llm: Any = None
         self._vllm: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # cancel() may come from any thread, and before generate() has submitted the request.
-        self._cancel_lock = threading.Lock()
-        self._cancels: dict[str, None] = {}
+        self._cancels = EarlyCancels()
         self._live: set[str] = set()
         self._aborts: set[asyncio.Future[None]] = set()
         self._m = EngineMetrics()
@@ -212,11 +200,10 @@ class VllmEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if self._llm is None or not ids or len(ids) >= self.max_model_len:
-            yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
-            return
-        if self._take_cancel(request_id):
-            yield StreamChunk(request_id, "", [], True, "cancelled", Usage(len(ids), 0, 0, None, None))
+        servable = self._llm is not None and 0 < len(ids) < self.max_model_len
+        end = early_end(request_id, ids, servable, self._cancels)
+        if end is not None:
+            yield end
             return
         req = _Req(len(ids))
         text = self._text_stream(self.tokenizer, params.stop, self.tokenizer.eos_token_ids)
@@ -236,18 +223,13 @@ class VllmEngine:
                 new_ids = list(comp.token_ids)
                 req.seen(out, new_ids)
                 lps = _logprobs(comp, new_ids, params.logprobs) if params.logprobs is not None else None
-                if out.finished:
-                    reason = FINISH_REASONS.get(str(comp.finish_reason or ""), "error")
-                    # A natural end flushes held-back text; a cancelled or failed one has no more to say.
-                    delta = text.push(new_ids, final=reason in ("stop", "length"))
-                    yield self._final(request_id, req, delta, new_ids, "stop" if text.stopped else reason, lps)
-                    return
-                delta = text.push(new_ids)
-                if text.stopped:  # our stop string: the request is aborted as the stream is closed
-                    yield self._final(request_id, req, delta, new_ids, "stop", lps)
+                reason = FINISH_REASONS.get(str(comp.finish_reason or ""), "error") if out.finished else None
+                delta, end_reason = push_tokens(text, new_ids, reason)
+                if end_reason is not None:  # on our stop string the request is aborted as the stream is closed
+                    yield self._final(request_id, req, delta, new_ids, end_reason, lps)
                     return
                 yield StreamChunk(request_id, delta, new_ids, token_at=req.last, logprobs=lps)
-                if self._cancelled(request_id):  # came before vLLM had the request: abort now it has
+                if request_id in self._cancels:  # came before vLLM had the request: abort now it has
                     await self._llm.abort(request_id)
             yield self._final(request_id, req, "", [], "error")  # ended without a final output
         except Exception as e:  # bad requests and a dead engine surface from the generator
@@ -268,45 +250,20 @@ class VllmEngine:
         lps: list[TokenLogprobs] | None = None,
     ) -> StreamChunk:
         self._forget(request_id, req)
-        return StreamChunk(
-            request_id, text, ids, True, reason, req.usage(), token_at=req.last if ids else None, logprobs=lps
-        )
+        return req.final(request_id, text, ids, reason, lps)
 
     def _forget(self, request_id: str, req: _Req) -> None:
-        if req.released:
+        if not req.release():
             return
-        req.released = True
         self._live.discard(request_id)
         self._m.prefix_cache_hits_tokens += req.cached
         self._m.generated_tokens += req.n
-        with self._cancel_lock:
-            self._cancels.pop(request_id, None)
-
-    def _cancelled(self, request_id: str) -> bool:
-        with self._cancel_lock:
-            return request_id in self._cancels
-
-    def _take_cancel(self, request_id: str) -> bool:
-        with self._cancel_lock:
-            return self._cancels.pop(request_id, 0) is None
+        self._cancels.discard(request_id)
 
     def cancel(self, request_id: str) -> None:
         """Thread-safe: the abort itself runs on the engine's loop."""
-        with self._cancel_lock:
-            self._cancels[request_id] = None
-            while len(self._cancels) > MAX_EARLY_CANCELS:
-                self._cancels.pop(next(iter(self._cancels)))
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if here is loop:
-            self._abort_now(request_id)
-        else:
-            loop.call_soon_threadsafe(self._abort_now, request_id)
+        self._cancels.add(request_id)
+        call_on_loop(self._loop, self._abort_now, request_id)
 
     def _abort_now(self, request_id: str) -> None:
         if request_id in self._live and self._llm is not None:
@@ -365,27 +322,8 @@ def _stat_logger_factory(m: EngineMetrics) -> Any:
     return IntoEngineMetrics
 
 
-class _Req:
-    """One request's counts and times (monotonic, where our tokens arrive)."""
-
-    def __init__(self, prompt: int) -> None:
-        self.prompt = prompt
-        self.t0 = time.monotonic()
-        self.first: float | None = None
-        self.last: float | None = None
-        self.n = 0
-        self.cached = 0
-        self.released = False
-
+class _Req(RequestStats):
     def seen(self, out: Any, new_ids: list[int]) -> None:
         if out.num_cached_tokens is not None:
             self.cached = int(out.num_cached_tokens)
-        if new_ids:
-            self.last = time.monotonic()
-            self.first = self.first or self.last
-            self.n += len(new_ids)
-
-    def usage(self) -> Usage:
-        ttft = None if self.first is None else self.first - self.t0
-        tpot = (self.last - self.first) / (self.n - 1) if self.n > 1 and self.first and self.last else None
-        return Usage(self.prompt, self.cached, self.n, ttft, tpot)
+        self.tokens(new_ids)
