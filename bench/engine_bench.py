@@ -76,6 +76,15 @@ async def worker_native(dtype: str, streams: list[int], max_tokens: int, device:
         res["small_max_rows"] = cal.small_max_rows
         model = eng.runner.model  # type: ignore[attr-defined]
         res["decode_attention"] = "bf16 SDPA" if model.fused_decode else "fp32 matmuls"
+    res.update(await measure_streams(eng, streams, max_tokens))
+    await eng.stop()
+    return res
+
+
+async def measure_streams(eng: Any, streams: list[int], max_tokens: int) -> dict[str, Any]:
+    """A started engine's TTFT, one stream's decode rate and the aggregate rate at each stream count
+    (vllm_bench's vLLM worker measures with this too)."""
+    res: dict[str, Any] = {}
     tok = eng.tokenizer
     await _one(eng, "warm", chat_prompt(tok, 0), 4)
     t = time.perf_counter()
@@ -87,7 +96,6 @@ async def worker_native(dtype: str, streams: list[int], max_tokens: int, device:
         t = time.perf_counter()
         outs = await asyncio.gather(*(_one(eng, f"c{s}-{i}", chat_prompt(tok, i), max_tokens) for i in range(s)))
         res[f"agg_{s}"] = sum(o[0] for o in outs) / (time.perf_counter() - t)
-    await eng.stop()
     return res
 
 

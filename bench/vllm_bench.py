@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.engine_bench import _one, bench_threads, best, chat_prompt, fmt, ratio, spawn
+from bench.engine_bench import bench_threads, best, fmt, measure_streams, ratio, spawn
 from bench.report import machine, write_section
 from libs.engine import EngineSettings, create_engine, default_model_path
 
@@ -52,17 +52,7 @@ async def worker_vllm(streams: list[int], max_tokens: int, eager: bool) -> dict[
     t = time.perf_counter()
     await eng.start()
     res: dict[str, Any] = {"load_s": time.perf_counter() - t}
-    tok = eng.tokenizer
-    await _one(eng, "warm", chat_prompt(tok, 0), 4)
-    t = time.perf_counter()
-    n, ttft = await _one(eng, "single", chat_prompt(tok, 1), max_tokens)
-    el = time.perf_counter() - t
-    res["ttft_s"] = ttft
-    res["decode_tok_s"] = (n - 1) / (el - (ttft or 0))
-    for s in streams:
-        t = time.perf_counter()
-        outs = await asyncio.gather(*(_one(eng, f"c{s}-{i}", chat_prompt(tok, i), max_tokens) for i in range(s)))
-        res[f"agg_{s}"] = sum(o[0] for o in outs) / (time.perf_counter() - t)
+    res.update(await measure_streams(eng, streams, max_tokens))
     await eng.stop()
     # The engine core is a child process: its peak is the one that counts.
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
