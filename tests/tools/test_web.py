@@ -1,7 +1,6 @@
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -9,6 +8,7 @@ import pytest
 
 from libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
 from libs.tools.web import LocalIndexProvider, WebTool
+from tests.http_server import serve_http
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 
@@ -66,12 +66,8 @@ class FakeSearx(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def searx() -> Iterator[str]:
-    server = HTTPServer(("127.0.0.1", 0), FakeSearx)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/search"
-    server.shutdown()
-    server.server_close()
+    with serve_http(FakeSearx) as url:
+        yield url + "/search"
 
 
 async def test_http_provider_against_local_server(searx: str):

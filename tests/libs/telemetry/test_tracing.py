@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from libs.bus import ServiceSettings
 from libs.telemetry import setup_tracing
+from tests.http_server import serve_http
 
 
 class _Collector(BaseHTTPRequestHandler):
@@ -31,12 +32,8 @@ class _Collector(BaseHTTPRequestHandler):
 @pytest.fixture
 def collector() -> Iterator[str]:
     _Collector.paths, _Collector.posted = [], threading.Event()
-    server = HTTPServer(("127.0.0.1", 0), _Collector)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with serve_http(_Collector) as url:
+        yield url
 
 
 def test_the_otlp_endpoint_is_a_shared_setting(monkeypatch: pytest.MonkeyPatch) -> None:
