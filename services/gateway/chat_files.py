@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from libs.store.keys import ApiKey
-from schemas import ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
+from schemas import ErrorCode, FileContent, FileInfo, FileListQuery, FileQuery, FileUpload
 from schemas import conversations as subj
 from services.gateway.ask import ask
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
+from services.gateway.files import fetch_file, fetch_file_list, put_file
 
 MAX_ATTACHED = 10
 
@@ -22,27 +23,10 @@ async def attach_files(gw: Gateway, key: ApiKey, chat_id: str, file_ids: list[st
     ids = list(dict.fromkeys(file_ids))
     if len(ids) > MAX_ATTACHED:
         raise ApiError(ErrorCode.bad_request, f"at most {MAX_ATTACHED} files per message")
-    wanted = [
-        await ask(
-            gw,
-            subj.FILES_GET,
-            FileQuery(tenant=key.tenant, id=fid),
-            FileContent,
-            tenant=key.tenant,
-            missing=f"file {fid!r}",
-        )
-        for fid in ids
-    ]
+    wanted = [await fetch_file(gw, key.tenant, fid) for fid in ids]
     if not wanted:
         return
-    present = await ask(
-        gw,
-        subj.FILES_LIST,
-        FileListQuery(tenant=key.tenant, chat_id=chat_id),
-        FileList,
-        tenant=key.tenant,
-        missing="files",
-    )
+    present = await fetch_file_list(gw, FileListQuery(tenant=key.tenant, chat_id=chat_id))
     for f in wanted:
         if f.info.chat_id == chat_id or await _copied(gw, key, f, present.items):
             continue
@@ -54,9 +38,7 @@ async def attach_files(gw: Gateway, key: ApiKey, chat_id: str, file_ids: list[st
             text=f.text,
             chat_id=chat_id,
         )
-        present.items.append(
-            await ask(gw, subj.FILES_PUT, upload, FileInfo, tenant=key.tenant, missing=f"conversation {chat_id!r}")
-        )
+        present.items.append(await put_file(gw, upload))
 
 
 async def _copied(gw: Gateway, key: ApiKey, f: FileContent, attached: list[FileInfo]) -> bool:

@@ -20,7 +20,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from schemas import DeleteAck, ErrorCode, FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
+from schemas import DeleteAck, ErrorCode, FileListQuery, FileQuery, FileUpload
 from schemas import conversations as subj
 from services.gateway.ask import ask
 from services.gateway.auth import Principal
@@ -28,6 +28,7 @@ from services.gateway.body import read_body
 from services.gateway.chat_api import CHAT_ID_PATTERN
 from services.gateway.core import Gw
 from services.gateway.errors import ApiError
+from services.gateway.files import fetch_file, fetch_file_list, put_file
 
 router = APIRouter()
 
@@ -164,16 +165,10 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
             f"the file's text is {size} bytes; uploads are limited to {MAX_FILE_TEXT_BYTES} bytes "
             f"({MAX_FILE_TEXT_BYTES // 1024} KiB) of text",
         )
-    info = await ask(
-        gw,
-        subj.FILES_PUT,
-        FileUpload(
-            tenant=key.tenant, user=key.user, name=name[:255], media_type=media_type, text=text, chat_id=chat_id
-        ),
-        FileInfo,
-        tenant=key.tenant,
-        missing=f"conversation {chat_id!r}",
+    file_upload = FileUpload(
+        tenant=key.tenant, user=key.user, name=name[:255], media_type=media_type, text=text, chat_id=chat_id
     )
+    info = await put_file(gw, file_upload)
     return JSONResponse(info.model_dump(mode="json"), status_code=201)
 
 
@@ -181,27 +176,13 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
 async def list_files(
     gw: Gw, key: Principal, chat_id: Annotated[str | None, Query(alias="chatId", max_length=128)] = None
 ) -> JSONResponse:
-    got = await ask(
-        gw,
-        subj.FILES_LIST,
-        FileListQuery(tenant=key.tenant, user=key.user, chat_id=chat_id),
-        FileList,
-        tenant=key.tenant,
-        missing="files",
-    )
+    got = await fetch_file_list(gw, FileListQuery(tenant=key.tenant, user=key.user, chat_id=chat_id))
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.get("/v1/files/{file_id}")
 async def get_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
-    got = await ask(
-        gw,
-        subj.FILES_GET,
-        FileQuery(tenant=key.tenant, id=file_id),
-        FileContent,
-        tenant=key.tenant,
-        missing=f"file {file_id!r}",
-    )
+    got = await fetch_file(gw, key.tenant, file_id)
     return JSONResponse(got.model_dump(mode="json"))
 
 
