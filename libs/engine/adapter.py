@@ -1,5 +1,5 @@
 """What the engines over other libraries (vllm_engine.py, trtllm.py) share: early cancels, a request's
-counts and times, and how new tokens become text and a finish reason.
+counts and times, how new tokens become text and a finish reason, and a response format as a guide.
 
 torch-free, like those modules at import: TextStream (libs/engine/request.py imports torch) is only named.
 """
@@ -7,12 +7,13 @@ torch-free, like those modules at import: TextStream (libs/engine/request.py imp
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from libs.engine.types import StreamChunk, TokenLogprobs, Usage
+from libs.engine.types import Constraint, StreamChunk, TokenLogprobs, Usage
 
 if TYPE_CHECKING:
     from libs.engine.request import TextStream
@@ -82,6 +83,23 @@ def push_tokens(text: TextStream, new_ids: list[int], finish_reason: str | None)
         return delta, "stop" if text.stopped else finish_reason
     delta = text.push(new_ids)
     return delta, "stop" if text.stopped else None
+
+
+def guide_args(c: Constraint | None) -> dict[str, Any] | None:
+    """A response format as the keyword arguments of both libraries' guides (vLLM's StructuredOutputsParams,
+    the LLM API's GuidedDecodingParams); a choice comes as `choice`, the list decoded. None: no guide.
+
+    A tool constraint is not passed: its grammar starts inside the forced opening the prompt already ends
+    with, which one guide cannot say; that opening alone is what a forced call gets on these engines."""
+    if c is None or c.kind == "tools":
+        return None
+    if c.kind == "json_object":
+        return {"json_object": True}
+    if c.kind == "json_schema":
+        return {"json": c.spec}
+    if c.kind == "regex":
+        return {"regex": c.spec}
+    return {"choice": json.loads(c.spec)}
 
 
 class RequestStats:

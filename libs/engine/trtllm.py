@@ -27,7 +27,7 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, push_tokens
+from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, guide_args, push_tokens
 from libs.engine.request import TextStream
 from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
@@ -165,22 +165,17 @@ class TrtLlmEngine:
         return self._trt.SamplingParams(**kw)
 
     def _guided(self, c: Constraint | None) -> Any:
-        """The LLM API's GuidedDecodingParams for a response format. A tool constraint is not passed: its
-        grammar starts inside the forced opening the prompt already ends with, which one guide cannot
-        say; that opening alone is what a forced call gets on this engine."""
-        if c is None or c.kind == "tools":
+        """The LLM API's GuidedDecodingParams for a response format (adapter.guide_args), or None."""
+        args = guide_args(c)
+        if args is None:
             return None
         from tensorrt_llm.llmapi import GuidedDecodingParams
 
-        from libs.engine.grammar import choice_ebnf
+        if "choice" in args:  # the LLM API has no choice guide: the choices as a grammar
+            from libs.engine.grammar import choice_ebnf
 
-        if c.kind == "json_object":
-            return GuidedDecodingParams(json_object=True)
-        if c.kind == "json_schema":
-            return GuidedDecodingParams(json=c.spec)
-        if c.kind == "regex":
-            return GuidedDecodingParams(regex=c.spec)
-        return GuidedDecodingParams(grammar=choice_ebnf(json.loads(c.spec)))
+            args = {"grammar": choice_ebnf(args["choice"])}
+        return GuidedDecodingParams(**args)
 
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams

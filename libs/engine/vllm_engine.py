@@ -33,7 +33,7 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, push_tokens
+from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, guide_args, push_tokens
 from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, TokenLogprobs
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
@@ -179,22 +179,13 @@ class VllmEngine:
         return self._vllm.SamplingParams(**kw)
 
     def _guided(self, c: Constraint | None) -> Any:
-        """vLLM's StructuredOutputsParams for a response format. A tool constraint is not passed: its
-        grammar starts inside the forced opening the prompt already ends with, which one guide cannot
-        say; that opening alone is what a forced call gets on this engine."""
-        if c is None or c.kind == "tools":
+        """vLLM's StructuredOutputsParams for a response format (adapter.guide_args), or None."""
+        args = guide_args(c)
+        if args is None:
             return None
-        import json
-
         from vllm.sampling_params import StructuredOutputsParams
 
-        if c.kind == "json_object":
-            return StructuredOutputsParams(json_object=True)
-        if c.kind == "json_schema":
-            return StructuredOutputsParams(json=c.spec)
-        if c.kind == "regex":
-            return StructuredOutputsParams(regex=c.spec)
-        return StructuredOutputsParams(choice=json.loads(c.spec))
+        return StructuredOutputsParams(**args)
 
     async def generate(
         self, request_id: str, prompt: str | list[int], params: SamplingParams
