@@ -14,6 +14,7 @@ from bench.pipeline_bench import vllm_env, vllm_wanted
 from bench.pipeline_client import Sample
 from bench.pipeline_report import COMPARED, MARK_BEGIN, MARK_END, compare, render, summarize, targets
 from bench.pipeline_stages import STAGES, first_byte_path
+from tests.engine.test_vllm_venv import REQUIRED
 
 ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000
@@ -261,3 +262,35 @@ def test_a_tiny_run_against_the_real_stack(tmp_path: Path) -> None:
     assert total == pytest.approx(level["client_ttft_ms"]["p50"], abs=0.5)
     text = out.read_text()
     assert MARK_BEGIN in text and "## Pipeline benchmark" in text and "| 1 | 1 |" in text
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_a_tiny_run_with_the_vllm_peer(tmp_path: Path) -> None:
+    """The same tiny run with vLLM as a peer: vLLM alone and the stack on a vLLM replica (eager) measured
+    beside the native stack, in one section."""
+    from bench.vllm_bench import vllm_python
+
+    if vllm_python() is None:
+        if REQUIRED:
+            pytest.fail("SWITCHYARD_TEST_VLLM=1 but there is no vLLM environment (make setup-vllm)")
+        pytest.skip("no vLLM environment: `make setup-vllm` to run this")
+    out, js = tmp_path / "benchmarks.md", tmp_path / "result.json"
+    cmd = [sys.executable, "-m", "bench.pipeline_bench", "--levels", "1", "--tokens", "6", "--requests", "1", "--vllm"]
+    proc = subprocess.run(
+        [*cmd, "--out", str(out), "--json", str(js)], cwd=ROOT, capture_output=True, text=True, timeout=840
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = json.loads(js.read_text())
+    peer = r["vllm"]
+    assert "note" not in peer and "note" not in peer["engine"], (peer.get("note"), peer["engine"].get("note"))
+    assert peer["engine"]["kind"] == "vllm" and peer["eager"] is True and peer["ready_s"] > 0
+    level = peer["levels"]["1"]
+    assert level["requests"] == 1 and level["error_count"] == 0, level["errors"]
+    assert level["completion_tokens"] == [6]  # ignore_eos reached vLLM through the stack
+    assert level["engine_ttft_ms"]["p50"] is not None and level["api_tok_s"] > 0
+    assert level["engine_alone"]["tok_s"] > 0
+    assert r["levels"]["1"]["error_count"] == 0  # the native stack ran too, in the same run
+    text = out.read_text()
+    assert "| 1 (vLLM) | 1 |" in text and "vLLM / native" in text
