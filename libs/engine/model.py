@@ -166,7 +166,11 @@ class LlamaModel:
         # the weights: bf16 beside bf16 products (half the bytes to gather, and decode attention
         # runs on bf16 kernels), fp32 beside fp32 (the reference) and int8 (chosen where bf16 is slow).
         self.compute_dtype = torch.float32
-        self.kv_dtype = torch.bfloat16 if dtype in ("bf16", "hybrid") else torch.float32
+        # native: fp16 (the native ops convert rows as they store and read them; half the bytes of
+        # fp32, three more mantissa bits than bf16).
+        self.kv_dtype = {"bf16": torch.bfloat16, "hybrid": torch.bfloat16, "native": torch.float16}.get(
+            dtype, torch.float32
+        )
         # Steps of at most this many rows, all decodes, use the quantized copy of hybrid weights
         # (set from kernels.measure by the engine; see forward).
         self.small_max_rows = 4
@@ -319,7 +323,8 @@ class LlamaModel:
             qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
             kc, vc = kv.k[li], kv.v[li]
             if nat:
-                # Rotated in place, and k, v written to their slots, in one call.
+                # Rotated in place, and k, v written to their slots, in one call; the k and v left in
+                # qkv are the stored (rounded) values, as later steps read them from the cache.
                 native.rope_store(qkv, self.cos, self.sin, batch.positions, kc, vc, batch.slot_mapping, nh, nkv)
                 q, k = qkv[:, : nh * hd].view(T, nh, hd), qkv[:, nh * hd : nqk].view(T, nkv, hd)
                 v = qkv[:, nqk:].view(T, nkv, hd)

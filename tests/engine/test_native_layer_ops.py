@@ -63,6 +63,24 @@ def test_rope_store_rotates_q_and_k_and_writes_k_and_v_to_their_slots():
     assert kc[:, untouched].abs().sum() == 0 and vc[:, untouched].abs().sum() == 0
 
 
+def test_rope_store_into_an_fp16_cache_leaves_the_stored_values_in_qkv():
+    g = torch.Generator().manual_seed(6)
+    nh, nkv, hd, T, S = 9, 3, 64, 4, 32
+    cos, sin = _rope_tables(64, hd)
+    qkv = torch.randn(T, (nh + 2 * nkv) * hd, generator=g)
+    pos, slots = torch.tensor([1, 2, 30, 63]), torch.tensor([5, 6, 7, 31])
+    ref = qkv.clone()
+    native.rope_store(ref, cos, sin, pos, torch.zeros(nkv, S, hd), torch.zeros(nkv, S, hd), slots, nh, nkv)
+    kc, vc = torch.zeros(nkv, S, hd, dtype=torch.float16), torch.zeros(nkv, S, hd, dtype=torch.float16)
+    got = qkv.clone()
+    native.rope_store(got, cos, sin, pos, kc, vc, slots, nh, nkv)
+    nq, nqk = nh * hd, (nh + nkv) * hd
+    assert torch.equal(got[:, :nq], ref[:, :nq])  # q stays fp32
+    assert torch.equal(got[:, nq:], ref[:, nq:].half().float())  # k, v: the stored values (RNE, as torch)
+    assert torch.equal(kc[:, slots], ref[:, nq:nqk].view(T, nkv, hd).transpose(0, 1).half())
+    assert torch.equal(vc[:, slots], ref[:, nqk:].view(T, nkv, hd).transpose(0, 1).half())
+
+
 def test_rope_store_refuses_a_slot_outside_the_cache():
     kc = torch.zeros(1, 4, 8)
     with pytest.raises(RuntimeError, match="out of range"):
@@ -96,6 +114,13 @@ def test_decode_attention_matches_the_gathering_path_and_rows_are_alone():
     # A row alone, with the others' keys gone, gets the same bits.
     alone = native.decode_attention(q[2:3], kc, vc, slots[2:3], lens_t[2:3])
     assert torch.equal(alone, got[2:3])
+
+
+def test_decode_attention_on_an_fp16_cache_reads_the_stored_values():
+    q, kc, vc, slots, lens = _paged(3, [5, 17, 40], 40, 100, seed=7)
+    kh, vh = kc.half(), vc.half()
+    got = native.decode_attention(q, kh, vh, slots, lens)
+    assert torch.equal(got, native.decode_attention(q, kh.float(), vh.float(), slots, lens))
 
 
 def test_decode_attention_refuses_lengths_beyond_the_table():

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <immintrin.h>
@@ -34,6 +35,35 @@ inline float dot(const float* a, const float* b, int64_t n) {
     for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
   for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// The KV caches: fp32, or fp16 (half the bytes; rows converted with F16C, round to nearest even,
+// as torch's .to(torch.float16)).
+void check_caches(const at::Tensor& kc, const at::Tensor& vc) {
+  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.dim() == 3 && vc.sizes() == kc.sizes() &&
+                  kc.scalar_type() == vc.scalar_type() &&
+                  (kc.scalar_type() == at::kFloat || kc.scalar_type() == at::kHalf),
+              "kc, vc: contiguous fp32 or fp16 [nkv, S, hd], alike");
+}
+
+// Stores n (a multiple of 8) floats as the cache's type; `x` gets the stored values back, so the
+// step's own keys are the ones later steps read.
+inline void store_row(float* x, float* dst, int64_t n) { std::copy(x, x + n, dst); }
+inline void store_row(float* x, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+  }
+}
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// The cache's element pointer: float for fp32, the raw bits for fp16.
+template <typename E>
+E* cache_ptr(const at::Tensor& t) {
+  if constexpr (std::is_same_v<E, float>) return t.data_ptr<float>();
+  else return reinterpret_cast<uint16_t*>(t.data_ptr<at::Half>());
 }
 
 at::Tensor f32(const at::Tensor& t, const char* name) {
@@ -66,39 +96,41 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w_in, double eps) 
 void rope_store(at::Tensor& qkv, const at::Tensor& cos_in, const at::Tensor& sin_in, const at::Tensor& pos_in,
                 at::Tensor& kc, at::Tensor& vc, const at::Tensor& slots_in, int64_t nh, int64_t nkv) {
   TORCH_CHECK(qkv.is_contiguous() && qkv.scalar_type() == at::kFloat && qkv.dim() == 2, "qkv: contiguous f32 [T, W]");
-  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.scalar_type() == at::kFloat &&
-                  vc.scalar_type() == at::kFloat && kc.dim() == 3 && vc.sizes() == kc.sizes(),
-              "kc, vc: contiguous f32 [nkv, S, hd]");
+  check_caches(kc, vc);
   const at::Tensor cs = f32(cos_in, "cos"), sn = f32(sin_in, "sin");
   const at::Tensor pos = pos_in.to(at::kLong).contiguous(), slots = slots_in.to(at::kLong).contiguous();
   const int64_t T = qkv.size(0), hd = kc.size(2), S = kc.size(1), half = hd / 2, W = qkv.size(1);
-  TORCH_CHECK(kc.size(0) == nkv && W == (nh + 2 * nkv) * hd && cs.size(1) == hd && sn.sizes() == cs.sizes(),
+  TORCH_CHECK(kc.size(0) == nkv && W == (nh + 2 * nkv) * hd && hd % 8 == 0 && cs.size(1) == hd &&
+                  sn.sizes() == cs.sizes(),
               "shapes of qkv, caches and rotary tables disagree");
   TORCH_CHECK(pos.numel() == T && slots.numel() == T, "one position and one slot per row");
   float* qp = qkv.data_ptr<float>();
-  float *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
   const float *cp = cs.data_ptr<float>(), *sp = sn.data_ptr<float>();
   const int64_t *pp = pos.data_ptr<int64_t>(), *slp = slots.data_ptr<int64_t>();
   for (int64_t t = 0; t < T; ++t) {
     TORCH_CHECK(pp[t] >= 0 && pp[t] < cs.size(0) && slp[t] >= 0 && slp[t] < S, "position or slot out of range");
   }
-  at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
-    std::vector<float> tmp(hd);
-    for (int64_t t = t0; t < t1; ++t) {
-      float* row = qp + t * W;
-      const float *c = cp + pp[t] * hd, *s = sp + pp[t] * hd;
-      for (int64_t h = 0; h < nh + nkv; ++h) {
-        float* x = row + h * hd;
-        for (int64_t i = 0; i < half; ++i) tmp[i] = x[i] * c[i] + x[i + half] * s[i];
-        for (int64_t i = half; i < hd; ++i) tmp[i] = x[i] * c[i] + x[i - half] * s[i];
-        std::copy(tmp.begin(), tmp.end(), x);
+  auto run = [&](auto* kp, auto* vp) {
+    at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
+      std::vector<float> tmp(hd);
+      for (int64_t t = t0; t < t1; ++t) {
+        float* row = qp + t * W;
+        const float *c = cp + pp[t] * hd, *s = sp + pp[t] * hd;
+        for (int64_t h = 0; h < nh + nkv; ++h) {
+          float* x = row + h * hd;
+          for (int64_t i = 0; i < half; ++i) tmp[i] = x[i] * c[i] + x[i + half] * s[i];
+          for (int64_t i = half; i < hd; ++i) tmp[i] = x[i] * c[i] + x[i - half] * s[i];
+          std::copy(tmp.begin(), tmp.end(), x);
+        }
+        for (int64_t h = 0; h < nkv; ++h) {
+          store_row(row + (nh + h) * hd, kp + (h * S + slp[t]) * hd, hd);
+          store_row(row + (nh + nkv + h) * hd, vp + (h * S + slp[t]) * hd, hd);
+        }
       }
-      for (int64_t h = 0; h < nkv; ++h) {
-        std::copy(row + (nh + h) * hd, row + (nh + h + 1) * hd, kp + (h * S + slp[t]) * hd);
-        std::copy(row + (nh + nkv + h) * hd, row + (nh + nkv + h + 1) * hd, vp + (h * S + slp[t]) * hd);
-      }
-    }
-  });
+    });
+  };
+  if (kc.scalar_type() == at::kHalf) run(cache_ptr<uint16_t>(kc), cache_ptr<uint16_t>(vc));
+  else run(cache_ptr<float>(kc), cache_ptr<float>(vc));
 }
 
 // e^x for x <= 0 (scores minus their maximum), 8 lanes: Cephes' expf (range reduction by ln 2 in
@@ -129,14 +161,15 @@ inline float hsum8(__m256 v) {
 
 // One query head over n keys at slots sl of one kv head's cache (rows of hd floats, hd a multiple
 // of 8, at most 128): scores into p (at least n + 8 floats), softmax, and the weighted sum of values into o.
-inline void attend(const float* q, const float* k, const float* v, const int64_t* sl, int64_t n, int64_t hd,
-                   float scale, float* p, float* o) {
+template <typename E>
+inline void attend(const float* q, const E* k, const E* v, const int64_t* sl, int64_t n, int64_t hd, float scale,
+                   float* p, float* o) {
   const int64_t c8 = hd / 8;
   __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t j = 0; j < n; ++j) {
-    const float* kj = k + sl[j] * hd;
+    const E* kj = k + sl[j] * hd;
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t c = 0; c < c8; ++c) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), _mm256_loadu_ps(kj + 8 * c)));
+    for (int64_t c = 0; c < c8; ++c) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), load8(kj + 8 * c)));
     p[j] = hsum8(acc) * scale;
     mx = _mm256_max_ps(mx, _mm256_set1_ps(p[j]));
   }
@@ -154,8 +187,8 @@ inline void attend(const float* q, const float* k, const float* v, const int64_t
   for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
-    const float* vj = v + sl[j] * hd;
-    for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(pj, _mm256_loadu_ps(vj + 8 * c)));
+    const E* vj = v + sl[j] * hd;
+    for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(pj, load8(vj + 8 * c)));
   }
   for (int64_t c = 0; c < c8; ++c) _mm256_storeu_ps(o + 8 * c, _mm256_mul_ps(acc[c], _mm256_set1_ps(inv)));
 }
@@ -165,9 +198,7 @@ inline void attend(const float* q, const float* k, const float* v, const int64_t
 at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& kc, const at::Tensor& vc,
                             const at::Tensor& slots_in, const at::Tensor& lens_in) {
   const at::Tensor q = f32(q_in, "q");
-  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.scalar_type() == at::kFloat &&
-                  vc.scalar_type() == at::kFloat && kc.dim() == 3 && vc.sizes() == kc.sizes(),
-              "kc, vc: contiguous f32 [nkv, S, hd]");
+  check_caches(kc, vc);
   const at::Tensor slots = slots_in.to(at::kLong).contiguous(), lens = lens_in.to(at::kLong).contiguous();
   TORCH_CHECK(q.dim() == 3 && slots.dim() == 2, "q [B, nh, hd], slots [B, width]");
   const int64_t B = q.size(0), nh = q.size(1), hd = q.size(2), nkv = kc.size(0), S = kc.size(1);
@@ -180,21 +211,25 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& kc, const 
     for (int64_t j = 0; j < lp[r]; ++j) TORCH_CHECK(slp[r * width + j] >= 0 && slp[r * width + j] < S, "slot out of range");
   }
   at::Tensor out = at::empty_like(q);
-  const float *qp = q.data_ptr<float>(), *kp = kc.data_ptr<float>(), *vp = vc.data_ptr<float>();
+  const float* qp = q.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  // One task per (row, kv head): its keys and values are read once for the whole head group.
-  at::parallel_for(0, B * nkv, 1, [&](int64_t a, int64_t b) {
-    std::vector<float> p(width + 8);
-    for (int64_t task = a; task < b; ++task) {
-      const int64_t r = task / nkv, h = task % nkv;
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t head = r * nh + h * group + g;
-        attend(qp + head * hd, kp + h * S * hd, vp + h * S * hd, slp + r * width, lp[r], hd, scale, p.data(),
-               op + head * hd);
+  auto run = [&](const auto* kp, const auto* vp) {
+    // One task per (row, kv head): its keys and values are read once for the whole head group.
+    at::parallel_for(0, B * nkv, 1, [&](int64_t a, int64_t b) {
+      std::vector<float> p(width + 8);
+      for (int64_t task = a; task < b; ++task) {
+        const int64_t r = task / nkv, h = task % nkv;
+        for (int64_t g = 0; g < group; ++g) {
+          const int64_t head = r * nh + h * group + g;
+          attend(qp + head * hd, kp + h * S * hd, vp + h * S * hd, slp + r * width, lp[r], hd, scale, p.data(),
+                 op + head * hd);
+        }
       }
-    }
-  });
+    });
+  };
+  if (kc.scalar_type() == at::kHalf) run(cache_ptr<uint16_t>(kc), cache_ptr<uint16_t>(vc));
+  else run(cache_ptr<float>(kc), cache_ptr<float>(vc));
   return out;
 }
 
