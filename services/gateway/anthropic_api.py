@@ -27,7 +27,7 @@ from services.gateway.core import Gw, check_text, resolve_model, sampling, start
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
-from services.gateway.runs import Run
+from services.gateway.run import Run
 from services.gateway.tool_calls import parse_call
 
 router = APIRouter()

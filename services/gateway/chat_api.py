@@ -20,7 +20,7 @@ from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampli
 from services.gateway.errors import ApiError
 from services.gateway.relay import Encoder, Item, follow, sse, sse_response
 from services.gateway.resume import kept_events, owned
-from services.gateway.runs import Phase, Run
+from services.gateway.run import Phase, Run
 
 router = APIRouter()
 

@@ -30,7 +30,8 @@ from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
 from services.gateway.resume import mark_owner
-from services.gateway.runs import Run, Runs
+from services.gateway.run import Run
+from services.gateway.runs import Runs
 from services.gateway.settings import GatewaySettings
 from services.gateway.standing import Standings
 

@@ -26,7 +26,7 @@ from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
-from services.gateway.runs import Run
+from services.gateway.run import Run
 from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
 
 router = APIRouter()

@@ -24,7 +24,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from schemas import ChatEvent
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
-from services.gateway.runs import Run
+from services.gateway.run import Run
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # (answer index, sequence number, event): what an encoder is given.

@@ -41,7 +41,7 @@ from schemas import (
 from schemas.records import Text
 from services.gateway.core import Gateway
 from services.gateway.errors import ApiError
-from services.gateway.runs import Rerun
+from services.gateway.run import Rerun
 
 ROUTE = "POST /v1/admin/replay/{rid}"
 HISTORY_STATUSES = ("complete", "stopped")

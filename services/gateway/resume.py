@@ -1,4 +1,4 @@
-"""Resuming a stream that another gateway replica relays (the relaying replica's own copy is in runs.py).
+"""Resuming a stream that another gateway replica relays (the relaying replica's own copy is its `Run`, run.py).
 
 A memory-backed JetStream stream captures `chat.events.>` for a few minutes, so any replica can replay a
 request's events in order and follow the rest live. Sequence numbers are positions among the rid's
@@ -16,7 +16,7 @@ from libs.bus import headers as H
 from libs.bus.capture import ensure_memory_stream, follow, last_headers
 from schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
 from services.gateway.errors import ApiError
-from services.gateway.runs import TERMINAL
+from services.gateway.run import TERMINAL
 
 EVENTS_STREAM = "CHAT_EVENTS"
 

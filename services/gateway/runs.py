@@ -1,9 +1,7 @@
-"""The life of one request on the bus, independent of the HTTP connection that asked for it.
+"""The gateway's runs (`gw.runs`): admitting, launching, ending and closing each `Run` (run.py).
 
-A `Run` subscribes to `chat.events.<rid>` before the work is published (so no event is lost), keeps every
-event in order with its sequence number (the SSE `id`), and ends on `done`, `error`, a Stop, or the
-deadline. HTTP responses are readers of a run: they follow its events from any position, which is what
-lets a client reconnect with `Last-Event-ID`. When the last reader leaves before the end, the run is
+A run subscribes to `chat.events.<rid>` before the work is published (so no event is lost). Every way a
+launched run ends goes through `Runs._end`. When the last reader leaves before the end, the run is
 cancelled (after an optional grace period) so inference stops decoding for nobody.
 """
 
@@ -13,17 +11,14 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import structlog
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from libs.bus import Bus, BusError, Holder, Liveness
+from libs.bus import Bus, BusError, Liveness
 from libs.bus import headers as H
 from libs.bus.bus import FORWARD_ACK_S
 from schemas import (
@@ -31,10 +26,6 @@ from schemas import (
     ChatEvent,
     ErrorCode,
     ErrorInfo,
-    GatewayOutcome,
-    GatewayPart,
-    LoggedRequest,
-    ReplayPart,
     SaveTurn,
     SaveTurnAck,
     StageRecord,
@@ -46,162 +37,10 @@ from schemas import (
 )
 from services.gateway.errors import ApiError, status_of
 from services.gateway.metrics import Metrics
+from services.gateway.run import CLIENT_STOPS, TERMINAL, Phase, Rerun, Run
 from services.gateway.settings import GatewaySettings
 
 log = structlog.get_logger()
-
-TERMINAL = ("done", "error")
-# The client ended the answer: what it had received by then is the answer that is kept.
-CLIENT_STOPS = ("client_disconnected", "stopped")
-FinishHook = Callable[["Run"], Awaitable[None]]
-
-
-class Phase(StrEnum):
-    """Where a run is. Every way to end (the pipeline's `done` or `error`, the deadline, a Stop the
-    pipeline never answered, its holder lost, shutdown) goes through `ending` with the last event."""
-
-    admitted = "admitted"  # counted, span open; nothing published yet
-    refused = "refused"  # refused before launch (a limit, an unknown chat): nothing is kept
-    running = "running"  # subscribed to its events and the work published
-    cancelling = "cancelling"  # a Stop or a disconnect asked the pipeline to stop; its last event follows
-    ending = "ending"  # the last event is known; the finish hooks run before readers see it
-    ended = "ended"  # readers have every event, the last one included
-    closed = "closed"  # recorded, span ended, unsubscribed; its events stay for resuming a while
-
-
-NEXT: dict[Phase, tuple[Phase, ...]] = {
-    Phase.admitted: (Phase.refused, Phase.running),
-    Phase.running: (Phase.cancelling, Phase.ending),
-    Phase.cancelling: (Phase.ending,),
-    Phase.ending: (Phase.ended,),
-    Phase.ended: (Phase.closed,),
-    Phase.refused: (),
-    Phase.closed: (),
-}
-
-
-@dataclass
-class Rerun:
-    """What makes a run an admin's re-run of a logged request (rerun.py); its record says so."""
-
-    of: str
-    mode: str
-    overrides: dict[str, Any]
-    by: str  # the admin key: not `key_id`, which abuse detection counts against
-
-
-@dataclass
-class Run:
-    rid: str
-    api: str
-    route: str
-    tenant: str
-    key_id: str
-    span: trace.Span
-    rerun: Rerun | None = None
-    phase: Phase = Phase.admitted
-    started_ms: int = field(default_factory=H.now_ms)
-    t0: float = field(default_factory=time.perf_counter)
-    work: Work | None = None
-    events: list[ChatEvent] = field(default_factory=list)
-    # The last event (done or error) from `ending` on.
-    last: ChatEvent | None = None
-    cancel_reason: str | None = None
-    first_event_s: float | None = None
-    first_token_s: float | None = None  # the first delta or thinking text: what a user sees as the answer starting
-    readers: int = 0
-    on_finish: list[FinishHook] = field(default_factory=list)
-    holder: Holder = field(default_factory=Holder)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _sub: Any = None
-    _timers: list[asyncio.TimerHandle] = field(default_factory=list)
-
-    def to(self, phase: Phase) -> None:
-        assert phase in NEXT[self.phase], f"run {self.rid}: {self.phase} -> {phase}"
-        self.phase = phase
-
-    @property
-    def live(self) -> bool:
-        """Published and not yet ending: its events still come."""
-        return self.phase in (Phase.running, Phase.cancelling)
-
-    @property
-    def usage(self) -> Usage:
-        t = self.last
-        return t.usage if t is not None and t.usage is not None else Usage()
-
-    @property
-    def error(self) -> ErrorInfo | None:
-        t = self.last
-        return t.error if t is not None and t.type == "error" else None
-
-    @property
-    def client_status(self) -> str:
-        t = self.last
-        if self.cancel_reason in CLIENT_STOPS:
-            return "stopped"
-        if t is None or t.type == "error":
-            return "error"
-        # A Stop sent through another replica reaches us only as the pipeline's cancelled answer.
-        return "stopped" if t.finish_reason == "cancelled" else "complete"
-
-    def activate(self) -> contextlib.AbstractContextManager[trace.Span]:
-        """Make the request's server span current, so bus messages sent now carry its traceparent."""
-        return trace.use_span(self.span, end_on_exit=False)
-
-    def _push(self, event: ChatEvent) -> None:
-        if self.first_event_s is None:
-            self.first_event_s = time.perf_counter() - self.t0
-        self.events.append(event)
-        self._wake.set()
-        self._wake = asyncio.Event()
-
-    async def follow(self, after: int = -1) -> AsyncIterator[tuple[int, ChatEvent]]:
-        """Events after sequence number `after`, live until the last one."""
-        i = after + 1
-        while True:
-            while i < len(self.events):
-                yield i, self.events[i]
-                i += 1
-            if self.phase in (Phase.ended, Phase.closed):
-                return
-            await self._wake.wait()
-
-    def part(self) -> GatewayPart | ReplayPart:
-        """The gateway's part of the request's record. The logger merges every stage's part into one record;
-        what only the gateway saw sits under "gateway" so it never overwrites the status, usage or finish
-        reason the answering stages report."""
-        request = LoggedRequest.of(self.work) if self.work is not None else LoggedRequest()
-        finish_reason = self.last.finish_reason if self.last is not None else None
-        if self.rerun is not None:
-            part = ReplayPart(
-                api="replay",
-                replay_of=self.rerun.of,
-                replay_mode=self.rerun.mode,
-                overrides=self.rerun.overrides,
-                request=request,
-                client_status=self.client_status,
-                replayed_by=self.rerun.by,
-                finish_reason=finish_reason,
-                events=len(self.events),
-            )
-            if self.last is not None and self.last.usage:
-                part.usage = self.last.usage  # left out, not empty, when the run never reported any
-            return part
-        return GatewayPart(
-            api=self.api,
-            request=request,
-            client_status=self.client_status,
-            key_id=self.key_id,
-            gateway=GatewayOutcome(
-                route=self.route,
-                cancel_reason=self.cancel_reason,
-                finish_reason=finish_reason,
-                usage=self.usage,
-                events=len(self.events),
-                first_event_ms=self.first_event_s * 1000 if self.first_event_s is not None else None,
-            ),
-        )
 
 
 class Runs:
@@ -294,12 +133,12 @@ class Runs:
         async def on_event(event: ChatEvent) -> None:
             await self._receive(run, event)
 
-        run._sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
+        run.sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
         run.to(Phase.running)
         self.by_rid[run.rid] = run
         run.holder = self.liveness.watch(run.rid)
         loop = asyncio.get_running_loop()
-        run._timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
+        run.timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
         # The server must know the subscription before the work goes out, or the first events could be lost.
         await self.bus.flush()
         with run.activate():
@@ -332,7 +171,7 @@ class Runs:
         if event.type in TERMINAL:
             await self._end(run, event)
         else:
-            run._push(event)
+            run.push(event)
 
     async def _run_hooks(self, run: Run) -> None:
         for hook in run.on_finish:
@@ -358,7 +197,7 @@ class Runs:
             except Exception as e:
                 log.warning("last event not published", rid=run.rid, error=str(e))
         await self._run_hooks(run)
-        run._push(event)
+        run.push(event)
         run.to(Phase.ended)
         self._spawn(self._close(run))
 
@@ -435,7 +274,7 @@ class Runs:
         run.span.add_event("cancel", {"reason": reason})
         await self._publish_cancel(run, reason)
         loop = asyncio.get_running_loop()
-        run._timers.append(loop.call_later(self.settings.cancel_wait_s, self._cancel_timeout, run))
+        run.timers.append(loop.call_later(self.settings.cancel_wait_s, self._cancel_timeout, run))
 
     def _cancel_timeout(self, run: Run) -> None:
         done = ChatEvent(rid=run.rid, type="done", finish_reason="cancelled", usage=Usage())
@@ -460,7 +299,7 @@ class Runs:
             if run.readers == 0:
                 self._spawn(self.cancel(run, "client_disconnected"))
 
-        run._timers.append(asyncio.get_running_loop().call_later(grace, later))
+        run.timers.append(asyncio.get_running_loop().call_later(grace, later))
 
     # ---- closing ---------------------------------------------------------------------------
 
@@ -470,11 +309,11 @@ class Runs:
             return
         run.to(Phase.closed)
         self.liveness.forget(run.rid)
-        for timer in run._timers:
+        for timer in run.timers:
             timer.cancel()
-        if run._sub is not None:
+        if run.sub is not None:
             with contextlib.suppress(Exception):
-                await run._sub.unsubscribe()
+                await run.sub.unsubscribe()
         self.active -= 1
         self.metrics.active_streams.set(self.active)
         duration = time.perf_counter() - run.t0
@@ -499,7 +338,7 @@ class Runs:
                 )
             )
         run.span.end()
-        run._timers = [asyncio.get_running_loop().call_later(self.settings.resume_ttl_s, self._forget, run.rid)]
+        run.timers = [asyncio.get_running_loop().call_later(self.settings.resume_ttl_s, self._forget, run.rid)]
 
     def _forget(self, rid: str) -> None:
         self.by_rid.pop(rid, None)
@@ -514,6 +353,6 @@ class Runs:
                 await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
             await self._close(run)
         for run in self.by_rid.values():
-            for timer in run._timers:
+            for timer in run.timers:
                 timer.cancel()
         self.by_rid.clear()
