@@ -76,7 +76,7 @@ class NatsCluster:
         while time.monotonic() < deadline:
             for n in self.nodes:
                 if n.proc is not None and n.proc.poll() is not None:
-                    raise RuntimeError(f"nats node {n.name} exited with {n.proc.returncode}; see {n.config}.log")
+                    raise NodeExited(f"nats node {n.name} exited with {n.proc.returncode}; see {n.config}.log")
             if all(n.healthy() for n in self.nodes if n.proc is not None and n.proc.poll() is None):
                 return
             time.sleep(0.2)
@@ -107,6 +107,24 @@ def start_nats_cluster(
     size: int = 3, base_dir: str | None = None, cluster_name: str = "switchyard", timeout_s: float = 60.0
 ) -> NatsCluster:
     base = Path(base_dir or tempfile.mkdtemp(prefix="switchyard-nats-cluster-"))
+    base.mkdir(parents=True, exist_ok=True)
+    # A port found free can be taken by another process before the node binds it (the node then
+    # exits at once): start again on fresh ports, a few times, before giving up.
+    for attempt in range(3):
+        try:
+            # A fresh store for a retry: the stopped nodes' JetStream state names the old routes.
+            return _start(size, base if attempt == 0 else base / f"retry{attempt}", cluster_name, timeout_s)
+        except NodeExited:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class NodeExited(RuntimeError):
+    """A node's process ended while the cluster was starting."""
+
+
+def _start(size: int, base: Path, cluster_name: str, timeout_s: float) -> NatsCluster:
     base.mkdir(parents=True, exist_ok=True)
     cluster = NatsCluster()
     for i in range(size):

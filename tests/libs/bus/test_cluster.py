@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from libs.bus import Bus
+from libs.bus import cluster as cluster_module
 from libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
 from libs.telemetry import setup_tracing
 from schemas import subjects
@@ -104,3 +106,26 @@ async def test_a_watch_hears_on_after_the_node_of_its_consumer_dies(cluster: Nat
     finally:
         await watcher.close()
         await writer.close()
+
+
+def test_a_node_whose_port_was_taken_meanwhile_starts_again_on_fresh_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process holds the first port handed out, as when it binds between free_port and the node.
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    held = taken.getsockname()[1]
+    ports = iter([held])
+    real = cluster_module.free_port
+    monkeypatch.setattr(cluster_module, "free_port", lambda: next(ports, None) or real())
+    try:
+        c = start_nats_cluster(3, base_dir=str(tmp_path / "nats"))
+    finally:
+        taken.close()
+    try:
+        assert held not in {n.port for n in c.nodes}
+        assert all(n.proc is not None and n.proc.poll() is None for n in c.nodes)
+        assert (tmp_path / "nats" / "retry1").is_dir()  # the second attempt, on its own store
+    finally:
+        c.stop()
