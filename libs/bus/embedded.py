@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -48,22 +49,30 @@ class NatsServer:
 
 
 def start_nats_server(port: int | None = None, store_dir: str | None = None, timeout: float = 15.0) -> NatsServer:
-    port = port or free_port()
+    """A JetStream nats-server on `port`, or on a port it picks itself and reports in a ports file:
+    a port found free here could be taken by another process before the server bound it."""
     store = store_dir or tempfile.mkdtemp(prefix="switchyard-nats-")
     Path(store).mkdir(parents=True, exist_ok=True)
+    ports_dir = tempfile.mkdtemp(prefix="switchyard-nats-ports-")
+    binary = nats_binary()
     proc = subprocess.Popen(
-        [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store],
+        [binary, "-a", "127.0.0.1", "-p", str(port or -1), "-js", "-sd", store, "--ports_file_dir", ports_dir],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    ports_file = Path(ports_dir) / f"{Path(binary).name}_{proc.pid}.ports"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"nats-server exited with {proc.returncode}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return NatsServer(proc, port, store)
-        except OSError:
+            # Written once the server listens: {"nats": ["nats://127.0.0.1:PORT"], ...}
+            url = json.loads(ports_file.read_text())["nats"][0]
+            bound = int(url.rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", bound), timeout=0.2):
+                shutil.rmtree(ports_dir, ignore_errors=True)
+                return NatsServer(proc, bound, store)
+        except (OSError, ValueError, KeyError, IndexError):
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("nats-server did not start listening")
