@@ -54,10 +54,25 @@ async def test_the_log_survives_its_leader_node(cluster: NatsCluster) -> None:
         after = await bus.js.stream_info(subjects.LOG_STREAM)
         assert after.cluster is not None and after.cluster.leader != leader.name
         assert after.state.messages == 1
+        # The bucket is a stream of its own; its leader may have been the killed node too, and a read
+        # waits for its election (under load that took longer than one request's timeout: ci5).
+        await _new_leader(bus, "KV_test_bucket", leader.name)
         got = await kv.get("k")
         assert got is not None and got.n == 1
     finally:
         await bus.close()
+
+
+async def _new_leader(bus: Bus, stream: str, gone: str, timeout_s: float = 60.0) -> None:
+    """Returns once `stream` has a leader other than `gone` (asking again while it elects one)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        with contextlib.suppress(Exception):
+            info = await bus.js.stream_info(stream)
+            if info.cluster is not None and info.cluster.leader not in (None, gone):
+                return
+        assert asyncio.get_running_loop().time() < deadline, f"{stream} elected no new leader"
+        await asyncio.sleep(0.2)
 
 
 def _consumer_node(cluster: NatsCluster, stream: str) -> ClusterNode:
