@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("block_matmul.cpp")
 # The layer's other parts (RMSNorm, rotary embedding and cache write, decode attention, SiLU).
 LAYER_OPS = Path(__file__).with_name("layer_ops.cpp")
-# Included by SOURCE once per instruction set; part of the build's key.
+# Included by SOURCE once per instruction set, and the helpers both sources include; part of the
+# build's key.
 ROWS = Path(__file__).with_name("block_rows.inc")
+SIMD = Path(__file__).with_name("simd.h")
 _lock = threading.Lock()
 _state: dict[str, bool | str] = {}
 
@@ -38,7 +40,7 @@ def build_dir() -> Path:
 
 
 def _key() -> str:
-    h = hashlib.sha256(SOURCE.read_bytes() + ROWS.read_bytes() + LAYER_OPS.read_bytes())
+    h = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, ROWS, LAYER_OPS, SIMD)))
     h.update(torch.__version__.encode())
     return h.hexdigest()[:16]
 
@@ -152,7 +154,8 @@ def rope_store(
     nkv: int,
 ) -> None:
     """In place: rotary embedding of qkv's q and k heads (rotate-half, `sin` signed), then each row's
-    k and v heads written to its slot of the caches kc, vc [nkv, slots, hd] (fp32)."""
+    k and v heads written to its slot of the caches kc, vc [nkv, slots, hd] (fp32, or fp16: then the
+    k and v left in qkv are the stored, rounded values)."""
     _ops().rope_store(qkv, cos, sin, positions, kc, vc, slots, nh, nkv)
 
 
@@ -160,7 +163,7 @@ def decode_attention(
     q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor
 ) -> torch.Tensor:
     """Single-token attention of q [B, heads, hd] over the keys at slots[b, :lens[b]] of the caches
-    [kv_heads, slots, hd] (fp32), read in place; [B, heads, hd]."""
+    [kv_heads, slots, hd] (fp32 or fp16), read in place; [B, heads, hd]."""
     return _ops().decode_attention(q, kc, vc, slots, lens)  # type: ignore[no-any-return]
 
 

@@ -32,6 +32,8 @@
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
+
+#include "simd.h"
 #define SY_X86 1
 #endif
 
@@ -67,13 +69,6 @@ std::atomic<bool> g_vnni{cpu_has_vnni()};
 
 #ifdef SY_X86
 #define SY_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-SY_AVX2 inline float hsum(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 // x [K] fp32 -> q [K] int8, d [K/32] (scale) and s [K/32] (d * sum of the block's q).
 SY_AVX2 void quantize_row(const float* x, int64_t K, int8_t* q, float* d, float* s) {

@@ -22,6 +22,8 @@
 
 #include <immintrin.h>
 
+#include "simd.h"
+
 // Where the ops run at all the CPU has AVX2 and FMA (native.available() checks before any call).
 #pragma GCC target("avx2,fma,f16c")
 
@@ -152,13 +154,6 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-inline float hsum8(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
-
 // One query head over n keys at slots sl of one kv head's cache (rows of hd floats, hd a multiple
 // of 8, at most 128): scores into p (at least n + 8 floats), softmax, and the weighted sum of values into o.
 template <typename E>
@@ -170,7 +165,7 @@ inline void attend(const float* q, const E* k, const E* v, const int64_t* sl, in
     const E* kj = k + sl[j] * hd;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t c = 0; c < c8; ++c) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), load8(kj + 8 * c)));
-    p[j] = hsum8(acc) * scale;
+    p[j] = hsum(acc) * scale;
     mx = _mm256_max_ps(mx, _mm256_set1_ps(p[j]));
   }
   // The tail past n holds -inf, so its exp is 0 and full vectors cover every key.
@@ -181,7 +176,7 @@ inline void attend(const float* q, const E* k, const E* v, const int64_t* sl, in
     _mm256_storeu_ps(p + j, e);
     sum = _mm256_add_ps(sum, e);
   }
-  const float inv = 1.0f / hsum8(sum);
+  const float inv = 1.0f / hsum(sum);
   // Each value row is read once: the output's hd / 8 (at most 16) vectors stay in registers.
   __m256 acc[16];
   for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_setzero_ps();
