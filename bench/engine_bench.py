@@ -32,6 +32,12 @@ from libs.tokenizer import load_tokenizer
 
 MARK_BEGIN = "<!-- engine_bench:begin -->"
 MARK_END = "<!-- engine_bench:end -->"
+# `--isa avx2`: every engine held to AVX2 code on a newer CPU, in a section of its own.
+AVX2_BEGIN = "<!-- engine_bench:avx2:begin -->"
+AVX2_END = "<!-- engine_bench:avx2:end -->"
+# What holds each engine to AVX2: ours (SWITCHYARD_KERNEL_ISA), torch's own kernels and oneDNN's.
+# llama.cpp picks its code at build time: --llama-cpp-path names a build without AVX-512.
+AVX2_ENV = {"SWITCHYARD_KERNEL_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 QUESTIONS = [
     "Explain how a bicycle works.",
     "Write a short story about a lighthouse keeper.",
@@ -132,11 +138,13 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
     other processes on a shared box hits all of them alike."""
     import torch
 
+    from libs.engine import native
     from libs.engine.kernels import measure, row_invariance
     from libs.engine.model import AttnBatch, KVCache, LlamaModel, measure_decode_attention
     from libs.engine.weights import load_weights
 
     torch.set_num_threads(bench_threads())  # as every engine row above
+    native.select_isa(EngineSettings().kernel_isa)
     cal = measure()
     models = {}
     for d in dtypes:
@@ -316,11 +324,15 @@ def run_worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def spawn(extra: list[str], common: list[str]) -> dict[str, Any]:
-    """Run one worker in a fresh process; its last RESULT line is the answer."""
+def spawn(extra: list[str], common: list[str], pythonpath: str | None = None) -> dict[str, Any]:
+    """Run one worker in a fresh process (`pythonpath` ahead of the others); its last RESULT line
+    is the answer."""
     cmd = [sys.executable, os.path.abspath(__file__), *common, *extra]
     print("$", " ".join(extra), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
             res: dict[str, Any] = json.loads(line[7:])
@@ -367,10 +379,20 @@ def ratio(a: Any, b: Any) -> float | None:
 
 def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
     s_cols = args.streams
-    lines = [
-        MARK_BEGIN,
-        "## Engine benchmark",
-        "",
+    lines = [MARK_BEGIN, "## Engine benchmark", ""]
+    if args.isa == "avx2":
+        lines = [
+            AVX2_BEGIN,
+            "## Engine benchmark, AVX2 code paths on this CPU (`--isa avx2`)",
+            "",
+            "The AVX2 class measured on a newer CPU: every engine runs the code an AVX2-only CPU runs "
+            f"(ours: {', '.join(f'{k}={v}' for k, v in AVX2_ENV.items())}; llama.cpp: a build without AVX-512, "
+            f"`{args.llama_cpp_path or 'the installed one'}`). The clock, caches and memory are this CPU's, not an "
+            "AVX2 machine's, so the ratios, not the rates, carry over. vLLM is not in it: its CPU build picks its "
+            "kernels from the CPU's flags and cannot be held to AVX2.",
+            "",
+        ]
+    lines += [
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {machine()}; {bench_threads()} thread(s) for every engine; load average at start {r['load']}",
         f"- command: `python bench/engine_bench.py {' '.join(sys.argv[1:])}`",
@@ -451,7 +473,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         for k, per in cal.items():
             lines.append(f"| {k} | " + " | ".join(f"{v:.0f}" for v in per.values()) + " |")
         lines.append("")
-    lines += [MARK_END, ""]
+    lines += [AVX2_END if args.isa == "avx2" else MARK_END, ""]
     return "\n".join(lines)
 
 
@@ -513,6 +535,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one format, 1 and 8 streams, 16 tokens")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--rounds", type=int, default=2, help="run every engine this many times; keep the best")
+    ap.add_argument("--isa", choices=["auto", "avx2"], default="auto", help="avx2: hold every engine to AVX2 code")
+    ap.add_argument("--llama-cpp-path", help="a directory holding another llama_cpp build, put first on its path")
     ap.add_argument(
         "--worker", choices=["native", "turns", "sweep", "hf", "llama_cpp", "llama_cpp_batched"], help=argparse.SUPPRESS
     )
@@ -530,6 +554,9 @@ def main() -> None:
     # The engine alone on the machine: every engine gets every core unless told otherwise (the
     # inference service leaves one core to the rest of the pipeline: cores - 1).
     os.environ.setdefault("SWITCHYARD_ENGINE_THREADS", str(os.cpu_count() or 1))
+    if args.isa == "avx2":
+        os.environ.update(AVX2_ENV)
+    lpath = args.llama_cpp_path
     common = ["--streams", ",".join(map(str, args.streams)), "--max-tokens", str(args.max_tokens)]
     common += ["--turns", str(args.turns), "--device", args.device]
     r: dict[str, Any] = {"load": f"{os.getloadavg()[0]:.2f}", "native": {}, "turns": {}}
@@ -543,18 +570,24 @@ def main() -> None:
             extra = ["--worker", "turns", "--dtype", args.dtypes[0], "--caching", caching]
             r["turns"][caching] = best(r["turns"].get(caching), spawn(extra, common))
         r["hf"] = skipped if args.no_baselines else best(r.get("hf"), spawn(["--worker", "hf"], common))
-        r["lcpp"] = skipped if args.no_baselines else best(r.get("lcpp"), spawn(["--worker", "llama_cpp"], common))
+        r["lcpp"] = (
+            skipped if args.no_baselines else best(r.get("lcpp"), spawn(["--worker", "llama_cpp"], common, lpath))
+        )
         from bench.vllm_bench import spawn_vllm, vllm_python
 
         vpy = vllm_python()
-        if vpy is not None and not args.no_baselines:
+        # vLLM's CPU build picks its kernels from the CPU's flags: it cannot be held to AVX2.
+        if vpy is not None and not args.no_baselines and args.isa == "auto":
             r["vllm"] = best(r.get("vllm"), spawn_vllm(vpy, ",".join(map(str, args.streams)), args.max_tokens))
         batched = ["--worker", "llama_cpp_batched"]
-        r["lcpp_batched"] = skipped if args.no_baselines else best(r.get("lcpp_batched"), spawn(batched, common))
+        r["lcpp_batched"] = skipped if args.no_baselines else best(r.get("lcpp_batched"), spawn(batched, common, lpath))
     if not args.quick:
         r["sweep"] = spawn(["--worker", "sweep"], common)
     section = render(args, r)
-    write_section(args.out, MARK_BEGIN, MARK_END, section)
+    if args.isa == "avx2":
+        write_section(args.out, AVX2_BEGIN, AVX2_END, section)
+    else:
+        write_section(args.out, MARK_BEGIN, MARK_END, section)
     print(section)
 
 

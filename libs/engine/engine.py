@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from libs.engine import native
 from libs.engine.block_pool import BlockPool
 from libs.engine.kernels import Calibration, measure, row_invariance
 from libs.engine.kv_cache_manager import KVCacheManager
@@ -128,6 +129,12 @@ class NativeEngine:
                 self.dtype = "bf16"
         elif device != "cpu":
             raise EngineDeviceError(f"unknown device {device!r} (native engine: 'cpu' or 'cuda[:n]')")
+        if device == "cpu":
+            # Before the calibration, so that `auto` measures the kernels that will serve.
+            try:
+                native.select_isa(self.config.kernel_isa)
+            except ValueError as e:
+                raise EngineDeviceError(str(e)) from e
         if self.dtype in ("auto", "hybrid", "bf16") and device == "cpu":
             self.calibration = measure()
             log.info("kernel calibration: %s", self.calibration)

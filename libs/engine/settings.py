@@ -6,6 +6,7 @@ EngineConfig it passes down; nothing else in libs/engine reads the environment."
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from libs.engine.types import EngineConfig
 from libs.tokenizer import TokenizerSettings
@@ -14,6 +15,8 @@ from libs.tokenizer import TokenizerSettings
 class EngineSettings(TokenizerSettings):
     # SWITCHYARD_ENGINE_THREADS: torch intra-op threads of the step loop; 0 => cores - 1.
     engine_threads: int = 0
+    # SWITCHYARD_KERNEL_ISA: 'auto' | 'avx2' (the native kernels without AVX-512 VNNI; see EngineConfig).
+    kernel_isa: Literal["auto", "avx2"] = "auto"
     # SWITCHYARD_KV_CACHE_BYTES: KV budget when the config leaves num_blocks at 0.
     kv_cache_bytes: int = 1 << 30
     # SWITCHYARD_TRTLLM_MODEL: the HF checkpoint the TensorRT-LLM kind serves.
@@ -44,6 +47,7 @@ class EngineSettings(TokenizerSettings):
             if config.tokenizer_cache_dir is not None
             else self.tokenizer_cache,
             trtllm_model=config.trtllm_model or self.trtllm_model,
+            kernel_isa=self.kernel_isa if config.kernel_isa == default.kernel_isa else config.kernel_isa,
         )
 
     def vllm_config(self, config: EngineConfig) -> EngineConfig:

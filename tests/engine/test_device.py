@@ -52,3 +52,8 @@ async def test_cuda_without_a_gpu_is_a_named_error():
         await eng.start()
     with pytest.raises(EngineDeviceError, match="unknown device"):
         await NativeEngine(EngineConfig(device="tpu", dtype="fp32")).start()
+
+
+async def test_an_unknown_kernel_isa_is_a_named_error():
+    with pytest.raises(EngineDeviceError, match="kernel_isa"):
+        await NativeEngine(EngineConfig(dtype="fp32", kernel_isa="neon")).start()

@@ -2,6 +2,9 @@
 
 import os
 
+import pytest
+from pydantic import ValidationError
+
 from libs.engine import EngineConfig, EngineSettings
 from libs.engine.engine import engine_threads
 
@@ -12,6 +15,7 @@ def test_the_environment_fills_what_the_config_leaves_unset(monkeypatch):
     monkeypatch.setenv("SWITCHYARD_MODEL_PATH", "/models/env.gguf")
     monkeypatch.setenv("SWITCHYARD_TOKENIZER_CACHE", "")
     monkeypatch.setenv("SWITCHYARD_TRTLLM_MODEL", "org/model")
+    monkeypatch.setenv("SWITCHYARD_KERNEL_ISA", "avx2")
     env = EngineSettings()
     c = env.apply(EngineConfig(dtype="fp32"))
     assert (c.threads, c.kv_cache_bytes, c.model_path, c.tokenizer_cache_dir, c.trtllm_model) == (
@@ -21,14 +25,14 @@ def test_the_environment_fills_what_the_config_leaves_unset(monkeypatch):
         "",
         "org/model",
     )
-    assert c.dtype == "fp32"
+    assert c.dtype == "fp32" and c.kernel_isa == "avx2"
     # What the config sets itself (a service's own setting) wins over the shared environment.
     own = env.apply(EngineConfig(model_path="/models/own.gguf", threads=2, kv_cache_bytes=5 << 20))
     assert (own.model_path, own.threads, own.kv_cache_bytes) == ("/models/own.gguf", 2, 5 << 20)
 
 
 def test_an_empty_environment_changes_nothing(monkeypatch):
-    for name in ("ENGINE_THREADS", "KV_CACHE_BYTES", "MODEL_PATH", "TOKENIZER_CACHE", "TRTLLM_MODEL"):
+    for name in ("ENGINE_THREADS", "KV_CACHE_BYTES", "MODEL_PATH", "TOKENIZER_CACHE", "TRTLLM_MODEL", "KERNEL_ISA"):
         monkeypatch.delenv(f"SWITCHYARD_{name}", raising=False)
     assert EngineSettings().apply(EngineConfig()) == EngineConfig()
 
@@ -36,3 +40,9 @@ def test_an_empty_environment_changes_nothing(monkeypatch):
 def test_threads_default_to_all_cores_but_one():
     assert engine_threads(0) == max(1, (os.cpu_count() or 2) - 1)
     assert engine_threads(5) == 5
+
+
+def test_an_unknown_kernel_isa_is_refused_at_start_up(monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_KERNEL_ISA", "avx512")
+    with pytest.raises(ValidationError, match="kernel_isa"):
+        EngineSettings()

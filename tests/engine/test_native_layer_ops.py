@@ -155,3 +155,17 @@ def test_vnni_products_give_the_avx2_bits():
         native.use_vnni(True)
     for a, b in zip(vnni, avx2, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not native.available(), reason="no native kernels here")
+def test_select_isa_holds_the_kernels_to_avx2_and_back():
+    try:
+        native.select_isa("avx2")
+        assert not native.vnni_on()
+        native.select_isa("auto")
+        # Back on exactly where the CPU has VNNI.
+        assert native.vnni_on() == native.has_vnni()
+        with pytest.raises(ValueError, match="kernel_isa"):
+            native.select_isa("avx512")
+    finally:
+        native.select_isa("auto")

@@ -110,6 +110,23 @@ def use_vnni(on: bool) -> bool:
     return bool(_ops().use_vnni(on))
 
 
+def vnni_on() -> bool:
+    """Whether the products take the VNNI kernels now."""
+    return bool(_ops().vnni_on())
+
+
+ISAS = ("auto", "avx2")
+
+
+def select_isa(isa: str) -> None:
+    """'auto': the best kernels the CPU has; 'avx2': AVX-512 VNNI off (the same bits at the AVX2
+    class's speed). Process-wide, as the kernels' dispatch is. ValueError for another name."""
+    if isa not in ISAS:
+        raise ValueError(f"unknown kernel_isa {isa!r}: one of {', '.join(ISAS)}")
+    if available():
+        use_vnni(isa == "auto")
+
+
 def _ops() -> Any:
     if not _state.get("ok") and not load():
         raise RuntimeError(f"native kernels unavailable: {unavailable_reason()}")

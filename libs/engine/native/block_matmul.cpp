@@ -279,6 +279,9 @@ bool use_vnni(bool on) {
   return g_vnni.load();
 }
 
+// Whether the products take the VNNI kernels now.
+bool vnni_on() { return g_vnni.load(); }
+
 }  // namespace
 
 TORCH_LIBRARY(switchyard, m) {
@@ -289,6 +292,7 @@ TORCH_LIBRARY(switchyard, m) {
   m.def("has_avx2() -> bool", &has_avx2);
   m.def("has_vnni() -> bool", &has_vnni);
   m.def("use_vnni(bool on) -> bool", &use_vnni);
+  m.def("vnni_on() -> bool", &vnni_on);
 }
 
 TORCH_LIBRARY_IMPL(switchyard, CPU, m) {
