@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import machine, write_section
-from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine, default_model_path
+from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
 from libs.engine.engine import engine_threads
 from libs.tokenizer import load_tokenizer
 
@@ -47,6 +47,11 @@ QUESTIONS = [
 # llama-cpp-python serves one request at a time: beyond this many streams its aggregate rate is
 # its sequential rate, so larger counts are not run (they would only cost minutes).
 LCPP_MAX_STREAMS = 8
+
+
+def model_path() -> str:
+    """The GGUF every engine here runs: SWITCHYARD_MODEL_PATH, else the bundled one."""
+    return EngineSettings().resolved_model_path()
 
 
 def bench_threads() -> int:
@@ -148,7 +153,7 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
     cal = measure()
     models = {}
     for d in dtypes:
-        cfg, w = load_weights(default_model_path(), d, os.path.join("var", "cache", "engine"))
+        cfg, w = load_weights(model_path(), d, os.path.join("var", "cache", "engine"))
         models[d] = LlamaModel(cfg, w, d).pack_cpu_weights()
         models[d].small_max_rows = cal.small_max_rows
     # Both depend on the CPU and the model's shapes, not on the weight format: measured once.
@@ -187,10 +192,12 @@ def worker_hf(streams: list[int], max_tokens: int) -> dict[str, Any]:
     except ImportError as exc:
         return {"note": f"transformers not importable: {exc}"}
     torch.set_num_threads(bench_threads())  # as the native engine: same cores for everyone
-    path = default_model_path()
+    path = model_path()
     d, f = os.path.dirname(path), os.path.basename(path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     tok.padding_side = "left"
+    if tok.pad_token is None:  # newer transformers read none from the GGUF, and refuse to pad without
+        tok.pad_token = tok.eos_token
     ours = load_tokenizer(path)  # renders the same prompt strings as the native runs
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32).eval()
     res: dict[str, Any] = {}
@@ -217,8 +224,8 @@ def worker_llama_cpp(streams: list[int], max_tokens: int) -> dict[str, Any]:
     except ImportError:
         return {"note": "llama-cpp-python is not installed (`make bench` builds it when it can)"}
     threads = bench_threads()  # prompt too: its default, every core, spins against other load
-    llm = Llama(model_path=default_model_path(), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
-    ours = load_tokenizer(default_model_path())
+    llm = Llama(model_path=model_path(), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
+    ours = load_tokenizer(model_path())
 
     def one(i: int) -> tuple[int, float, float]:
         t = time.perf_counter()
@@ -250,7 +257,7 @@ def worker_llama_cpp_batched(streams: list[int], max_tokens: int) -> dict[str, A
         import llama_cpp as lc  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return {"note": "llama-cpp-python is not installed (`make bench` builds it when it can)"}
-    path = default_model_path()
+    path = model_path()
     ours = load_tokenizer(path)
     lc.llama_backend_init()
     load_model = getattr(lc, "llama_model_load_from_file", None) or lc.llama_load_model_from_file
@@ -396,7 +403,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {machine()}; {bench_threads()} thread(s) for every engine; load average at start {r['load']}",
         f"- command: `python bench/engine_bench.py {' '.join(sys.argv[1:])}`",
-        f"- model: {os.path.basename(default_model_path())}; {args.max_tokens} new tokens per stream, "
+        f"- model: {os.path.basename(model_path())}; {args.max_tokens} new tokens per stream, "
         f"EOS ignored, greedy; each engine in its own process, one after another; best of {args.rounds} rounds",
         "",
         "| engine | weights | load s | TTFT s | 1-stream decode tok/s | "
@@ -534,6 +541,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--quick", action="store_true", help="one format, 1 and 8 streams, 16 tokens")
     ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the per-format decode-step table")
     ap.add_argument("--rounds", type=int, default=2, help="run every engine this many times; keep the best")
     ap.add_argument("--isa", choices=["auto", "avx2"], default="auto", help="avx2: hold every engine to AVX2 code")
     ap.add_argument("--llama-cpp-path", help="a directory holding another llama_cpp build, put first on its path")
@@ -581,7 +589,7 @@ def main() -> None:
             r["vllm"] = best(r.get("vllm"), spawn_vllm(vpy, ",".join(map(str, args.streams)), args.max_tokens))
         batched = ["--worker", "llama_cpp_batched"]
         r["lcpp_batched"] = skipped if args.no_baselines else best(r.get("lcpp_batched"), spawn(batched, common, lpath))
-    if not args.quick:
+    if not args.quick and not args.no_sweep:
         r["sweep"] = spawn(["--worker", "sweep"], common)
     section = render(args, r)
     if args.isa == "avx2":

@@ -191,10 +191,9 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _tokenizer() -> Any:
-    from libs.engine import default_model_path
-    from libs.tokenizer import load_tokenizer
+    from libs.tokenizer import TokenizerSettings, load_tokenizer
 
-    return load_tokenizer(default_model_path())
+    return load_tokenizer(TokenizerSettings().resolved_model_path())
 
 
 def render_prompt(text: str) -> str:

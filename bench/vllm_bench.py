@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.engine_bench import bench_threads, best, fmt, measure_streams, ratio, spawn
 from bench.report import machine, write_section
-from libs.engine import EngineSettings, create_engine, default_model_path
+from libs.engine import EngineSettings, create_engine
 
 MARK_BEGIN = "<!-- vllm_bench:begin -->"
 MARK_END = "<!-- vllm_bench:end -->"
@@ -89,7 +89,7 @@ def render(
         f"- machine: {machine()}; load average at start {load} (other jobs were running: read the ratios)",
         f"- command: `python bench/vllm_bench.py {' '.join(sys.argv[1:])}` (vLLM's worker runs in its own "
         "virtualenv, `make setup-vllm`)",
-        f"- model: {os.path.basename(default_model_path())}; {args.max_tokens} new tokens per stream, EOS ignored, "
+        f"- model: {os.path.basename(EngineSettings().resolved_model_path())}; {args.max_tokens} new tokens per stream, EOS ignored, "
         f"greedy; engine_bench's prompts; each engine in its own process, rounds interleaved, best of {args.rounds}",
         f"- native: weights `{args.dtype}`, {bench_threads()} thread(s); vLLM 0.32.0 CPU build: fp32 (the HF "
         f"checkpoint written from the GGUF), prefix caching on, {'eager' if args.eager else 'compiled'}, "

@@ -141,12 +141,15 @@ def test_best_dtype_picks_native_where_its_kernels_win():
     assert Calibration({**us, "native": {1: 60.0, 32: 900.0}}, 0).best_dtype() == "native"
     assert Calibration({**us, "native": {1: 120.0, 32: 900.0}}, 0).best_dtype() == "int8"
     assert Calibration({**us, "native": {1: 60.0, 32: 1500.0}}, 0).best_dtype() == "int8"
+    # AMX: bf16 tiles win the lone product, but native won the engine's steps end to end.
     amx = {**us, "bf16": {1: 129.0, 32: 157.0}, "native": {1: 60.0, 32: 900.0}}
-    assert Calibration(amx, 0).best_dtype() == "hybrid"  # where bf16 wins batched steps
-    # AVX-512 VNNI (measured on an EPYC): bf16 beats int8 batched, native beats everything at both ends
+    assert Calibration(amx, 0).best_dtype() == "native"
+    # Without native kernels, bf16 winning batched products picks hybrid.
+    assert Calibration({k: v for k, v in amx.items() if k != "native"}, 0).best_dtype() == "hybrid"
+    # AVX-512 VNNI (measured on an EPYC): native beats everything at both ends
     vnni = {**us, "bf16": {1: 80.0, 32: 568.0}, "native": {1: 29.0, 32: 372.0}}
     assert Calibration(vnni, 0).best_dtype() == "native"
-    assert Calibration({**vnni, "native": {1: 29.0, 32: 600.0}}, 0).best_dtype() == "hybrid"
+    assert Calibration({**vnni, "native": {1: 29.0, 32: 1600.0}}, 0).best_dtype() == "hybrid"
 
 
 def test_the_gguf_q8_blocks_decode_to_the_dequantized_matrix(model_path):
