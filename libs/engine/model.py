@@ -116,7 +116,13 @@ def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Ten
     if device != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    return torch.frombuffer(mmap.mmap(-1, size), dtype=dtype).view(shape)
+    mapping = mmap.mmap(-1, size)
+    # Where transparent huge pages are on for every mapping ("always"), each first write would take
+    # 2 MiB; a block's keys are 2 KiB pieces spread over every layer and head, so the cache's resident
+    # memory would follow the spread, not the use.
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        mapping.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(mapping, dtype=dtype).view(shape)
 
 
 class KVCache:

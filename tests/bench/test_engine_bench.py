@@ -44,3 +44,23 @@ def test_targets_are_ratios_against_the_same_run():
     assert "| - | ≥ 1.0x | - |" in _targets(args, r)
     del r["lcpp_batched"], r["vllm"]
     assert "| - | ≥ 1.2x | - |" in _targets(args, r)
+
+
+def test_an_avx2_run_writes_its_own_section(tmp_path):
+    from bench.engine_bench import AVX2_BEGIN, AVX2_END, MARK_BEGIN, render
+    from bench.report import write_section
+
+    args = argparse.Namespace(
+        dtypes=["auto"], streams=[1, 32], turns=10, max_tokens=32, rounds=1, isa="avx2", llama_cpp_path="/opt/lcpp-avx2"
+    )
+    res = {"decode_tok_s": 60.0, "agg_1": 60.0, "agg_32": 400.0, "peak_rss_mb": 900.0, "dtype": "native"}
+    r = {"load": "0.1", "native": {"auto": res}, "turns": {}, "hf": {}, "lcpp": {}, "lcpp_batched": {}}
+    section = render(args, r)
+    assert section.startswith(AVX2_BEGIN) and section.rstrip().endswith(AVX2_END)
+    assert "ATEN_CPU_CAPABILITY=avx2" in section and "/opt/lcpp-avx2" in section
+    out = tmp_path / "b.md"
+    out.write_text(f"# B\n\n{MARK_BEGIN}\nthe main table\n<!-- engine_bench:end -->\n")
+    write_section(str(out), AVX2_BEGIN, AVX2_END, section)
+    write_section(str(out), AVX2_BEGIN, AVX2_END, section)  # a second run replaces, not appends
+    text = out.read_text()
+    assert "the main table" in text and text.count(AVX2_BEGIN) == 1
