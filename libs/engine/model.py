@@ -12,6 +12,7 @@ import math
 import mmap
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -186,6 +187,9 @@ class LlamaModel:
         # The layer's norms, rotary embedding, cache write, decode attention and SiLU as the native
         # ops (libs/engine/native/layer_ops.cpp) beside the native products, on the CPU.
         self.native_layers = dtype == "native"
+        # With native_layers, all-decode steps run every layer in one native call (_native_stack).
+        self.use_decode_stack = True
+        self._stack: tuple[list[Layer], Any] | None = None
         # Row counts at which prompt rows are multiplied (kernels.row_invariance; None: any).
         self.invariance: RowInvariance | None = None
         self.embed = tensors["token_embd.weight"]
@@ -324,29 +328,60 @@ class LlamaModel:
         inv, fr = self.invariance, batch.free_rows
         nat = self.native_layers and x.device.type == "cpu"
         norm = native.rms_norm if nat else rms_norm
-        for li, layer in enumerate(self.layers):
-            h = norm(x, layer.attn_norm, cfg.rms_eps)
-            qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
-            kc, vc = kv.k[li], kv.v[li]
-            if nat:
-                # Rotated in place, and k, v written to their slots, in one call; the k and v left in
-                # qkv are the stored (rounded) values, as later steps read them from the cache.
-                native.rope_store(qkv, self.cos, self.sin, batch.positions, kc, vc, batch.slot_mapping, nh, nkv)
-                q, k = qkv[:, : nh * hd].view(T, nh, hd), qkv[:, nh * hd : nqk].view(T, nkv, hd)
-                v = qkv[:, nqk:].view(T, nkv, hd)
-            else:
-                q, k, v = self._rope_store(qkv, batch, kc, vc, nh, nkv, hd)
-            attn = self._attention(q, k, v, kc, vc, batch, nat)
-            # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
-            # adding bf16 into the fp32 residual promotes without a separate cast.
-            x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, inv, fr)
-            h = norm(x, layer.ffn_norm, cfg.rms_eps)
-            gu = linear(h, layer.gate_up, small, True, inv, fr)
-            act = native.silu_mul(gu) if nat else F.silu(gu[:, :inter]) * gu[:, inter:]
-            x = x + linear(act, layer.down, small, True, inv, fr)
+        stack = self._native_stack() if nat and not batch.prefills and batch.decode_lens is not None else None
+        if stack is not None:
+            assert batch.decode_slots is not None
+            x = stack.run(
+                x, self.cos, self.sin, batch.positions, kv.k, kv.v, batch.slot_mapping,
+                batch.decode_slots.view(T, -1), batch.decode_lens,
+            )  # fmt: skip
+        else:
+            for li, layer in enumerate(self.layers):
+                h = norm(x, layer.attn_norm, cfg.rms_eps)
+                qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
+                kc, vc = kv.k[li], kv.v[li]
+                if nat:
+                    # Rotated in place, and k, v written to their slots, in one call; the k and v left in
+                    # qkv are the stored (rounded) values, as later steps read them from the cache.
+                    native.rope_store(qkv, self.cos, self.sin, batch.positions, kc, vc, batch.slot_mapping, nh, nkv)
+                    q, k = qkv[:, : nh * hd].view(T, nh, hd), qkv[:, nh * hd : nqk].view(T, nkv, hd)
+                    v = qkv[:, nqk:].view(T, nkv, hd)
+                else:
+                    q, k, v = self._rope_store(qkv, batch, kc, vc, nh, nkv, hd)
+                attn = self._attention(q, k, v, kc, vc, batch, nat)
+                # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
+                # adding bf16 into the fp32 residual promotes without a separate cast.
+                x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, inv, fr)
+                h = norm(x, layer.ffn_norm, cfg.rms_eps)
+                gu = linear(h, layer.gate_up, small, True, inv, fr)
+                act = native.silu_mul(gu) if nat else F.silu(gu[:, :inter]) * gu[:, inter:]
+                x = x + linear(act, layer.down, small, True, inv, fr)
         x = norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
         # One row per sampling sequence: a quiet request's logits come from a call of one row.
         return linear(x, self.lm_head, small).float()
+
+    def _native_stack(self) -> Any:
+        """The layers as one native call (native/decode_stack.cpp), built on first use and again
+        when the layers are replaced; None when off or where a matrix is not in block form."""
+        if not self.use_decode_stack:
+            return None
+        if self._stack is None or self._stack[0] is not self.layers:
+            self._stack = (self.layers, self._build_stack())
+        return self._stack[1]
+
+    def _build_stack(self) -> Any:
+        cfg = self.cfg
+        stack = native.decode_stack(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_eps)
+        for la in self.layers:
+            weights: list[torch.Tensor] = []
+            kinds: list[int] = []
+            for w in (la.qkv, la.o, la.gate_up, la.down):
+                if not isinstance(w, BlockWeight):
+                    return None
+                kinds.append(0 if w.x8 else 1 if w.m is not None else 2)
+                weights += [w.values, w.d, w.m if w.m is not None else torch.empty(0)]
+            stack.add_layer(la.attn_norm, la.ffn_norm, weights, kinds)
+        return stack
 
     def _rope_store(
         self, qkv: torch.Tensor, batch: AttnBatch, kc: torch.Tensor, vc: torch.Tensor, nh: int, nkv: int, hd: int

@@ -31,6 +31,9 @@ LAYER_OPS = Path(__file__).with_name("layer_ops.cpp")
 # build's key.
 ROWS = Path(__file__).with_name("block_rows.inc")
 SIMD = Path(__file__).with_name("simd.h")
+# A decoder's layers for an all-decode step in one call, over the ops above (declared in OPS).
+DECODE_STACK = Path(__file__).with_name("decode_stack.cpp")
+OPS = Path(__file__).with_name("ops.h")
 _lock = threading.Lock()
 _state: dict[str, bool | str] = {}
 
@@ -40,7 +43,7 @@ def build_dir() -> Path:
 
 
 def _key() -> str:
-    h = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, ROWS, LAYER_OPS, SIMD)))
+    h = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, ROWS, LAYER_OPS, SIMD, DECODE_STACK, OPS)))
     h.update(torch.__version__.encode())
     return h.hexdigest()[:16]
 
@@ -75,7 +78,7 @@ def _load() -> bool:
         out.mkdir(parents=True, exist_ok=True)
         cpp_extension.load(
             name=f"switchyard_kernels_{key}",
-            sources=[str(SOURCE), str(LAYER_OPS)],
+            sources=[str(SOURCE), str(LAYER_OPS), str(DECODE_STACK)],
             build_directory=str(out),
             # No global -mavx2: the AVX2 functions carry target attributes, so the library loads
             # on any x86 CPU and has_avx2() decides. No contraction of separate multiply-adds:
@@ -187,6 +190,14 @@ def decode_attention(
 def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for gu = [gate | up] of shape [T, 2I]; [T, I]."""
     return _ops().silu_mul(gu)  # type: ignore[no-any-return]
+
+
+def decode_stack(nh: int, nkv: int, hd: int, eps: float) -> Any:
+    """An empty DecodeStack (decode_stack.cpp): `add_layer(attn_norm, ffn_norm, [values, d, m] x 4,
+    [kind] x 4)` per layer (kind 0: q4x8, 1: q4, 2: q8, whose m is an empty tensor), then
+    `run(x, cos, sin, positions, kc, vc, slots, decode_slots, lens)` for each all-decode step."""
+    _ops()
+    return torch.classes.switchyard.DecodeStack(nh, nkv, hd, eps)
 
 
 def pack_q4(q: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ops.h"
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
@@ -210,6 +212,10 @@ at::Tensor blocked_product(const at::Tensor& x_in, int64_t N, int64_t K, int64_t
 #define SY_ROWS(KERNEL, G, ...) \
   (dpbusd ? vnni::KERNEL<decltype(G)::value>(__VA_ARGS__) : avx2::KERNEL<decltype(G)::value>(__VA_ARGS__))
 
+}  // namespace
+
+namespace sy {
+
 at::Tensor q4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m) {
   TORCH_CHECK(cpu_has_avx2(), "switchyard::q4_matmul needs AVX2, FMA and F16C");
   const int64_t N = packed.size(0), K = packed.size(1) * 2, nb = K / kBlock;
@@ -258,6 +264,10 @@ at::Tensor q8_matmul(const at::Tensor& x, const at::Tensor& qs, const at::Tensor
   });
 }
 
+}  // namespace sy
+
+namespace {
+
 // The activation quantization alone, for tests against a reference: (q int8, d, s) per block.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x_in) {
   TORCH_CHECK(cpu_has_avx2(), "switchyard::quantize_rows needs AVX2, FMA and F16C");
@@ -298,8 +308,8 @@ TORCH_LIBRARY(switchyard, m) {
 }
 
 TORCH_LIBRARY_IMPL(switchyard, CPU, m) {
-  m.impl("q4_matmul", &q4_matmul);
-  m.impl("q4x8_matmul", &q4x8_matmul);
-  m.impl("q8_matmul", &q8_matmul);
+  m.impl("q4_matmul", &sy::q4_matmul);
+  m.impl("q4x8_matmul", &sy::q4x8_matmul);
+  m.impl("q8_matmul", &sy::q8_matmul);
   m.impl("quantize_rows", &quantize_rows);
 }

@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 
+#include "ops.h"
 #include "simd.h"
 
 // Where the ops run at all the CPU has AVX2 and FMA (native.available() checks before any call).
@@ -246,6 +247,19 @@ at::Tensor silu_mul(const at::Tensor& gu_in) {
 }
 
 }  // namespace
+
+namespace sy {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) { return ::rms_norm(x, w, eps); }
+void rope_store(at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& pos, at::Tensor& kc,
+                at::Tensor& vc, const at::Tensor& slots, int64_t nh, int64_t nkv) {
+  ::rope_store(qkv, cos, sin, pos, kc, vc, slots, nh, nkv);
+}
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc, const at::Tensor& slots,
+                            const at::Tensor& lens) {
+  return ::decode_attention(q, kc, vc, slots, lens);
+}
+at::Tensor silu_mul(const at::Tensor& gu) { return ::silu_mul(gu); }
+}  // namespace sy
 
 TORCH_LIBRARY_FRAGMENT(switchyard, m) {
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor");
