@@ -76,7 +76,8 @@ class AttnBatch:
     slot_mapping: torch.Tensor  # [T] where each token's K/V is written
     num_decodes: int  # rows [0, num_decodes) are single-token decodes, one per sequence
     decode_slots: torch.Tensor | None  # [num_decodes * Lmax] padded key slots, row after row
-    decode_bias: torch.Tensor | None  # [1, num_decodes, 1, Lmax] 0 where the key is real, else -inf
+    # [1, num_decodes, 1, Lmax] 0 where the key is real, else -inf (None where decode_lens serves: native)
+    decode_bias: torch.Tensor | None
     prefills: list[PrefillSpan]
     logits_rows: torch.Tensor  # [S] rows whose next-token logits are wanted
     # Rows [0, free_rows) are generated tokens (the decodes): their products may use any kernel
