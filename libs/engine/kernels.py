@@ -103,11 +103,21 @@ def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tenso
     return y if keep else y.to(x.dtype)
 
 
+# A BlockWeight's tensors as stored (weights.pack_native): 4-bit interleaved by 8 columns, 4-bit plain.
+PACKED_X8 = (".x8", ".x8d", ".x8m")
+PACKED_Q4 = (".q4p", ".q4pd", ".q4pm")
+
+
 def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
-    """The native kernels' form of matrix `name` from its stored blocks (`.q4`/`.q4dm` 4-bit,
-    `.q8`/`.q8d` 8-bit, see weights.read_gguf), repacked once at load; None without blocks."""
+    """The native kernels' form of matrix `name`: as stored already packed (PACKED_X8, PACKED_Q4),
+    else from its GGUF blocks (`.q4`/`.q4dm` 4-bit, `.q8`/`.q8d` 8-bit, see weights.read_gguf),
+    repacked here; None without blocks."""
     from libs.engine.native import pack_q4, pack_q4x8
 
+    for suffixes, x8 in ((PACKED_X8, True), (PACKED_Q4, False)):
+        if name + suffixes[0] in t:
+            values, d, m = (t[name + s] for s in suffixes)
+            return BlockWeight(values, d, m, x8=x8)
     if name + ".q4" in t:
         q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
         if q.shape[0] % 8 == 0:

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 
 from libs.engine import native
 from libs.engine.kernels import (
+    PACKED_Q4,
+    PACKED_X8,
     BlockWeight,
     DualWeight,
     Int4Weight,
@@ -29,7 +31,7 @@ from libs.engine.kernels import (
     pack_dense,
     pack_int4,
 )
-from libs.engine.weights import LlamaConfig
+from libs.engine.weights import FUSED, LlamaConfig
 
 # Prompt rows' attention runs in calls of QUERY_SLICE query rows, the last one padded with zero
 # rows to at least MIN_QUERY_ROWS, over keys padded with masked zeros to a multiple of KEY_BLOCK.
@@ -203,10 +205,10 @@ class LlamaModel:
             self.layers.append(
                 Layer(
                     attn_norm=tensors[p + "attn_norm.weight"],
-                    qkv=self._weight(self._fuse(tensors, p, ["attn_q", "attn_k", "attn_v"]), p + "fused", native=nat),
+                    qkv=self._stacked(tensors, p, "attn_qkv", nat),
                     o=self._weight(tensors, p + "attn_output.weight", native=nat),
                     ffn_norm=tensors[p + "ffn_norm.weight"],
-                    gate_up=self._weight(self._fuse(tensors, p, ["ffn_gate", "ffn_up"]), p + "fused", native=nat),
+                    gate_up=self._stacked(tensors, p, "ffn_gate_up", nat),
                     down=self._weight(tensors, p + "ffn_down.weight", native=nat),
                 )
             )
@@ -283,7 +285,7 @@ class LlamaModel:
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None, native: bool = False) -> Weight:
-        if not any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8")):
+        if not any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8", PACKED_X8[0], PACKED_Q4[0])):
             assert fallback is not None, name
             name = fallback
         if native:
@@ -299,6 +301,14 @@ class LlamaModel:
         if name in t and small is not None:
             return DualWeight(t[name], small)
         return small if small is not None else t[name]
+
+    @classmethod
+    def _stacked(cls, t: dict[str, torch.Tensor], prefix: str, fused: str, native: bool) -> Weight:
+        """A layer's parts multiplied as one matrix: stored stacked (weights.pack_native), or stacked here."""
+        name = f"{prefix}{fused}.weight"
+        if native and any(name + suffix in t for suffix in (*PACKED_X8[:1], *PACKED_Q4[:1], ".q8", ".q")):
+            return cls._weight(t, name, native=True)
+        return cls._weight(cls._fuse(t, prefix, list(FUSED[fused])), prefix + "fused", native=native)
 
     @staticmethod
     def _fuse(t: dict[str, torch.Tensor], prefix: str, parts: list[str]) -> dict[str, torch.Tensor]:

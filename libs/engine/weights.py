@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from libs.engine.kernels import quantize_int8, quantize_q8_0
+from libs.engine.kernels import PACKED_Q4, PACKED_X8, pack_blocks, quantize_int8, quantize_q8_0
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 5
+_CACHE_VERSION = 6
 
 
 @dataclass
@@ -172,6 +172,37 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     return out
 
 
+# The matrices a layer multiplies as one (LlamaModel stacks them in this order).
+FUSED = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """`convert(..., "native")` as the model serves it: each layer's q, k, v and gate, up stacked
+    (`blk.N.attn_qkv.weight`, `blk.N.ffn_gate_up.weight`) and every 4-bit matrix in the kernels'
+    layout (kernels.pack_blocks). The cache keeps this form, so the model maps it as it is: packing
+    at load read the GGUF's blocks, and those pages of the mapped cache stayed resident beside their
+    packed copies (about 130 MiB for the default model). Unchanged where a layer's parts differ in
+    storage (they cannot be stacked)."""
+    out = dict(tensors)
+    for i in range(num_layers):
+        for fused, parts in FUSED.items():
+            stacked = False
+            for suffix in (".q4", ".q4dm", ".q8", ".q8d", ".q", ".scale"):
+                names = [f"blk.{i}.{part}.weight{suffix}" for part in parts]
+                if all(n in out for n in names):
+                    out[f"blk.{i}.{fused}.weight{suffix}"] = torch.cat([out.pop(n) for n in names]).contiguous()
+                    stacked = True
+            if not stacked or any(n.startswith(tuple(f"blk.{i}.{part}." for part in parts)) for n in out):
+                return tensors
+    for name in [n[: -len(".q4")] for n in out if n.endswith(".q4")]:
+        w = pack_blocks(out, name)
+        assert w is not None and w.m is not None
+        del out[name + ".q4"], out[name + ".q4dm"]
+        for suffix, value in zip(PACKED_X8 if w.x8 else PACKED_Q4, (w.values, w.d, w.m), strict=True):
+            out[name + suffix] = value
+    return out
+
+
 def _file_key(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -193,6 +224,8 @@ def load_weights(path: str, dtype: str, cache_dir: str | None) -> tuple[LlamaCon
                 log.warning("ignoring unreadable weight cache %s", cache_file, exc_info=True)
     cfg, raw = read_gguf(path)
     tensors = convert(raw, dtype)
+    if dtype == "native":
+        tensors = pack_native(tensors, cfg.num_layers)
     if cache_file:
         os.makedirs(os.path.dirname(cache_file), exist_ok=True)
         tmp = f"{cache_file}.{os.getpid()}.tmp"
