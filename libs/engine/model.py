@@ -31,7 +31,7 @@ from libs.engine.kernels import (
     pack_dense,
     pack_int4,
 )
-from libs.engine.weights import FUSED, LlamaConfig
+from libs.engine.weights import FUSED, LlamaConfig, stack_parts
 
 # Prompt rows' attention runs in calls of QUERY_SLICE query rows, the last one padded with zero
 # rows to at least MIN_QUERY_ROWS, over keys padded with masked zeros to a multiple of KEY_BLOCK.
@@ -238,6 +238,12 @@ class LlamaModel:
     def device(self) -> torch.device:
         return self.embed.device
 
+    @property
+    def runs_native_ops(self) -> bool:
+        """Whether the native layer ops serve this model's steps (native format, on the CPU); their
+        decode attention reads each row's length where the torch path reads a mask."""
+        return self.native_layers and self.device.type == "cpu"
+
     def pack_cpu_weights(self) -> LlamaModel:
         """Reorder every bf16 matrix into oneDNN's layout once (kernels.pack_dense), in place.
         After `to(device)`: a packed matrix stays on the CPU."""
@@ -285,7 +291,7 @@ class LlamaModel:
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None, native: bool = False) -> Weight:
-        if not any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8", PACKED_X8[0], PACKED_Q4[0])):
+        if not LlamaModel._stored(t, name):
             assert fallback is not None, name
             name = fallback
         if native:
@@ -306,21 +312,14 @@ class LlamaModel:
     def _stacked(cls, t: dict[str, torch.Tensor], prefix: str, fused: str, native: bool) -> Weight:
         """A layer's parts multiplied as one matrix: stored stacked (weights.pack_native), or stacked here."""
         name = f"{prefix}{fused}.weight"
-        if native and any(name + suffix in t for suffix in (*PACKED_X8[:1], *PACKED_Q4[:1], ".q8", ".q")):
-            return cls._weight(t, name, native=True)
-        return cls._weight(cls._fuse(t, prefix, list(FUSED[fused])), prefix + "fused", native=native)
+        if not (native and cls._stored(t, name)):
+            t, name = stack_parts(t, prefix, FUSED[fused], prefix + "fused"), prefix + "fused"
+        return cls._weight(t, name, native=native)
 
     @staticmethod
-    def _fuse(t: dict[str, torch.Tensor], prefix: str, parts: list[str]) -> dict[str, torch.Tensor]:
-        """The layer's matrices `parts` stacked into one, as `<prefix>fused` tensors: one product
-        instead of several, fewer kernel calls per layer on a small model. A stored form (dense,
-        int8, 4-bit blocks) is kept only where every part has it."""
-        out = {}
-        for suffix in ("", ".q", ".scale", ".q4", ".q4dm", ".q8", ".q8d"):
-            names = [f"{prefix}{part}.weight{suffix}" for part in parts]
-            if all(n in t for n in names):
-                out[prefix + "fused" + suffix] = torch.cat([t[n] for n in names]).contiguous()
-        return out
+    def _stored(t: dict[str, torch.Tensor], name: str) -> bool:
+        """Whether matrix `name` is in `t` in any stored form."""
+        return any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8", PACKED_X8[0], PACKED_Q4[0]))
 
     @torch.inference_mode()
     def forward(self, batch: AttnBatch, kv: KVCache) -> torch.Tensor:
@@ -337,7 +336,7 @@ class LlamaModel:
         # cache and prefill, and a quiet replay recomputes exactly what the original run computed.
         small = not batch.prefills and T <= self.small_max_rows
         inv, fr = self.invariance, batch.free_rows
-        nat = self.native_layers and x.device.type == "cpu"
+        nat = self.runs_native_ops
         norm = native.rms_norm if nat else rms_norm
         stack = self._native_stack() if nat and not batch.prefills and batch.decode_lens is not None else None
         if stack is not None:

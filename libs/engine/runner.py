@@ -14,7 +14,6 @@ class ModelRunner:
         self.kv = kv
         self.block_size = kv.block_size
         self._offsets = torch.arange(self.block_size)
-        self._reads_lengths = model.native_layers and model.device.type == "cpu"
 
     def _slots(self, block_ids: list[int], start: int, end: int) -> list[int]:
         bs = self.block_size
@@ -61,8 +60,7 @@ class ModelRunner:
             width = max(len(t) for t in decode_tables)
             table = torch.tensor([t + [0] * (width - len(t)) for t in decode_tables])
             d_slots = (table.unsqueeze(-1) * bs + self._offsets).view(-1)
-            # The native ops read each row's length instead of a mask.
-            if not self._reads_lengths:
+            if not self.model.runs_native_ops:
                 pad = torch.arange(width * bs).unsqueeze(0) >= torch.tensor(decode_lens).unsqueeze(1)
                 d_bias = torch.zeros(pad.shape).masked_fill_(pad, float("-inf")).view(1, len(decodes), 1, width * bs)
         return AttnBatch(

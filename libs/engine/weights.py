@@ -172,8 +172,19 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     return out
 
 
-# The matrices a layer multiplies as one (LlamaModel stacks them in this order).
+# The matrices a layer multiplies as one, in the order they are stacked.
 FUSED = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def stack_parts(t: dict[str, torch.Tensor], prefix: str, parts: tuple[str, ...], name: str) -> dict[str, torch.Tensor]:
+    """The matrices `<prefix><part>.weight` stacked into one, as `<name><suffix>` tensors for each
+    stored form (dense, int8, 4-bit or 8-bit blocks) that every part has."""
+    out = {}
+    for suffix in ("", ".q", ".scale", ".q4", ".q4dm", ".q8", ".q8d"):
+        names = [f"{prefix}{part}.weight{suffix}" for part in parts]
+        if all(n in t for n in names):
+            out[name + suffix] = torch.cat([t[n] for n in names]).contiguous()
+    return out
 
 
 def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
@@ -186,14 +197,15 @@ def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, 
     out = dict(tensors)
     for i in range(num_layers):
         for fused, parts in FUSED.items():
-            stacked = False
-            for suffix in (".q4", ".q4dm", ".q8", ".q8d", ".q", ".scale"):
-                names = [f"blk.{i}.{part}.weight{suffix}" for part in parts]
-                if all(n in out for n in names):
-                    out[f"blk.{i}.{fused}.weight{suffix}"] = torch.cat([out.pop(n) for n in names]).contiguous()
-                    stacked = True
-            if not stacked or any(n.startswith(tuple(f"blk.{i}.{part}." for part in parts)) for n in out):
+            prefix = f"blk.{i}."
+            stacked = stack_parts(out, prefix, parts, f"{prefix}{fused}.weight")
+            part_names = [n for n in out if n.startswith(tuple(f"{prefix}{part}.weight." for part in parts))]
+            # Every stored tensor of every part went into the stack, or nothing is stacked here.
+            if not stacked or len(part_names) != len(stacked) * len(parts):
                 return tensors
+            for n in part_names:
+                del out[n]
+            out.update(stacked)
     for name in [n[: -len(".q4")] for n in out if n.endswith(".q4")]:
         w = pack_blocks(out, name)
         assert w is not None and w.m is not None

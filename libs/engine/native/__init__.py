@@ -126,7 +126,9 @@ def select_isa(isa: str) -> None:
     class's speed). Process-wide, as the kernels' dispatch is. ValueError for another name."""
     if isa not in ISAS:
         raise ValueError(f"unknown kernel_isa {isa!r}: one of {', '.join(ISAS)}")
-    if available():
+    # 'auto' is what a freshly loaded library does: the kernels are built (about 30 s the first
+    # time) only for an engine that asks for less, or once some other user has loaded them.
+    if (isa != "auto" or _state.get("ok")) and available():
         use_vnni(isa == "auto")
 
 
