@@ -39,8 +39,12 @@ def _text(raw: bytes) -> str:
 
 
 def to_openai(tokenizer: Tokenizer, items: list[TokenLogprobs]) -> list[TokenLogprob]:
+    """One entry per token of the answer's text. The end-of-sequence token that closed the answer
+    spells none of it, so it has no entry (as OpenAI): the entries' tokens join to the content."""
     out = []
     for t in items:
+        if t.token_id in tokenizer.eos_token_ids:
+            continue
         raw = token_bytes(tokenizer, t.token_id)
         top = []
         for tid, lp in t.top:
