@@ -78,7 +78,9 @@ async def _one(eng: Any, rid: str, prompt: str, max_tokens: int) -> tuple[int, f
 
 
 async def worker_native(dtype: str, streams: list[int], max_tokens: int, device: str) -> dict[str, Any]:
-    eng = create_engine(EngineSettings().apply(EngineConfig(dtype=dtype, device=device)))
+    # `native@avx512`: a format with the native kernels held to an instruction-set class (kernel_isa).
+    dtype, _, isa = dtype.partition("@")
+    eng = create_engine(EngineSettings().apply(EngineConfig(dtype=dtype, device=device, kernel_isa=isa or "auto")))
     t = time.perf_counter()
     await eng.start()
     res: dict[str, Any] = {"load_s": time.perf_counter() - t, "dtype": getattr(eng, "dtype", dtype)}
@@ -435,6 +437,11 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
             if res.get("dtype") in ("hybrid", "bf16"):
                 extra.append(f"decode attention: {res.get('decode_attention')}")
             label = f"auto → {res.get('dtype')}" + (f" ({'; '.join(extra)})" if extra else "")
+        if "@" in d:
+            fmt, isa = d.split("@", 1)
+            label = f"{fmt}, kernels held to {isa} (`SWITCHYARD_KERNEL_ISA={isa}`" + (
+                ": no AMX tiles)" if isa == "avx512" else ")"
+            )
         row("native", label, res)
     if "vllm" in r:
         row("vLLM 0.32 CPU build (`vllm` engine kind)", "fp32 (HF checkpoint from the GGUF)", r["vllm"])

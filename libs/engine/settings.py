@@ -15,8 +15,8 @@ from libs.tokenizer import TokenizerSettings
 class EngineSettings(TokenizerSettings):
     # SWITCHYARD_ENGINE_THREADS: torch intra-op threads of the step loop; 0 => cores - 1.
     engine_threads: int = 0
-    # SWITCHYARD_KERNEL_ISA: 'auto' | 'avx2' (the native kernels without AVX-512 VNNI; see EngineConfig).
-    kernel_isa: Literal["auto", "avx2"] = "auto"
+    # SWITCHYARD_KERNEL_ISA: 'auto' | 'avx512' (no AMX tiles) | 'avx2' (no AVX-512 VNNI either); see EngineConfig.
+    kernel_isa: Literal["auto", "avx512", "avx2"] = "auto"
     # SWITCHYARD_KV_CACHE_BYTES: KV budget when the config leaves num_blocks at 0.
     kv_cache_bytes: int = 1 << 30
     # SWITCHYARD_TRTLLM_MODEL: the HF checkpoint the TensorRT-LLM kind serves.

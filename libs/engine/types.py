@@ -94,8 +94,8 @@ class EngineConfig:
     kv_cache_bytes: int = 1 << 30  # KV budget when num_blocks is 0
     tokenizer_cache_dir: str | None = None  # None => var/cache/tokenizer; "" => none
     trtllm_model: str | None = None  # tensorrt_llm: HF checkpoint dir (cli export-hf); None => model_path if one
-    # The native kernels' instruction set: 'auto' (the best the CPU has) or 'avx2' (AVX-512 VNNI off:
-    # the same bits, the AVX2 class's speed, to measure that class on a newer CPU).
+    # The native kernels' instruction set: 'auto' (the best the CPU has), 'avx512' (AMX tiles off) or
+    # 'avx2' (AVX-512 VNNI off too): the same bits at that class's speed, to measure it on a newer CPU.
     kernel_isa: str = "auto"
 
 

@@ -43,6 +43,6 @@ def test_threads_default_to_all_cores_but_one():
 
 
 def test_an_unknown_kernel_isa_is_refused_at_start_up(monkeypatch):
-    monkeypatch.setenv("SWITCHYARD_KERNEL_ISA", "avx512")
+    monkeypatch.setenv("SWITCHYARD_KERNEL_ISA", "amx")
     with pytest.raises(ValidationError, match="kernel_isa"):
         EngineSettings()

@@ -259,3 +259,24 @@ async def test_native_prompt_whole_chunked_or_cached_gives_the_same_tokens(model
         assert out[0][1] == 0 and out[1][1] > 0
         runs += [o[0] for o in out]
     assert all(r == runs[0] for r in runs) and len(runs[0]) == 12
+
+
+@pytest.mark.skipif(not native.has_amx(), reason="no AMX-INT8 tiles on this CPU")
+@pytest.mark.parametrize("n, k", [(96, 576), (104, 1536)], ids=["even-groups", "odd-groups"])
+def test_amx_tiles_give_the_vnni_kernels_bits(n, k):
+    # The tiles sum the same integers exactly and the epilogue runs the same float operations, so a
+    # row count that switches kernels changes no bit. 104 columns: an odd last group of 8 columns,
+    # which the VNNI rows serve beside the tiles; 17 and 40 rows: a last tile of padding.
+    q, dm, dense = _q4(n, k, seed=n)
+    w = pack_blocks({"w.q4": q, "w.q4dm": dm}, "w")
+    assert isinstance(w, BlockWeight) and w.x8
+    x = torch.randn(40, k, generator=torch.Generator().manual_seed(k)) * 3
+    try:
+        for rows in (4, 15, 16, 17, 40):
+            assert native.use_amx(True) and native.amx_on()
+            tiles = linear(x[:rows], w, True)
+            assert not native.use_amx(False)
+            assert torch.equal(tiles, linear(x[:rows], w, True)), rows
+            _check(tiles, x[:rows], dense)
+    finally:
+        native.use_amx(True)

@@ -158,14 +158,16 @@ def test_vnni_products_give_the_avx2_bits():
 
 
 @pytest.mark.skipif(not native.available(), reason="no native kernels here")
-def test_select_isa_holds_the_kernels_to_avx2_and_back():
+def test_select_isa_holds_the_kernels_to_a_class_and_back():
     try:
         native.select_isa("avx2")
-        assert not native.vnni_on()
+        assert not native.vnni_on() and not native.amx_on()
+        native.select_isa("avx512")
+        assert native.vnni_on() == native.has_vnni() and not native.amx_on()
         native.select_isa("auto")
-        # Back on exactly where the CPU has VNNI.
-        assert native.vnni_on() == native.has_vnni()
+        # Back on exactly where the CPU has them.
+        assert native.vnni_on() == native.has_vnni() and native.amx_on() == native.has_amx()
         with pytest.raises(ValueError, match="kernel_isa"):
-            native.select_isa("avx512")
+            native.select_isa("neon")
     finally:
         native.select_isa("auto")

@@ -3,7 +3,10 @@
 torch's int8/int4 weight-only CPU kernels convert weights to fp32 on CPUs without AVX-512, and
 are compute-bound there. These kernels multiply the GGUF's weight blocks by activations quantized
 per row in blocks of 32 to int8, with integer dot products (AVX2 `maddubs`, or AVX-512 VNNI
-`dpbusd` where the CPU has it: the same integers, so the same bits), as llama.cpp does.
+`dpbusd` where the CPU has it: the same integers, so the same bits), as llama.cpp does. On CPUs
+with AMX-INT8, products of 4 rows or more of the 4-bit layout run on the tiles (`block_amx.inc`):
+the same integers again, and the same float epilogue, so a row's bits never depend on which kernel
+its batch took.
 
 The library is built with `torch.utils.cpp_extension.load` (g++ and ninja from the distribution,
 no pip build step) into a directory keyed by the source's hash under the user's cache
@@ -30,6 +33,7 @@ LAYER_OPS = Path(__file__).with_name("layer_ops.cpp")
 # Included by SOURCE once per instruction set, and the helpers both sources include; part of the
 # build's key.
 ROWS = Path(__file__).with_name("block_rows.inc")
+AMX = Path(__file__).with_name("block_amx.inc")
 SIMD = Path(__file__).with_name("simd.h")
 # A decoder's layers for an all-decode step in one call, over the ops above (declared in OPS).
 DECODE_STACK = Path(__file__).with_name("decode_stack.cpp")
@@ -43,7 +47,7 @@ def build_dir() -> Path:
 
 
 def _key() -> str:
-    h = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, ROWS, LAYER_OPS, SIMD, DECODE_STACK, OPS)))
+    h = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, ROWS, AMX, LAYER_OPS, SIMD, DECODE_STACK, OPS)))
     h.update(torch.__version__.encode())
     return h.hexdigest()[:16]
 
@@ -118,18 +122,37 @@ def vnni_on() -> bool:
     return bool(_ops().vnni_on())
 
 
-ISAS = ("auto", "avx2")
+def has_amx() -> bool:
+    """Whether the CPU has AMX-INT8 tiles (and Linux granted them), where products of 4 rows or
+    more take them (block_amx.inc; the same bits as the VNNI kernels)."""
+    return bool(_ops().has_amx())
+
+
+def use_amx(on: bool) -> bool:
+    """Turns the AMX kernel on or off (only on where the CPU has it); whether it is on. It serves
+    only while the VNNI kernels do (`amx_on`)."""
+    return bool(_ops().use_amx(on))
+
+
+def amx_on() -> bool:
+    """Whether products of several rows take the AMX tiles now."""
+    return bool(_ops().amx_on())
+
+
+ISAS = ("auto", "avx512", "avx2")
 
 
 def select_isa(isa: str) -> None:
-    """'auto': the best kernels the CPU has; 'avx2': AVX-512 VNNI off (the same bits at the AVX2
-    class's speed). Process-wide, as the kernels' dispatch is. ValueError for another name."""
+    """'auto': the best kernels the CPU has; 'avx512': no AMX tiles (the AVX-512 VNNI class);
+    'avx2': no AVX-512 VNNI either (the AVX2 class). Each gives the same bits at its class's speed.
+    Process-wide, as the kernels' dispatch is. ValueError for another name."""
     if isa not in ISAS:
         raise ValueError(f"unknown kernel_isa {isa!r}: one of {', '.join(ISAS)}")
     # 'auto' is what a freshly loaded library does: the kernels are built (about 30 s the first
     # time) only for an engine that asks for less, or once some other user has loaded them.
     if (isa != "auto" or _state.get("ok")) and available():
-        use_vnni(isa == "auto")
+        use_vnni(isa != "avx2")
+        use_amx(isa == "auto")
 
 
 def _ops() -> Any:

@@ -25,6 +25,7 @@
 #include <ATen/Parallel.h>
 
 #include <atomic>
+#include <memory>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,7 +34,10 @@
 #include "ops.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "simd.h"
 #define SY_X86 1
@@ -65,9 +69,33 @@ bool cpu_has_vnni() {
 #endif
 }
 
-// Whether the products take the VNNI kernels: on where the CPU has them; tests switch it off to
-// compare the two paths bit for bit.
+// AMX-INT8 tiles, where the CPU has them and Linux lets this process use them (tile data is
+// state the kernel allocates per process on request: ARCH_REQ_XCOMP_PERM for XTILEDATA).
+bool cpu_has_amx() {
+#ifdef SY_X86
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    if (!cpu_has_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = d & (1u << 24), int8 = d & (1u << 25);
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return tile && int8 && syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// Whether the products take the VNNI kernels, and the q4x8 product of many rows the AMX one: on
+// where the CPU has them; tests switch them off to compare the paths bit for bit.
 std::atomic<bool> g_vnni{cpu_has_vnni()};
+std::atomic<bool> g_amx{cpu_has_amx()};
+// Whether the q4x8 product of several rows takes the AMX tiles now: the AMX kernel builds on
+// VNNI (its odd last group runs the VNNI rows), so it is off whenever VNNI is.
+bool amx_serves() { return g_amx.load() && g_vnni.load(); }
+// Rows from which the q4x8 product takes the AMX tiles: below, most of a 16-row tile would be
+// padding, and the VNNI kernel, which needs no unpacked copy of the weights, is faster.
+constexpr int64_t kAmxMinRows = 4;
 
 #ifdef SY_X86
 #define SY_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -138,6 +166,13 @@ namespace vnni {
 #pragma GCC pop_options
 }  // namespace vnni
 
+namespace amx {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni,amx-tile,amx-int8")
+#include "block_amx.inc"
+#pragma GCC pop_options
+}  // namespace amx
+
 // Calls f(r0, std::integral_constant<int, G>) over row groups of kGroup and one smaller tail group.
 template <typename F>
 inline void for_row_groups(int64_t M, F f) {
@@ -164,10 +199,12 @@ void check_x(const at::Tensor& x, int64_t K) {
 }
 
 #ifdef SY_X86
-Quantized quantize(const at::Tensor& x) {
+// `padded_rows` > M: q gets that many rows, the ones past M zero (whole tiles for the AMX kernel).
+Quantized quantize(const at::Tensor& x, int64_t padded_rows = 0) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / kBlock;
-  Quantized out{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options()),
+  Quantized out{at::empty({std::max(M, padded_rows), K}, x.options().dtype(at::kChar)), at::empty({M, nb}, x.options()),
                 at::empty({M, nb}, x.options())};
+  if (padded_rows > M) out.q.narrow(0, M, padded_rows - M).zero_();
   const float* xp = x.data_ptr<float>();
   for (int64_t r = 0; r < M; ++r) {
     quantize_row(xp + r * K, K, out.q.data_ptr<int8_t>() + r * K, out.d.data_ptr<float>() + r * nb,
@@ -208,6 +245,41 @@ at::Tensor blocked_product(const at::Tensor& x_in, int64_t N, int64_t K, int64_t
   return y;
 }
 
+#ifdef SY_X86
+// The q4x8 product on AMX tiles (block_amx.inc): a task is a pair of groups (16 columns), and an
+// odd last group takes the VNNI rows, whose bits are the same.
+at::Tensor amx_q4x8_product(const at::Tensor& x_in, const uint8_t* wp, const uint16_t* dp, const uint16_t* mp,
+                            int64_t groups, int64_t nb) {
+  const int64_t N = groups * 8;
+  const at::Tensor x = x_in.to(at::kFloat).contiguous();
+  const int64_t M = x.size(0), pairs = groups / 2;
+  at::Tensor y = at::empty({M, N}, x.options());
+  const Quantized xq = quantize(x, (M + 15) / 16 * 16);
+  const QRows xv = xq.view();
+  float* yp = y.data_ptr<float>();
+  const amx::TileConfig cfg = amx::tile_config();
+  at::parallel_for(0, pairs + groups % 2, 1, [&](int64_t t0, int64_t t1) {
+    std::unique_ptr<uint8_t, decltype(&std::free)> tiles(static_cast<uint8_t*>(std::aligned_alloc(64, nb * 512)),
+                                                         &std::free);
+    TORCH_CHECK(tiles, "out of memory for the AMX weight tiles");
+    amx::begin(cfg);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t c = 2 * t;
+      if (t < pairs) {
+        amx::q4x16_columns(xv, M, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, tiles.get(), yp + c * 8, N);
+        continue;
+      }
+      for_row_groups(M, [&](int64_t r, auto g) {
+        vnni::q4x8_rows<decltype(g)::value>(xv, r, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, yp + c * 8,
+                                            N);
+      });
+    }
+    amx::end();
+  });
+  return y;
+}
+#endif
+
 // One instantiation of a row kernel per instruction set, called as the CPU allows.
 #define SY_ROWS(KERNEL, G, ...) \
   (dpbusd ? vnni::KERNEL<decltype(G)::value>(__VA_ARGS__) : avx2::KERNEL<decltype(G)::value>(__VA_ARGS__))
@@ -243,6 +315,12 @@ at::Tensor q4x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
   const uint8_t* wp = packed.data_ptr<uint8_t>();
   const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const uint16_t* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
+#ifdef SY_X86
+  if (amx_serves() && x.dim() == 2 && x.size(0) >= kAmxMinRows && groups >= 2) {
+    check_x(x, K);
+    return amx_q4x8_product(x, wp, dp, mp, groups, nb);
+  }
+#endif
   return blocked_product(x, N, K, groups, 8, [&](const QRows& xv, int64_t c, int64_t r, auto g, bool dpbusd, float* y) {
 #ifdef SY_X86
     SY_ROWS(q4x8_rows, g, xv, r, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, y + c * 8, N);
@@ -291,6 +369,17 @@ bool use_vnni(bool on) {
   return g_vnni.load();
 }
 
+bool has_amx() { return cpu_has_amx(); }
+
+// Turns the AMX kernel on or off (on only where the CPU has it); whether it is on. It serves only
+// while the VNNI kernels do too (see amx_on).
+bool use_amx(bool on) {
+  g_amx.store(on && cpu_has_amx());
+  return g_amx.load();
+}
+
+bool amx_on() { return amx_serves(); }
+
 // Whether the products take the VNNI kernels now.
 bool vnni_on() { return g_vnni.load(); }
 
@@ -305,6 +394,9 @@ TORCH_LIBRARY(switchyard, m) {
   m.def("has_vnni() -> bool", &has_vnni);
   m.def("use_vnni(bool on) -> bool", &use_vnni);
   m.def("vnni_on() -> bool", &vnni_on);
+  m.def("has_amx() -> bool", &has_amx);
+  m.def("use_amx(bool on) -> bool", &use_amx);
+  m.def("amx_on() -> bool", &amx_on);
 }
 
 TORCH_LIBRARY_IMPL(switchyard, CPU, m) {
