@@ -438,8 +438,8 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
                 extra.append(f"decode attention: {res.get('decode_attention')}")
             label = f"auto → {res.get('dtype')}" + (f" ({'; '.join(extra)})" if extra else "")
         if "@" in d:
-            fmt, isa = d.split("@", 1)
-            label = f"{fmt}, kernels held to {isa} (`SWITCHYARD_KERNEL_ISA={isa}`" + (
+            form, isa = d.split("@", 1)
+            label = f"{form}, kernels held to {isa} (`SWITCHYARD_KERNEL_ISA={isa}`" + (
                 ": no AMX tiles)" if isa == "avx512" else ")"
             )
         row("native", label, res)
