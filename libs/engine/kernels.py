@@ -51,7 +51,8 @@ class BlockWeight:
     """A matrix in the GGUF's own blocks of 32 values, for the native kernels: 4-bit (Q4_0/Q4_1,
     w = d * q + m) or 8-bit (Q8_0: int8 `values`, w = d * q, m None). 4-bit `values` are packed
     two to a byte, in ggml's order per row (d, m [N, K/32]) or, where N is a multiple of 8,
-    interleaved by 8 columns (`x8`: d, m [N/8, K/32, 8]), 2.5x faster on AVX2 (block_matmul.cpp)."""
+    interleaved by 8 columns (`x8`: d, m [N/8, K/32, 8]), 2.5x faster on AVX2 (block_matmul.cpp);
+    8-bit ones as [N, K] rows (d [N, K/32]) or interleaved the same way (`x8`: q8x8, fp16 d)."""
 
     values: torch.Tensor
     d: torch.Tensor
@@ -95,7 +96,7 @@ def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tenso
     from libs.engine import native
 
     if w.m is None:
-        y = native.q8_matmul(x, w.values, w.d)
+        y = native.q8x8_matmul(x, w.values, w.d) if w.x8 else native.q8_matmul(x, w.values, w.d)
     elif w.x8:
         y = native.q4x8_matmul(x, w.values, w.d, w.m)
     else:
@@ -106,18 +107,22 @@ def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tenso
 # A BlockWeight's tensors as stored (weights.pack_native): 4-bit interleaved by 8 columns, 4-bit plain.
 PACKED_X8 = (".x8", ".x8d", ".x8m")
 PACKED_Q4 = (".q4p", ".q4pd", ".q4pm")
+# 8-bit interleaved by 8 columns (no minimums).
+PACKED_Q8X8 = (".q8x8", ".q8x8d")
 
 
 def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
     """The native kernels' form of matrix `name`: as stored already packed (PACKED_X8, PACKED_Q4),
     else from its GGUF blocks (`.q4`/`.q4dm` 4-bit, `.q8`/`.q8d` 8-bit, see weights.read_gguf),
     repacked here; None without blocks."""
-    from libs.engine.native import pack_q4, pack_q4x8
+    from libs.engine.native import pack_q4, pack_q4x8, pack_q8x8
 
     for suffixes, x8 in ((PACKED_X8, True), (PACKED_Q4, False)):
         if name + suffixes[0] in t:
             values, d, m = (t[name + s] for s in suffixes)
             return BlockWeight(values, d, m, x8=x8)
+    if name + PACKED_Q8X8[0] in t:
+        return BlockWeight(t[name + PACKED_Q8X8[0]], t[name + PACKED_Q8X8[1]], x8=True)
     if name + ".q4" in t:
         q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
         if q.shape[0] % 8 == 0:
@@ -127,7 +132,13 @@ def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
                 pass
         return BlockWeight(pack_q4(q), dm[..., 0].contiguous(), dm[..., 1].contiguous())
     if name + ".q8" in t:
-        return BlockWeight(t[name + ".q8"].contiguous(), t[name + ".q8d"].float().contiguous())
+        qs, d8 = t[name + ".q8"], t[name + ".q8d"].float()
+        if qs.shape[0] % 8 == 0:
+            try:
+                return BlockWeight(*pack_q8x8(qs, d8), x8=True)
+            except ValueError:  # scales that are not fp16 values: the plain layout keeps fp32
+                pass
+        return BlockWeight(qs.contiguous(), d8.contiguous())
     return None
 
 

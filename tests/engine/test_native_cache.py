@@ -23,11 +23,14 @@ def test_the_packed_form_serves_the_same_bits_as_packing_at_load(gguf):
     cfg, raw = gguf
     at_load = LlamaModel(cfg, convert(raw, "native"), "native")
     stored = pack_native(convert(raw, "native"), cfg.num_layers)
-    assert not any(n.endswith((".q4", ".q4dm")) for n in stored)  # nothing left to pack
+    assert not any(n.endswith((".q4", ".q4dm", ".q8", ".q8d")) for n in stored)  # nothing left to pack
     assert "blk.0.attn_qkv.weight.x8" in stored and "blk.0.attn_q.weight.q4" not in stored
+    assert "output.weight.q8x8" in stored  # the output head, interleaved
     served = LlamaModel(cfg, stored, "native")
     w = served.layers[0].qkv
     assert isinstance(w, BlockWeight) and w.values.data_ptr() == stored["blk.0.attn_qkv.weight.x8"].data_ptr()
+    head = served.lm_head
+    assert isinstance(head, BlockWeight) and head.values.data_ptr() == stored["output.weight.q8x8"].data_ptr()
     batch = _decodes([9, 40, 17])
     assert torch.equal(
         served.forward(batch, _filled_cache(served, 3)), at_load.forward(batch, _filled_cache(at_load, 3))

@@ -100,6 +100,31 @@ def test_q8_product_matches_the_reference(rows):
     _check(linear(x, w, True), x, blocked)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 12, 17, 40])
+def test_interleaved_q8_product_matches_the_reference_on_every_kernel(rows):
+    # fp16 scales, as a GGUF's: the interleaved layout (the output head's). 104 columns: an odd last
+    # group, which the VNNI rows serve beside the AMX tiles.
+    dense = torch.randn(104, 1536, generator=torch.Generator().manual_seed(7)) * 0.05
+    qs, d = quantize_q8_0(dense)
+    d = d.half().float()
+    blocked = (qs.view(104, 48, 32).float() * d[..., None]).view(104, 1536)
+    w = pack_blocks({"w.q8": qs, "w.q8d": d}, "w")
+    assert isinstance(w, BlockWeight) and w.x8 and w.m is None and w.d.dtype == torch.float16
+    x = torch.randn(rows, 1536, generator=torch.Generator().manual_seed(rows)) * 2
+    got = linear(x, w, True)
+    _check(got, x, blocked)
+    # Every kernel sums each column's block exactly and scales it once: the same bits.
+    try:
+        native.use_amx(False)
+        assert torch.equal(linear(x, w, True), got)
+        native.use_vnni(False)
+        assert torch.equal(linear(x, w, True), got)
+    finally:
+        native.use_vnni(True)
+        native.use_amx(True)
+    assert torch.equal(torch.cat([linear(x[i : i + 1], w, True) for i in range(rows)]), got)
+
+
 def test_packing_keeps_ggml_nibble_order():
     q = torch.arange(64, dtype=torch.uint8).remainder(16).view(1, 64)
     packed = native.pack_q4(q)
@@ -113,10 +138,12 @@ def test_a_row_gets_the_same_bits_alone_in_any_batch_and_thread_count():
     w4rows = pack_blocks({"w.q4": q[:300], "w.q4dm": dm[:300]}, "w")
     qs, d = quantize_q8_0(torch.randn(260, 576))
     w8 = pack_blocks({"w.q8": qs, "w.q8d": d}, "w")
+    w8x8 = pack_blocks({"w.q8": qs[:256], "w.q8d": d[:256].half().float()}, "w")
+    assert w8 is not None and not w8.x8 and w8x8 is not None and w8x8.x8
     x = torch.randn(17, 576)
     threads = torch.get_num_threads()
     try:
-        for w in (w4, w4rows, w8):
+        for w in (w4, w4rows, w8, w8x8):
             assert w is not None
             torch.set_num_threads(1)
             alone = torch.cat([linear(x[i : i + 1], w, True) for i in range(17)])

@@ -176,6 +176,11 @@ def q8_matmul(x: torch.Tensor, qs: torch.Tensor, d: torch.Tensor) -> torch.Tenso
     return _ops().q8_matmul(x, qs, d)  # type: ignore[no-any-return]
 
 
+def q8x8_matmul(x: torch.Tensor, packed: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ W.T with W's 8-bit blocks interleaved by 8 columns (see pack_q8x8); fp32 [M, N]."""
+    return _ops().q8x8_matmul(x, packed, d)  # type: ignore[no-any-return]
+
+
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The activations' quantization alone: int8 values, per-block scales and scaled sums."""
     q, d, s = _ops().quantize_rows(x)
@@ -220,7 +225,8 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
 def decode_stack(nh: int, nkv: int, hd: int, eps: float) -> Any:
     """An empty DecodeStack (decode_stack.cpp): `add_layer(attn_norm, ffn_norm, [values, d, m] x 4,
     [kind] x 4)` per layer (kind 0: q4x8, 1: q4, 2: q8, whose m is an empty tensor), then
-    `run(x, cos, sin, positions, kc, vc, slots, decode_slots, lens)` for each all-decode step."""
+    `run(x, cos, sin, positions, kc, vc, slots, decode_slots, lens)` for each all-decode step
+    (kind 3: q8x8, m empty too)."""
     _ops()
     return torch.classes.switchyard.DecodeStack(nh, nkv, hd, eps)
 
@@ -247,3 +253,18 @@ def pack_q4x8(q: torch.Tensor, dm: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     packed = (v[:, :, :, 0] | (v[:, :, :, 1] << 4)).permute(0, 2, 3, 1, 4).reshape(n // 8, nb, 128)
     scales = dm.half().reshape(n // 8, 8, nb, 2).permute(0, 2, 1, 3)
     return packed.contiguous(), scales[..., 0].contiguous(), scales[..., 1].contiguous()
+
+
+def pack_q8x8(qs: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] int8 Q8_0 values and [N, K/32] scales -> the q8x8 layout (block_matmul.cpp): values
+    [N/8, K/32, 256] int8, interleaved by 8 columns as q4x8's (register j: values 4j..4j+3 of each
+    column), and d [N/8, K/32, 8] fp16. N must be a multiple of 8; ValueError where a scale is not
+    an fp16 value."""
+    n, k = qs.shape
+    nb = k // 32
+    if not torch.equal(d.float().half().float(), d.float()):
+        raise ValueError("q8x8 keeps fp16 scales: these are not fp16 values")
+    # [group, column, block, register j, byte i] -> [group, block, j, column, i]
+    v = qs.reshape(n // 8, 8, nb, 8, 4).permute(0, 2, 3, 1, 4).reshape(n // 8, nb, 256)
+    scales = d.half().reshape(n // 8, 8, nb).permute(0, 2, 1)
+    return v.contiguous(), scales.contiguous()

@@ -13,6 +13,10 @@
 //   q4: packed [N, K/2] uint8, per block 16 bytes: low nibbles = values 0..15, high = 16..31
 //       (ggml's order), d and m [N, K/32] fp32 with w = d * q + m (Q4_0: m = -8 d).
 //   q8: qs [N, K] int8, d [N, K/32] fp32 with w = d * q (Q8_0).
+//   q8x8: the 8-bit blocks of 8 columns interleaved as q4x8's, unpacked: [N/8, K/32, 256] int8,
+//       register j (0..7) = values 4j..4j+3 of each column; d [N/8, K/32, 8] fp16. Each lane sums
+//       its column's block exactly in int32 (|w| x x with w's sign moved onto x), then one
+//       multiply-add by d * d_x: the order the AMX tiles reproduce.
 //   q4x8: the 4-bit blocks of 8 columns interleaved, [N/8, K/32, 128] bytes, d and m [N/8, K/32, 8]
 //       in fp16 (the GGUF's own precision; converted with F16C as they are loaded).
 //       In a block's 128 bytes, 32-byte register j (0..3) holds 4 bytes per column (column c at
@@ -248,11 +252,13 @@ at::Tensor blocked_product(const at::Tensor& x_in, int64_t N, int64_t K, int64_t
 }
 
 #ifdef SY_X86
-// The q4x8 product on AMX tiles (block_amx.inc): a task is a pair of groups (16 columns), and an
-// odd last group takes the VNNI rows, whose bits are the same.
-at::Tensor amx_q4x8_product(const at::Tensor& x_in, const uint8_t* wp, const uint16_t* dp, const uint16_t* mp,
-                            int64_t groups, int64_t nb) {
-  const int64_t N = groups * 8;
+// A product of the interleaved layouts (q4x8, or q8x8 where wm is null) on AMX tiles
+// (block_amx.inc): a task is a pair of groups (16 columns), and an odd last group takes the VNNI
+// rows, whose bits are the same.
+at::Tensor amx_x8_product(const at::Tensor& x_in, const uint8_t* wp, const uint16_t* dp, const uint16_t* mp,
+                          int64_t groups, int64_t nb) {
+  const bool q8 = mp == nullptr;
+  const int64_t N = groups * 8, group_bytes = nb * (q8 ? 256 : 128);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
   const int64_t M = x.size(0), pairs = groups / 2;
   at::Tensor y = at::empty({M, N}, x.options());
@@ -267,13 +273,23 @@ at::Tensor amx_q4x8_product(const at::Tensor& x_in, const uint8_t* wp, const uin
     amx::begin(cfg);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t c = 2 * t;
+      const uint8_t* w = wp + c * group_bytes;
+      const uint16_t *d = dp + c * nb * 8, *m = q8 ? nullptr : mp + c * nb * 8;
       if (t < pairs) {
-        amx::q4x16_columns(xv, M, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, tiles.get(), yp + c * 8, N);
+        if (q8) {
+          amx::x16_columns<true>(xv, M, w, d, m, nb, tiles.get(), yp + c * 8, N);
+        } else {
+          amx::x16_columns<false>(xv, M, w, d, m, nb, tiles.get(), yp + c * 8, N);
+        }
         continue;
       }
       for_row_groups(M, [&](int64_t r, auto g) {
-        vnni::q4x8_rows<decltype(g)::value>(xv, r, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, yp + c * 8,
-                                            N);
+        constexpr int G = decltype(g)::value;
+        if (q8) {
+          vnni::q8x8_rows<G>(xv, r, reinterpret_cast<const int8_t*>(w), d, nb, yp + c * 8, N);
+        } else {
+          vnni::q4x8_rows<G>(xv, r, w, d, m, nb, yp + c * 8, N);
+        }
       });
     }
     amx::end();
@@ -320,12 +336,33 @@ at::Tensor q4x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
 #ifdef SY_X86
   if (amx_serves() && x.dim() == 2 && x.size(0) >= kAmxMinRows && groups >= 2) {
     check_x(x, K);
-    return amx_q4x8_product(x, wp, dp, mp, groups, nb);
+    return amx_x8_product(x, wp, dp, mp, groups, nb);
   }
 #endif
   return blocked_product(x, N, K, groups, 8, [&](const QRows& xv, int64_t c, int64_t r, auto g, bool dpbusd, float* y) {
 #ifdef SY_X86
     SY_ROWS(q4x8_rows, g, xv, r, wp + c * nb * 128, dp + c * nb * 8, mp + c * nb * 8, nb, y + c * 8, N);
+#endif
+  });
+}
+
+at::Tensor q8x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d) {
+  TORCH_CHECK(cpu_has_avx2(), "switchyard::q8x8_matmul needs AVX2, FMA and F16C");
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == 256, "packed: [N/8, K/32, 256] int8");
+  const int64_t groups = packed.size(0), nb = packed.size(1), N = groups * 8, K = nb * kBlock;
+  TORCH_CHECK(packed.scalar_type() == at::kChar && packed.is_contiguous(), "packed: contiguous int8");
+  TORCH_CHECK(d.scalar_type() == at::kHalf && d.is_contiguous() && d.numel() == N * nb, "d: contiguous fp16 [N/8, K/32, 8]");
+  const int8_t* wp = packed.data_ptr<int8_t>();
+  const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
+#ifdef SY_X86
+  if (amx_serves() && x.dim() == 2 && x.size(0) >= kAmxMinRows && groups >= 2) {
+    check_x(x, K);
+    return amx_x8_product(x, reinterpret_cast<const uint8_t*>(wp), dp, nullptr, groups, nb);
+  }
+#endif
+  return blocked_product(x, N, K, groups, 8, [&](const QRows& xv, int64_t c, int64_t r, auto g, bool dpbusd, float* y) {
+#ifdef SY_X86
+    SY_ROWS(q8x8_rows, g, xv, r, wp + c * nb * 256, dp + c * nb * 8, nb, y + c * 8, N);
 #endif
   });
 }
@@ -391,6 +428,7 @@ TORCH_LIBRARY(switchyard, m) {
   m.def("q4_matmul(Tensor x, Tensor packed, Tensor d, Tensor m) -> Tensor");
   m.def("q4x8_matmul(Tensor x, Tensor packed, Tensor d, Tensor m) -> Tensor");
   m.def("q8_matmul(Tensor x, Tensor qs, Tensor d) -> Tensor");
+  m.def("q8x8_matmul(Tensor x, Tensor packed, Tensor d) -> Tensor");
   m.def("quantize_rows(Tensor x) -> (Tensor, Tensor, Tensor)");
   m.def("has_avx2() -> bool", &has_avx2);
   m.def("has_vnni() -> bool", &has_vnni);
@@ -405,5 +443,6 @@ TORCH_LIBRARY_IMPL(switchyard, CPU, m) {
   m.impl("q4_matmul", &sy::q4_matmul);
   m.impl("q4x8_matmul", &sy::q4x8_matmul);
   m.impl("q8_matmul", &sy::q8_matmul);
+  m.impl("q8x8_matmul", &sy::q8x8_matmul);
   m.impl("quantize_rows", &quantize_rows);
 }

@@ -18,13 +18,14 @@ namespace {
 
 // One product's weight in the layout of its kind (see block_matmul.cpp).
 struct Product {
-  int64_t kind;  // 0: 4-bit interleaved by 8 columns, 1: 4-bit, 2: 8-bit (no m)
+  int64_t kind;  // 0: 4-bit interleaved by 8 columns, 1: 4-bit, 2: 8-bit (no m), 3: 8-bit interleaved (no m)
   at::Tensor values, d, m;
 
   at::Tensor operator()(const at::Tensor& x) const {
     switch (kind) {
       case 0: return sy::q4x8_matmul(x, values, d, m);
       case 1: return sy::q4_matmul(x, values, d, m);
+      case 3: return sy::q8x8_matmul(x, values, d);
       default: return sy::q8_matmul(x, values, d);
     }
   }
@@ -47,7 +48,7 @@ struct DecodeStack : torch::CustomClassHolder {
   void add_layer(at::Tensor attn_norm, at::Tensor ffn_norm, std::vector<at::Tensor> weights, std::vector<int64_t> kinds) {
     TORCH_CHECK(weights.size() == 12 && kinds.size() == 4, "four products of (values, d, m) each");
     auto product = [&](size_t i) {
-      TORCH_CHECK(kinds[i] >= 0 && kinds[i] <= 2, "a product kind is 0, 1 or 2");
+      TORCH_CHECK(kinds[i] >= 0 && kinds[i] <= 3, "a product kind is 0, 1, 2 or 3");
       return Product{kinds[i], weights[3 * i], weights[3 * i + 1], weights[3 * i + 2]};
     };
     layers.push_back(Layer{attn_norm, ffn_norm, product(0), product(1), product(2), product(3)});

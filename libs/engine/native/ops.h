@@ -10,6 +10,7 @@ namespace sy {
 at::Tensor q4_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m);
 at::Tensor q4x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d, const at::Tensor& m);
 at::Tensor q8_matmul(const at::Tensor& x, const at::Tensor& qs, const at::Tensor& d);
+at::Tensor q8x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& d);
 
 // layer_ops.cpp
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
