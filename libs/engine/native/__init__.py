@@ -4,7 +4,7 @@ torch's int8/int4 weight-only CPU kernels convert weights to fp32 on CPUs withou
 are compute-bound there. These kernels multiply the GGUF's weight blocks by activations quantized
 per row in blocks of 32 to int8, with integer dot products (AVX2 `maddubs`, or AVX-512 VNNI
 `dpbusd` where the CPU has it: the same integers, so the same bits), as llama.cpp does. On CPUs
-with AMX-INT8, products of 12 rows or more of the 4-bit layout run on the tiles (`block_amx.inc`):
+with AMX-INT8, products of 12 rows or more of the interleaved layouts (q4x8, q8x8) run on the tiles (`block_amx.inc`):
 the same integers again, and the same float epilogue, so a row's bits never depend on which kernel
 its batch took.
 
@@ -123,8 +123,8 @@ def vnni_on() -> bool:
 
 
 def has_amx() -> bool:
-    """Whether the CPU has AMX-INT8 tiles (and Linux granted them), where products of 12 rows or
-    more take them (block_amx.inc; the same bits as the VNNI kernels)."""
+    """Whether the CPU has AMX-INT8 tiles (and Linux granted them), where interleaved products of
+    12 rows or more take them (block_amx.inc; the same bits as the VNNI kernels)."""
     return bool(_ops().has_amx())
 
 
