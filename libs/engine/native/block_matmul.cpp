@@ -95,7 +95,7 @@ bool cpu_has_amx() {
 // where the CPU has them; tests switch them off to compare the paths bit for bit.
 std::atomic<bool> g_vnni{cpu_has_vnni()};
 std::atomic<bool> g_amx{cpu_has_amx()};
-// Whether the interleaved products of several rows takes the AMX tiles now: the AMX kernel builds on
+// Whether the interleaved products of several rows take the AMX tiles now: the AMX kernel builds on
 // VNNI (its odd last group runs the VNNI rows), so it is off whenever VNNI is.
 bool amx_serves() { return g_amx.load() && g_vnni.load(); }
 // Rows from which the q4x8 product takes the AMX tiles: a tile costs the same for 1 row as for 16,
