@@ -20,4 +20,4 @@ timeout 200 python3 bench/gpu_check.py --out "$OUT/gpu.md" --streams 1,32,128 2>
 echo "== cpu engine bench"
 threads=$(( $(nproc) - 1 ))
 SWITCHYARD_ENGINE_THREADS=$threads timeout 300 python3 bench/engine_bench.py --out "$OUT/cpu.md" \
-  --dtypes auto --streams 1,8,32 --max-tokens 32 --rounds 1 --no-sweep 2>&1 | tail -60
+  --dtypes auto,native@avx512 --streams 1,8,32 --max-tokens 32 --rounds 1 --no-sweep 2>&1 | tail -60
