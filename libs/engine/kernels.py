@@ -26,6 +26,7 @@ it: sliced above it, padded with zero rows below it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -112,9 +113,9 @@ PACKED_Q8X8 = (".q8x8", ".q8x8d")
 
 
 def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
-    """The native kernels' form of matrix `name`: as stored already packed (PACKED_X8, PACKED_Q4),
-    else from its GGUF blocks (`.q4`/`.q4dm` 4-bit, `.q8`/`.q8d` 8-bit, see weights.read_gguf),
-    repacked here; None without blocks."""
+    """The native kernels' form of matrix `name`: as stored already packed (PACKED_X8, PACKED_Q4,
+    PACKED_Q8X8), else from its GGUF blocks (`.q4`/`.q4dm` 4-bit, `.q8`/`.q8d` 8-bit, see
+    weights.read_gguf), repacked here; None without blocks."""
     from libs.engine.native import pack_q4, pack_q4x8, pack_q8x8
 
     for suffixes, x8 in ((PACKED_X8, True), (PACKED_Q4, False)):
@@ -125,21 +126,25 @@ def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
         return BlockWeight(t[name + PACKED_Q8X8[0]], t[name + PACKED_Q8X8[1]], x8=True)
     if name + ".q4" in t:
         q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
-        if q.shape[0] % 8 == 0:
-            try:
-                return BlockWeight(*pack_q4x8(q, dm), x8=True)
-            except ValueError:  # scales that are not fp16 values: the plain layout keeps fp32
-                pass
-        return BlockWeight(pack_q4(q), dm[..., 0].contiguous(), dm[..., 1].contiguous())
+        return _interleaved(q.shape[0], lambda: pack_q4x8(q, dm)) or BlockWeight(
+            pack_q4(q), dm[..., 0].contiguous(), dm[..., 1].contiguous()
+        )
     if name + ".q8" in t:
         qs, d8 = t[name + ".q8"], t[name + ".q8d"].float()
-        if qs.shape[0] % 8 == 0:
-            try:
-                return BlockWeight(*pack_q8x8(qs, d8), x8=True)
-            except ValueError:  # scales that are not fp16 values: the plain layout keeps fp32
-                pass
-        return BlockWeight(qs.contiguous(), d8.contiguous())
+        return _interleaved(qs.shape[0], lambda: pack_q8x8(qs, d8)) or BlockWeight(qs.contiguous(), d8.contiguous())
     return None
+
+
+def _interleaved(rows: int, interleave: Callable[[], tuple[torch.Tensor, ...]]) -> BlockWeight | None:
+    """A matrix interleaved by 8 columns where its rows allow it and its scales are fp16 values (a
+    GGUF's); None otherwise, for the plain layout, which keeps fp32 scales."""
+    if rows % 8:
+        return None
+    try:
+        values, d, *m = interleave()  # 4-bit: (values, d, m); 8-bit: (values, d)
+    except ValueError:
+        return None
+    return BlockWeight(values, d, m[0] if m else None, x8=True)
 
 
 def quantize_q8_0(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
