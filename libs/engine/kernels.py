@@ -60,6 +60,24 @@ class BlockWeight:
     m: torch.Tensor | None = None
     x8: bool = False
 
+    @property
+    def layout(self) -> str:
+        """Which of block_matmul.cpp's layouts (LAYOUTS) the tensors are in."""
+        return ("q4x8" if self.x8 else "q4") if self.m is not None else ("q8x8" if self.x8 else "q8")
+
+    @property
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        """(values, d, m), or (values, d) for 8-bit blocks: the layout's product's arguments after x."""
+        return (self.values, self.d) if self.m is None else (self.values, self.d, self.m)
+
+
+# The native products' weight layouts, in the order of the decode stack's product kinds
+# (native/decode_stack.cpp).
+LAYOUTS = ("q4x8", "q4", "q8", "q8x8")
+# A BlockWeight's parts as stored (weights.pack_native), by layout: one suffix per part. Plain 8-bit
+# rows stay as read from the GGUF (`.q8`, `.q8d`).
+PACKED = {"q4x8": (".x8", ".x8d", ".x8m"), "q4": (".q4p", ".q4pd", ".q4pm"), "q8x8": (".q8x8", ".q8x8d")}
+
 
 @dataclass
 class DualWeight:
@@ -96,34 +114,26 @@ def pack_int4(q: torch.Tensor, dm: torch.Tensor, group: int = 32) -> Int4Weight:
 def block_mm(x: torch.Tensor, w: BlockWeight, keep: bool = False) -> torch.Tensor:
     from libs.engine import native
 
-    if w.m is None:
-        y = native.q8x8_matmul(x, w.values, w.d) if w.x8 else native.q8_matmul(x, w.values, w.d)
-    elif w.x8:
-        y = native.q4x8_matmul(x, w.values, w.d, w.m)
-    else:
-        y = native.q4_matmul(x, w.values, w.d, w.m)
+    products: dict[str, Callable[..., torch.Tensor]] = {
+        "q4x8": native.q4x8_matmul,
+        "q4": native.q4_matmul,
+        "q8": native.q8_matmul,
+        "q8x8": native.q8x8_matmul,
+    }
+    y = products[w.layout](x, *w.parts)
     return y if keep else y.to(x.dtype)
 
 
-# A BlockWeight's tensors as stored (weights.pack_native): 4-bit interleaved by 8 columns, 4-bit plain.
-PACKED_X8 = (".x8", ".x8d", ".x8m")
-PACKED_Q4 = (".q4p", ".q4pd", ".q4pm")
-# 8-bit interleaved by 8 columns (no minimums).
-PACKED_Q8X8 = (".q8x8", ".q8x8d")
-
-
 def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
-    """The native kernels' form of matrix `name`: as stored already packed (PACKED_X8, PACKED_Q4,
-    PACKED_Q8X8), else from its GGUF blocks (`.q4`/`.q4dm` 4-bit, `.q8`/`.q8d` 8-bit, see
-    weights.read_gguf), repacked here; None without blocks."""
+    """The native kernels' form of matrix `name`: as stored already packed (PACKED), else from its
+    GGUF blocks (`.q4`/`.q4dm` 4-bit, `.q8`/`.q8d` 8-bit, see weights.read_gguf), repacked here;
+    None without blocks."""
     from libs.engine.native import pack_q4, pack_q4x8, pack_q8x8
 
-    for suffixes, x8 in ((PACKED_X8, True), (PACKED_Q4, False)):
+    for layout, suffixes in PACKED.items():
         if name + suffixes[0] in t:
-            values, d, m = (t[name + s] for s in suffixes)
-            return BlockWeight(values, d, m, x8=x8)
-    if name + PACKED_Q8X8[0] in t:
-        return BlockWeight(t[name + PACKED_Q8X8[0]], t[name + PACKED_Q8X8[1]], x8=True)
+            values, d, *m = (t[name + s] for s in suffixes)
+            return BlockWeight(values, d, m[0] if m else None, x8=layout.endswith("x8"))
     if name + ".q4" in t:
         q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
         return _interleaved(q.shape[0], lambda: pack_q4x8(q, dm)) or BlockWeight(

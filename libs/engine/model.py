@@ -19,9 +19,8 @@ import torch.nn.functional as F
 
 from libs.engine import native
 from libs.engine.kernels import (
-    PACKED_Q4,
-    PACKED_Q8X8,
-    PACKED_X8,
+    LAYOUTS,
+    PACKED,
     BlockWeight,
     DualWeight,
     Int4Weight,
@@ -320,9 +319,7 @@ class LlamaModel:
     @staticmethod
     def _stored(t: dict[str, torch.Tensor], name: str) -> bool:
         """Whether matrix `name` is in `t` in any stored form."""
-        return any(
-            name + suffix in t for suffix in ("", ".q", ".q4", ".q8", PACKED_X8[0], PACKED_Q4[0], PACKED_Q8X8[0])
-        )
+        return any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8", *(s[0] for s in PACKED.values())))
 
     @torch.inference_mode()
     def forward(self, batch: AttnBatch, kv: KVCache) -> torch.Tensor:
@@ -391,7 +388,7 @@ class LlamaModel:
             for w in (la.qkv, la.o, la.gate_up, la.down):
                 if not isinstance(w, BlockWeight):
                     return None
-                kinds.append((0 if w.x8 else 1) if w.m is not None else (3 if w.x8 else 2))
+                kinds.append(LAYOUTS.index(w.layout))
                 weights += [w.values, w.d, w.m if w.m is not None else torch.empty(0)]
             stack.add_layer(la.attn_norm, la.ffn_norm, weights, kinds)
         return stack

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from libs.engine.kernels import PACKED_Q4, PACKED_Q8X8, PACKED_X8, pack_blocks, quantize_int8, quantize_q8_0
+from libs.engine.kernels import PACKED, pack_blocks, quantize_int8, quantize_q8_0
 
 log = logging.getLogger(__name__)
 
@@ -206,18 +206,16 @@ def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, 
             for n in part_names:
                 del out[n]
             out.update(stacked)
-    for name in [n[: -len(".q4")] for n in out if n.endswith(".q4")]:
+    # Every matrix of GGUF blocks in its kernels' layout; plain 8-bit rows (that do not interleave)
+    # stay as read.
+    for name in [n[: -len(".q4")] for n in out if n.endswith((".q4", ".q8"))]:
         w = pack_blocks(out, name)
-        assert w is not None and w.m is not None
-        del out[name + ".q4"], out[name + ".q4dm"]
-        for suffix, value in zip(PACKED_X8 if w.x8 else PACKED_Q4, (w.values, w.d, w.m), strict=True):
-            out[name + suffix] = value
-    # 8-bit blocks that interleave (the output head): stored interleaved; the others stay as read.
-    for name in [n[: -len(".q8")] for n in out if n.endswith(".q8")]:
-        w = pack_blocks(out, name)
-        if w is not None and w.x8:
-            del out[name + ".q8"], out[name + ".q8d"]
-            out[name + PACKED_Q8X8[0]], out[name + PACKED_Q8X8[1]] = w.values, w.d
+        assert w is not None
+        if w.layout not in PACKED:
+            continue
+        for suffix in _BLOCK_SUFFIXES:
+            out.pop(name + suffix, None)
+        out.update({name + suffix: part for suffix, part in zip(PACKED[w.layout], w.parts, strict=True)})
     return out
 
 

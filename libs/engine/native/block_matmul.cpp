@@ -1,6 +1,6 @@
 // Products of fp32 activations with weights kept in the GGUF's own blocks of 32 values, for
 // decode steps of a few rows on CPUs without fast bf16 (see libs/engine/native/__init__.py), and,
-// with AMX-INT8, the 4-bit products of many rows on tiles (block_amx.inc).
+// with AMX-INT8, the interleaved products (q4x8, q8x8) of many rows on tiles (block_amx.inc).
 //
 // Each activation row is quantized per block of 32 to int8 with one fp32 scale (and the block's
 // sum, for the weights' minimum term), then multiplied with integer dot products:
@@ -255,8 +255,14 @@ at::Tensor blocked_product(const at::Tensor& x_in, int64_t N, int64_t K, int64_t
 // A product of the interleaved layouts (q4x8, or q8x8 where wm is null) on AMX tiles
 // (block_amx.inc): a task is a pair of groups (16 columns), and an odd last group takes the VNNI
 // rows, whose bits are the same.
+// Whether an interleaved product of `groups` groups of 8 columns takes the tiles for x.
+bool on_tiles(const at::Tensor& x, int64_t groups) {
+  return amx_serves() && x.dim() == 2 && x.size(0) >= kAmxMinRows && groups >= 2;
+}
+
 at::Tensor amx_x8_product(const at::Tensor& x_in, const uint8_t* wp, const uint16_t* dp, const uint16_t* mp,
                           int64_t groups, int64_t nb) {
+  check_x(x_in, nb * kBlock);
   const bool q8 = mp == nullptr;
   const int64_t N = groups * 8, group_bytes = nb * (q8 ? 256 : 128);
   const at::Tensor x = x_in.to(at::kFloat).contiguous();
@@ -334,10 +340,7 @@ at::Tensor q4x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
   const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
   const uint16_t* mp = reinterpret_cast<const uint16_t*>(m.data_ptr<at::Half>());
 #ifdef SY_X86
-  if (amx_serves() && x.dim() == 2 && x.size(0) >= kAmxMinRows && groups >= 2) {
-    check_x(x, K);
-    return amx_x8_product(x, wp, dp, mp, groups, nb);
-  }
+  if (on_tiles(x, groups)) return amx_x8_product(x, wp, dp, mp, groups, nb);
 #endif
   return blocked_product(x, N, K, groups, 8, [&](const QRows& xv, int64_t c, int64_t r, auto g, bool dpbusd, float* y) {
 #ifdef SY_X86
@@ -355,10 +358,7 @@ at::Tensor q8x8_matmul(const at::Tensor& x, const at::Tensor& packed, const at::
   const int8_t* wp = packed.data_ptr<int8_t>();
   const uint16_t* dp = reinterpret_cast<const uint16_t*>(d.data_ptr<at::Half>());
 #ifdef SY_X86
-  if (amx_serves() && x.dim() == 2 && x.size(0) >= kAmxMinRows && groups >= 2) {
-    check_x(x, K);
-    return amx_x8_product(x, reinterpret_cast<const uint8_t*>(wp), dp, nullptr, groups, nb);
-  }
+  if (on_tiles(x, groups)) return amx_x8_product(x, reinterpret_cast<const uint8_t*>(wp), dp, nullptr, groups, nb);
 #endif
   return blocked_product(x, N, K, groups, 8, [&](const QRows& xv, int64_t c, int64_t r, auto g, bool dpbusd, float* y) {
 #ifdef SY_X86
