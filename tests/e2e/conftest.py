@@ -1,46 +1,15 @@
-"""The whole pipeline, each service its own process, over a real nats-server; started once per session."""
+"""Helpers for driving the whole pipeline; the session's stack and client fixtures are in tests/conftest.py
+(shared with tests/security)."""
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from cli.stack import Stack
-from libs.bus.embedded import free_port
 from tests.e2e.sse import Event, events
-
-
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    data = Path(tmp_path_factory.mktemp("stack"))
-    # The converted model weights outlive the session's data dir, so later sessions start fast.
-    cache = Path(__file__).resolve().parents[2] / "var" / "cache" / "engine"
-    env = {
-        "SWITCHYARD_LOG_LEVEL": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO"),
-        "SWITCHYARD_INFERENCE_CACHE_DIR": str(cache),
-    }
-    s = Stack(data_dir=data, port=free_port(), env=env)
-    try:
-        s.start(timeout_s=600)
-    except Exception:
-        s.stop()
-        for log in sorted((data / "logs").glob("*.log")):
-            print(f"---- {log.name}\n{log.read_text()[-3000:]}")
-        raise
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="session")
-def client(stack: Stack) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=stack.url, timeout=120, headers={"Authorization": f"Bearer {stack.api_key}"}) as c:
-        yield c
 
 
 def chat(client: httpx.Client, chat_id: str, text: str, **extra: Any) -> tuple[list[Event], httpx.Response]:
