@@ -21,4 +21,8 @@ def create_engine(config: EngineConfig) -> AsyncEngine:
         from libs.engine.vllm_engine import VllmEngine
 
         return VllmEngine(config)
+    if config.kind == "sim":
+        from libs.engine.sim import SimEngine
+
+        return SimEngine(config)
     raise ValueError(f"unknown engine kind {config.kind!r}")

@@ -33,6 +33,12 @@ class EngineSettings(TokenizerSettings):
     # SWITCHYARD_VLLM_TENSOR_PARALLEL_SIZE: GPUs one replica spans.
     vllm_tensor_parallel_size: int = 1
 
+    # SWITCHYARD_SIM_TTFT_MS, SWITCHYARD_SIM_TPOT_MS, SWITCHYARD_SIM_STEP_TABLE: the simulated engine's
+    # timing (EngineConfig; libs/engine/sim.py cites the published figure behind the defaults).
+    sim_ttft_ms: float | None = None
+    sim_tpot_ms: float | None = None
+    sim_step_table: str | None = None
+
     def apply(self, config: EngineConfig) -> EngineConfig:
         """`config` with this environment's knobs filled in; what the config sets itself wins."""
         default = EngineConfig()
@@ -48,6 +54,9 @@ class EngineSettings(TokenizerSettings):
             else self.tokenizer_cache,
             trtllm_model=config.trtllm_model or self.trtllm_model,
             kernel_isa=self.kernel_isa if config.kernel_isa == default.kernel_isa else config.kernel_isa,
+            sim_ttft_ms=config.sim_ttft_ms if self.sim_ttft_ms is None else self.sim_ttft_ms,
+            sim_tpot_ms=config.sim_tpot_ms if self.sim_tpot_ms is None else self.sim_tpot_ms,
+            sim_step_table=config.sim_step_table if self.sim_step_table is None else self.sim_step_table,
         )
 
     def vllm_config(self, config: EngineConfig) -> EngineConfig:

@@ -79,7 +79,7 @@ class StreamChunk:
 
 @dataclass
 class EngineConfig:
-    kind: str = "native"  # 'native' | 'tensorrt_llm'
+    kind: str = "native"  # 'native' | 'tensorrt_llm' | 'vllm' | 'sim' (a simulated GPU, for measuring)
     model_path: str | None = None  # None => default_model_path()
     device: str = "cpu"
     dtype: str = "auto"  # 'fp32' | 'bf16' | 'int8' | 'hybrid' | 'auto' (measured at load)
@@ -97,6 +97,11 @@ class EngineConfig:
     # The native kernels' instruction set: 'auto' (the best the CPU has), 'avx512' (AMX tiles off) or
     # 'avx2' (AVX-512 VNNI off too): the same bits at that class's speed, to measure it on a newer CPU.
     kernel_isa: str = "auto"
+    # The simulated engine (kind 'sim', libs/engine/sim.py): its prefill time, a fixed time per decode
+    # step (0: from the table), and the table of (batch size: ms per step) it interpolates.
+    sim_ttft_ms: float = 10.26
+    sim_tpot_ms: float = 0.0
+    sim_step_table: str = "1:4.63,5:4.58,25:5.19,50:5.91,100:7.57,150:9.81,200:12.65,250:16.14"
 
 
 @dataclass

@@ -12,7 +12,8 @@ from libs.engine import EngineConfig, EngineSettings
 class InferenceSettings(ServiceSettings):
     model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_INFERENCE_")
 
-    engine: str = "native"  # 'native' | 'tensorrt_llm' | 'vllm' (SWITCHYARD_VLLM_*: libs/engine/settings.py)
+    # 'native' | 'tensorrt_llm' | 'vllm' (SWITCHYARD_VLLM_*: libs/engine/settings.py) | 'sim': a simulated GPU (libs/engine/sim.py)
+    engine: str = "native"
     # The engine sets its own step-loop threads (SWITCHYARD_ENGINE_THREADS): leave torch alone here.
     torch_threads: int = 0
     device: str = "cpu"  # native engine: 'cpu' | 'cuda'

@@ -1,0 +1,95 @@
+"""The simulated engine: the engine interface, continuous batching, real sentences, cancel, timing table."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
+from libs.engine.sim import SimEngine, SimTiming
+
+
+def sim(tpot_ms: float = 1.0, ttft_ms: float = 2.0) -> SimEngine:
+    engine = create_engine(EngineConfig(kind="sim", sim_tpot_ms=tpot_ms, sim_ttft_ms=ttft_ms))
+    assert isinstance(engine, SimEngine)
+    return engine
+
+
+async def run(engine: SimEngine, rid: str, max_tokens: int, **kw: object) -> list[StreamChunk]:
+    params = SamplingParams(max_tokens=max_tokens, **kw)  # type: ignore[arg-type]
+    return [c async for c in engine.generate(rid, "Where is my order?", params)]
+
+
+async def test_streams_real_sentences_one_token_a_step() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        chunks = await run(engine, "r1", 40)
+    finally:
+        await engine.stop()
+    ids = [t for c in chunks for t in c.token_ids]
+    text = "".join(c.text for c in chunks)
+    assert len(ids) == 40 and all(len(c.token_ids) == 1 for c in chunks)
+    # The pieces spell what the real tokenizer decodes from the ids: text a reader (and safety_out) can read.
+    assert text == engine.tokenizer.decode(ids).lstrip()
+    assert "." in text and text[0].isupper()
+    last = chunks[-1]
+    assert last.finished and last.finish_reason == "length" and not any(c.finished for c in chunks[:-1])
+    assert last.usage is not None and last.usage.completion_tokens == 40
+    assert last.usage.prompt_tokens == len(engine.tokenizer.encode("Where is my order?"))
+    assert last.usage.ttft_s is not None and last.usage.tpot_s is not None
+
+
+async def test_same_request_same_text_and_batches_join_per_step() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        first = await run(engine, "same", 12)
+        long = asyncio.create_task(run(engine, "long", 30))
+        await asyncio.sleep(0.01)  # the second request joins a batch that is already stepping
+        again = await run(engine, "same", 12)
+        await long
+    finally:
+        await engine.stop()
+    assert "".join(c.text for c in first) == "".join(c.text for c in again)
+    m = engine.metrics()
+    assert m.max_batch_size_seen == 2 and m.running == 0 and m.waiting == 0
+    assert m.generated_tokens == 12 + 12 + 30
+
+
+async def test_cancel_ends_the_stream_and_frees_the_slot() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        got: list[StreamChunk] = []
+        async for c in engine.generate("c1", "Hi", SamplingParams(max_tokens=10_000)):
+            got.append(c)
+            if len(got) == 3:
+                engine.cancel("c1")
+    finally:
+        await engine.stop()
+    assert got[-1].finished and got[-1].finish_reason == "cancelled"
+    assert len(got) < 10 and engine.metrics().running == 0
+
+
+async def test_logprobs_one_entry_per_token() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        chunks = await run(engine, "lp", 5, logprobs=3)
+    finally:
+        await engine.stop()
+    entries = [e for c in chunks for e in (c.logprobs or [])]
+    assert [e.token_id for e in entries] == [t for c in chunks for t in c.token_ids]
+    assert all(len(e.top) == 3 for e in entries)
+
+
+def test_step_time_follows_the_table() -> None:
+    t = SimTiming.of(10.0, 0.0, "1:4,101:14")
+    assert t.step_s(1) == pytest.approx(0.004)
+    assert t.step_s(51) == pytest.approx(0.009)
+    assert t.step_s(201) == pytest.approx(0.024)  # past the table: its last slope goes on
+    assert SimTiming.of(10.0, 2.5, "1:4").step_s(500) == pytest.approx(0.0025)
+    with pytest.raises(ValueError):
+        SimTiming.of(10.0, 0.0, "0:4")
