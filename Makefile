@@ -53,7 +53,7 @@ test: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy schemas libs services cli
+	$(VENV)/bin/mypy schemas libs services cli training
 
 schemas: setup
 	$(PY) -m schemas.export
@@ -62,7 +62,7 @@ bench: setup
 	$(PY) -m bench
 
 eval-safety: setup
-	$(PY) -m libs.safety.eval
+	$(PY) -m training.safety.eval
 
 compose-up:
 	docker compose up --build

@@ -4,13 +4,14 @@ The features are the mean-pooled, L2-normalised hidden states of MiniLM layers 4
 by side (768 numbers; layer 6 alone is the ordinary sentence embedding). The middle layer keeps
 more of the wording ("without getting caught", "so she can't resist") than the output layer,
 which was trained to encode topic; one forward pass gives both. The weights are a few tens of
-kilobytes of numpy (``data/classifier.npz``, written by ``python -m libs.safety.train``).
+kilobytes of numpy (``data/classifier.npz``, written by ``python -m training.safety.train``).
 
 Since 2026-12-02 the weight file also carries low-rank adapters for MiniLM (``lora_A:*`` /
-``lora_B:*``, see ``lora.py``) trained together with the head, so the encoder separates intent
-rather than topic. The classifier then loads its own MiniLM instance with the adapters merged
-into the weights (one ordinary forward pass per batch); the shared ``get_embedder()`` that
-retrieval uses stays unadapted. Weight files without adapters use the shared embedder.
+``lora_B:*``, trained by ``training/safety/lora.py``) together with the head, so the encoder
+separates intent rather than topic. The classifier then loads its own MiniLM instance with the
+adapters merged into the weights (``adapter_deltas``; one ordinary forward pass per batch); the
+shared ``get_embedder()`` that retrieval uses stays unadapted. Weight files without adapters use
+the shared embedder.
 """
 
 from __future__ import annotations
@@ -69,6 +70,18 @@ def harm_scores(p: np.ndarray, benign_index: int, secondary_share: float = SECON
     return p
 
 
+def adapter_deltas(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Weight updates ``{"<module>.weight": B @ A}`` from a weight file's ``lora_A:<module>`` and
+    ``lora_B:<module>`` arrays (``B`` stored with the adapter's scale folded in)."""
+    out: dict[str, np.ndarray] = {}
+    for key, a in arrays.items():
+        if key.startswith("lora_A:"):
+            name = key[len("lora_A:") :]
+            b = arrays[f"lora_B:{name}"].astype(np.float32)
+            out[f"{name}.weight"] = b @ a.astype(np.float32)
+    return out
+
+
 def chunk_text(text: str, size: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS) -> list[str]:
     """Split at sentence boundaries into pieces of at most ``size`` characters (hard-cut if needed)."""
     text = text.strip()
@@ -119,10 +132,8 @@ class EmbeddingClassifier:
                     from libs.embeddings import Embedder, get_embedder
 
                     if self.adapters:
-                        from libs.safety.lora import deltas
-
                         # Its own instance: the adapters must not leak into retrieval embeddings.
-                        self._embedder = Embedder(weight_deltas=deltas(self.adapters))
+                        self._embedder = Embedder(weight_deltas=adapter_deltas(self.adapters))
                     else:
                         self._embedder = get_embedder()
         return self._embedder

@@ -1,13 +1,15 @@
-"""The labelled data sets: built files match their sources, splits do not leak into each other."""
+"""The labelled data sets: built files match their sources and are regenerated exactly, splits do not
+leak into each other."""
 
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from libs.safety.splits import SPLITS, build_rows, split_path
 from libs.safety.taxonomy import BENIGN, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION, SECRETS
+from training.safety.splits import SPLITS, build, build_rows, split_path
 
 BLOCKING = (*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS)
 
@@ -60,8 +62,24 @@ def _load(split: str) -> list[dict[str, str]]:
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_built_files_match_sources(split: str) -> None:
-    """A source edit without ``python -m libs.safety.splits`` would train or score stale data."""
+    """The file a reader gets is never stale: ``split_path`` rebuilds it from the sources first."""
     assert _load(split) == build_rows()[split]
+
+
+def test_build_regenerates_missing_and_stale_files_byte_for_byte(tmp_path: Path) -> None:
+    first = build(tmp_path)
+    assert first == {split: len(rows) for split, rows in build_rows().items()}
+    written = {split: (tmp_path / f"{split}.jsonl").read_bytes() for split in SPLITS}
+    (tmp_path / "eval.jsonl").unlink()
+    (tmp_path / "test3.jsonl").write_text('{"text": "stale", "label": "benign"}\n', encoding="utf-8")
+    assert build(tmp_path) == first
+    assert {split: (tmp_path / f"{split}.jsonl").read_bytes() for split in SPLITS} == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{split}.jsonl" for split in SPLITS)
+
+
+def test_unknown_split_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown safety split"):
+        split_path("test99")
 
 
 def test_splits_share_no_example_or_near_copy() -> None:

@@ -1,4 +1,4 @@
-"""Train the embedding classifier: ``python -m libs.safety.train``.
+"""Train the embedding classifier: ``python -m training.safety.train``.
 
 Multinomial logistic regression (plain numpy, full-batch Adam, L2) over MiniLM features of
 ``data/safety/train.jsonl`` (mean-pooled layers ``LAYERS``, see ``classifier.py``). ``--cv`` picks the L2 strength by grouped 5-fold cross-validation on the
@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from libs.safety.classifier import WEIGHTS_PATH, harm_scores, softmax
-from libs.safety.splits import DATA_DIR, split_path
 from libs.safety.taxonomy import BENIGN
+from training.safety.splits import SPLITS, split_path
 
 L2_GRID = (3e-6, 1e-5, 3e-5, 1e-4)
 FOLDS = 5
@@ -116,7 +116,7 @@ def load(path: Path) -> list[dict[str, str]]:
 def training_rows(extra_splits: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """``train.jsonl`` plus the rows of ``extra_splits`` whose label ``train.jsonl`` has (tagged
     ``source: <split>``), without repeating a text. Refuses the held-out splits."""
-    bad = [s for s in extra_splits if s in HELD_OUT or s == "train" or not (DATA_DIR / f"{s}.jsonl").exists()]
+    bad = [s for s in extra_splits if s in HELD_OUT or s == "train" or s not in SPLITS]
     if bad:
         raise ValueError(f"cannot train on {bad}: eval and holdout stay held out; the others must exist")
     rows = load(split_path("train"))
@@ -247,7 +247,7 @@ class FineTuned:
         from transformers import AutoModel
 
         from libs.embeddings import model_dir
-        from libs.safety.lora import add_lora
+        from training.safety.lora import add_lora
 
         self.model: Any = AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
         self.adapters = add_lora(self.model, rank, alpha)
@@ -415,7 +415,7 @@ def main() -> None:
     extra_arrays: dict[str, np.ndarray] = {}
     tag = f"minilm-lr-l{''.join(map(str, layers))}"
     if not args.head_only:
-        from libs.safety.lora import adapter_arrays
+        from training.safety.lora import adapter_arrays
 
         ft = FineTuned(W, b, args.rank, ALPHA, layers)
         t0 = time.time()

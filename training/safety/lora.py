@@ -2,9 +2,10 @@
 
 Each adapted ``nn.Linear`` computes ``base(x) + scale * (x @ A.T) @ B.T`` with a frozen ``base``,
 ``A`` (rank x in) and ``B`` (out x rank, zero at the start, so an untrained adapter changes
-nothing). After training, ``deltas`` turns the adapters into per-weight updates
-``scale * B @ A`` that ``Embedder(weight_deltas=...)`` adds to a fresh model's weights: inference
-then costs exactly one ordinary MiniLM forward pass.
+nothing). After training, ``adapter_arrays`` stores them in the weight file; at run time
+``libs.safety.classifier.adapter_deltas`` turns them into per-weight updates ``scale * B @ A`` that
+``Embedder(weight_deltas=...)`` adds to a fresh model's weights: inference then costs exactly one
+ordinary MiniLM forward pass, and needs nothing from this module.
 """
 
 from __future__ import annotations
@@ -65,15 +66,4 @@ def adapter_arrays(adapters: dict[str, Any], dtype: type = np.float16) -> dict[s
     for name, m in adapters.items():
         out[f"lora_A:{name}"] = m.A.detach().cpu().numpy().astype(dtype)
         out[f"lora_B:{name}"] = (m.B.detach().cpu().numpy() * m.scale).astype(dtype)
-    return out
-
-
-def deltas(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Weight updates ``{"<module>.weight": B @ A}`` from ``adapter_arrays`` output (or an npz)."""
-    out: dict[str, np.ndarray] = {}
-    for key, a in arrays.items():
-        if key.startswith("lora_A:"):
-            name = key[len("lora_A:") :]
-            b = arrays[f"lora_B:{name}"].astype(np.float32)
-            out[f"{name}.weight"] = b @ a.astype(np.float32)
     return out

@@ -1,4 +1,4 @@
-"""Evaluate the guards: ``python -m libs.safety.eval`` (what ``make eval-safety`` runs).
+"""Evaluate the guards: ``python -m training.safety.eval`` (what ``make eval-safety`` runs).
 
 Three tables, each against data nothing was trained on:
 
@@ -15,7 +15,8 @@ Three tables, each against data nothing was trained on:
 
 ``--part dev`` (default) scores the development halves the answer thresholds were chosen on;
 ``--part blind`` the parts kept aside to be scored once (data/safety/README.md). The data is read from
-a source checkout's ``data/safety/``; an installed package carries only the model.
+a source checkout's ``data/safety/`` (the labelled splits are built from their sources first:
+``splits.ensure_splits``); an installed package carries only the model.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from pathlib import Path
 from libs.safety.classifier import EmbeddingClassifier
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
-from libs.safety.splits import ANSWERS_DIR, split_path
 from libs.safety.stream import StreamGuard
 from libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, Verdict, worst_action
+from training.safety.splits import ANSWERS_DIR, ensure_splits, split_path
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER_CACHE = ROOT / "var" / "cache" / "safety" / "answers.jsonl"
@@ -388,6 +389,7 @@ def main() -> None:
     ap.add_argument("--with-question", action="store_true", help="judge answer sentences after the user's question")
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
     args = ap.parse_args()
+    ensure_splits()  # --data data/safety/<split>.jsonl names a built file
     clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
     guard = InputGuard(SafetyPolicy(), use_embeddings=not args.rules_only, classifier=clf)
     for i, path in enumerate(args.data or [split_path("eval")]):
