@@ -9,10 +9,11 @@ turns exceptions into error replies (or `error` chat events for pipeline stages)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -166,6 +167,10 @@ class Bus:
             raise BusError(info.code, info.message)
         return reply_type.model_validate_json(reply.data)
 
+    async def publish_frame(self, subject: str, data: bytes) -> None:
+        """A per-token frame (schemas/frames.py): its bytes as they are, no headers (the hot path)."""
+        await self.nc.publish(subject, data)
+
     async def publish_marker(self, subject: str, headers: dict[str, str]) -> None:
         """An empty message whose headers are the content (ownership markers kept by JetStream)."""
         await self.nc.publish(subject, b"", headers=headers)
@@ -184,6 +189,35 @@ class Bus:
             await handler(item)
 
         return await self.nc.subscribe(subject, cb=on_msg)
+
+    async def watch_frames(
+        self, subject: str, decode: Callable[[bytes], M], handler: Callable[[M], Awaitable[None]]
+    ) -> Any:
+        """Like `watch`, for a per-token subject: `decode` (from schemas/frames.py) reads each message, in
+        order; what does not decode is logged and skipped."""
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                item = decode(msg.data)
+            except ValueError:
+                log.warning("undecodable frame", subject=msg.subject)
+                return
+            await handler(item)
+
+        return await self.nc.subscribe(subject, cb=on_msg)
+
+    @contextlib.contextmanager
+    def bound(self, ctx: MsgContext, trace_context: otel_context.Context | None = None) -> Iterator[None]:
+        """Handle a headerless frame as part of its request: what this process sends meanwhile carries
+        the request's rid, tenant, deadline (and trace, when given), as if the frame had brought them."""
+        token = _current.set(ctx)
+        otel_token = otel_context.attach(trace_context) if trace_context is not None else None
+        try:
+            yield
+        finally:
+            if otel_token is not None:
+                otel_context.detach(otel_token)
+            _current.reset(token)
 
     async def flush(self) -> None:
         """Make the server register subscriptions made so far before anything that depends on them.

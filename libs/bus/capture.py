@@ -6,17 +6,16 @@ memory stream, and a reader replays them from the start, then follows live ones.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
-from pydantic import BaseModel, ValidationError
 
 from libs.bus.bus import Bus
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 
 async def ensure_memory_stream(bus: Bus, name: str, subjects: list[str], max_age_s: float, max_bytes: int) -> None:
@@ -43,7 +42,9 @@ async def last_headers(bus: Bus, stream: str, subject: str) -> dict[str, str] | 
     return dict(msg.headers or {})
 
 
-async def follow(bus: Bus, stream: str, subject: str, model: type[M], idle_s: float) -> AsyncGenerator[M | None, None]:
+async def follow(
+    bus: Bus, stream: str, subject: str, decode: Callable[[bytes], M], idle_s: float
+) -> AsyncGenerator[M | None, None]:
     """Every kept message of `subject` from the first, then live ones; None after `idle_s` of quiet.
     Messages that do not decode are skipped. The caller decides when to stop iterating."""
     sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
@@ -55,9 +56,10 @@ async def follow(bus: Bus, stream: str, subject: str, model: type[M], idle_s: fl
                 yield None
                 continue
             try:
-                yield model.model_validate_json(msg.data)
-            except ValidationError:
+                item = decode(msg.data)
+            except ValueError:  # pydantic's ValidationError and schemas.frames.FrameError are ValueErrors
                 continue
+            yield item
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()

@@ -6,10 +6,11 @@ import asyncio
 import signal
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import structlog
+import uvloop
 
 from libs.bus.bus import Bus, stable_id
 from libs.bus.settings import ServiceSettings
@@ -21,9 +22,15 @@ Setup = Callable[[Bus], Awaitable[Cleanup | None]]
 S = TypeVar("S", bound=ServiceSettings)
 
 
+def run_loop(main: Coroutine[Any, Any, None]) -> None:
+    """A service process's event loop: uvloop's, which does a relayed frame's socket and callback work in
+    C (the per-token path runs through a loop in every stage)."""
+    uvloop.run(main)
+
+
 def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[Cleanup | None]]) -> None:
     """A service's `__main__`: the settings are built once there and handed to its setup."""
-    asyncio.run(
+    run_loop(
         serve(
             service,
             settings.nats_url,

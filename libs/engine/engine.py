@@ -31,6 +31,7 @@ from libs.engine.types import (
     StreamChunk,
     TokenLogprobs,
     Usage,
+    take_ready,
 )
 from libs.engine.weights import load_weights
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
@@ -231,7 +232,7 @@ class NativeEngine:
         finished = False
         try:
             while not finished:
-                chunk = await stream.queue.get()
+                chunk = take_ready(stream.queue, await stream.queue.get())
                 finished = chunk.finished
                 yield chunk
         finally:

@@ -27,7 +27,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from libs.engine.sim_text import SENTENCES
-from libs.engine.types import EngineConfig, EngineMetrics, SamplingParams, StreamChunk, TokenLogprobs, Usage
+from libs.engine.types import (
+    EngineConfig,
+    EngineMetrics,
+    SamplingParams,
+    StreamChunk,
+    TokenLogprobs,
+    Usage,
+    take_ready,
+)
 from libs.tokenizer import load_tokenizer
 from libs.tokenizer.paths import default_model_path
 
@@ -130,7 +138,7 @@ class SimEngine:
         finished = False
         try:
             while not finished:
-                chunk = await seq.queue.get()
+                chunk = take_ready(seq.queue, await seq.queue.get())
                 finished = chunk.finished
                 yield chunk
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -75,6 +76,32 @@ class StreamChunk:
     # time.monotonic() of the step that sampled token_ids: per-token latency measured where tokens are made
     token_at: float | None = None
     logprobs: list[TokenLogprobs] | None = None  # one per token_ids entry, when params.logprobs is set
+
+    def then(self, later: StreamChunk) -> StreamChunk:
+        """This chunk and the next of the same request as one: what a consumer that fell a step behind
+        takes in one go (a frame carries every token made since the previous one)."""
+        lps = (
+            None
+            if self.logprobs is None and later.logprobs is None
+            else [*(self.logprobs or []), *(later.logprobs or [])]
+        )
+        return StreamChunk(
+            self.request_id,
+            self.text + later.text,
+            [*self.token_ids, *later.token_ids],
+            later.finished,
+            later.finish_reason,
+            later.usage,
+            later.token_at if later.token_at is not None else self.token_at,
+            lps,
+        )
+
+
+def take_ready(queue: asyncio.Queue[StreamChunk], chunk: StreamChunk) -> StreamChunk:
+    """`chunk` merged with every later chunk of its request already waiting in `queue`, up to the last."""
+    while not chunk.finished and not queue.empty():
+        chunk = chunk.then(queue.get_nowait())
+    return chunk
 
 
 @dataclass

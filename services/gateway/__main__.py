@@ -17,6 +17,7 @@ from sse_starlette.sse import AppStatus
 
 from libs.bus import Bus
 from libs.bus.bus import stable_id
+from libs.bus.runner import run_loop
 from libs.store.keys import KeyStore
 from libs.telemetry import configure_logging, setup_tracing
 from schemas import HealthReply, HealthRequest, SpanBatch, subjects
@@ -112,4 +113,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_loop(main())

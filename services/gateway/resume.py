@@ -8,6 +8,7 @@ delivered them). The relaying replica's own copy stays the fast path; this is th
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator
 
@@ -15,6 +16,7 @@ from libs.bus import Bus
 from libs.bus import headers as H
 from libs.bus.capture import ensure_memory_stream, follow, last_headers
 from schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
+from schemas.frames import decode_event
 from services.gateway.errors import ApiError
 from services.gateway.run import TERMINAL
 
@@ -53,7 +55,7 @@ async def kept_events(
     """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet."""
     deadline = time.monotonic() + timeout_s
     seq = -1
-    events = follow(bus, EVENTS_STREAM, subjects.chat_events(rid), ChatEvent, idle_s)
+    events = follow(bus, EVENTS_STREAM, subjects.chat_events(rid), functools.partial(decode_event, rid), idle_s)
     try:
         async for event in events:
             if event is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
@@ -35,6 +36,7 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
+from schemas.frames import decode_event
 from services.gateway.errors import ApiError, status_of
 from services.gateway.metrics import Metrics
 from services.gateway.run import CLIENT_STOPS, TERMINAL, Phase, Rerun, Run
@@ -133,7 +135,9 @@ class Runs:
         async def on_event(event: ChatEvent) -> None:
             await self._receive(run, event)
 
-        run.sub = await self.bus.watch(subjects.chat_events(run.rid), ChatEvent, on_event)
+        run.sub = await self.bus.watch_frames(
+            subjects.chat_events(run.rid), functools.partial(decode_event, run.rid), on_event
+        )
         run.to(Phase.running)
         self.by_rid[run.rid] = run
         run.holder = self.liveness.watch(run.rid)

@@ -232,10 +232,13 @@ class MeteredEngine:
                 if chunk.token_ids:
                     # The engine's own timestamp where it gives one, so a busy event loop skews nothing.
                     at = chunk.token_at if chunk.token_at is not None else time.monotonic()
+                    later = len(chunk.token_ids)
                     if last_token_at is None:
                         m.first_token(at - arrival)
-                    else:
-                        m.itl.observe(at - last_token_at)
+                        later -= 1
+                    # Tokens of one merged chunk (a consumer a step behind) share its gap evenly.
+                    for _ in range(later):
+                        m.itl.observe((at - (last_token_at or at)) / max(later, 1))
                     last_token_at = at
                     m.generation_tokens.inc(len(chunk.token_ids))
                 if chunk.finished:

@@ -32,6 +32,7 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
+from schemas.frames import encode_raw
 from services.inference.logprobs import to_openai
 from services.inference.metrics import InferenceMetrics
 from services.inference.phases import (
@@ -122,7 +123,8 @@ class Inference:
                 gen.logprobs.extend(chunk.logprobs)
             if chunk.text:
                 out.append(chunk.text)
-                await self.bus.publish(raw, RawChunk(rid=gen.rid, seq=gen.seq, text=chunk.text, kind=kind))  # type: ignore[arg-type]
+                # One frame per chunk: the engine merged what this stream made since the last one.
+                await self.bus.publish_frame(raw, encode_raw(gen.seq, kind, chunk.text, len(chunk.token_ids)))  # type: ignore[arg-type]
                 gen.seq += 1
             if chunk.finished:
                 finish = chunk.finish_reason or "stop"
@@ -187,8 +189,8 @@ class Inference:
                     prefill = tool_prefill(work.client_tools, work.tool_choice)
                     if prefill:
                         gen.answer.append(prefill)
-                        await self.bus.publish(
-                            subjects.stream_raw(work.rid), RawChunk(rid=work.rid, seq=gen.seq, text=prefill)
+                        await self.bus.publish_frame(
+                            subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0)
                         )
                         gen.seq += 1
                     stops = [TOOL_CALL_CLOSE] if work.client_tools else []

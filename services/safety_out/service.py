@@ -14,7 +14,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -45,6 +45,7 @@ from schemas import (
     Work,
     subjects,
 )
+from schemas.frames import RawFrame, TextKind, decode_raw, encode_text
 from services.safety_out.settings import SafetyOutSettings
 
 log = structlog.get_logger()
@@ -67,7 +68,7 @@ class Stream:
     judging: set[asyncio.Task[None]] = field(default_factory=set)
     # Nothing is shown before input safety admitted the request; what the model wrote meanwhile waits here.
     admitted: bool = False
-    held: list[ChatEvent] = field(default_factory=list)
+    held: list[tuple[TextKind, str]] = field(default_factory=list)
     admission: asyncio.Task[None] | None = None
     # Releases and the end go out in the order the guard produced them, whichever task produced them.
     emit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -118,13 +119,21 @@ class SafetyOut:
             t0=time.perf_counter(),
         )
 
-        async def on_chunk(chunk: RawChunk) -> None:
-            await self.on_chunk(st, chunk)
+        async def on_frame(frame: RawFrame | RawChunk) -> None:
+            if isinstance(frame, RawFrame):
+                await self.on_text(st, frame)
+            elif not frame.finished:  # a producer that sends whole chunks: its text is a frame all the same
+                await self.on_text(st, RawFrame(frame.seq, frame.kind, frame.text))
+            else:
+                await self.on_chunk(st, frame)
 
         self.streams[work.rid] = st
         if req.producer:
             self.liveness.watch(work.rid).took("inference", req.producer)
-        st.sub = await self.bus.subscribe(subjects.stream_raw(work.rid), RawChunk, on_chunk, ordered=True, span=False)
+        # Frames carry no headers: the subscription's task is made here, so it keeps this request's
+        # context (rid, tenant, deadline, trace) for everything the stream sends or records.
+        with self.bus.bound(replace(current_context(), reply="")):
+            st.sub = await self.bus.watch_frames(subjects.stream_raw(work.rid), decode_raw, on_frame)
         # The answer must not overtake the subscription: make the server register it first.
         await self.bus.flush()
         deadline = current_context().deadline_ms
@@ -156,16 +165,16 @@ class SafetyOut:
         async with st.emit_lock:
             work.verdicts += verdict.verdicts
             st.admitted = True
-            for event in st.held:
+            for kind, text in st.held:
                 if not st.closed:
-                    await self.bus.emit(event)
+                    await self.bus.publish_frame(subjects.chat_events(work.rid), encode_text(kind, text))
             st.held.clear()
 
-    async def _show(self, st: Stream, event: ChatEvent) -> None:
+    async def _show(self, st: Stream, kind: TextKind, text: str) -> None:
         if st.admitted:
-            await self.bus.emit(event)
+            await self.bus.publish_frame(subjects.chat_events(st.work.rid), encode_text(kind, text))
         else:
-            st.held.append(event)
+            st.held.append((kind, text))
 
     async def _producer_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
         st = self.streams.get(rid)
@@ -189,11 +198,11 @@ class SafetyOut:
             err = ErrorInfo.of(ErrorCode.deadline_exceeded, "the answer did not finish before the request deadline")
             await self._finish(st, "error", Usage(prompt_tokens=st.work.prompt_tokens), "error", err)
 
-    async def _send(self, st: Stream, rel: Release, kind: str, usage: Usage | None = None) -> None:
+    async def _send(self, st: Stream, rel: Release, kind: TextKind, usage: Usage | None = None) -> None:
         """Emit what the guard released; a block ends the stream; hand new sentences to the classifier."""
         st.redactions += [r.__dict__ for r in rel.redactions]
         if rel.text and not st.closed and st.delivered_chars is None:
-            await self._show(st, ChatEvent(rid=st.work.rid, type=kind, text=rel.text))  # type: ignore[arg-type]
+            await self._show(st, kind, rel.text)
         if rel.blocked is not None:
             await self._block(st, rel, usage)
             return
@@ -203,7 +212,7 @@ class SafetyOut:
             st.judging.add(task)
             task.add_done_callback(st.judging.discard)
 
-    async def _judge(self, st: Stream, guard: StreamGuard, sentence: Sentence, kind: str) -> None:
+    async def _judge(self, st: Stream, guard: StreamGuard, sentence: Sentence, kind: TextKind) -> None:
         assert self.batcher is not None
         text = guard.judge_text(sentence)
         learned = (await guard.guard.learned_many_batched([text], self.batcher, source="model"))[0]
@@ -219,27 +228,39 @@ class SafetyOut:
         usage = usage or Usage(prompt_tokens=st.work.prompt_tokens)
         await self._finish(st, "error", usage, "blocked", err, blocked=rel.blocked.category)
 
-    async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
+    def _in_order(self, st: Stream, seq: int) -> None:
+        if seq != st.next_seq:
+            log.warning("raw stream gap", expected=st.next_seq, got=seq)
+        st.next_seq = seq + 1
+
+    async def on_text(self, st: Stream, frame: RawFrame) -> None:
+        """The hot path: one frame of text (every token the model made since the previous frame)."""
         if st.closed:
             return
-        if chunk.finished:  # the producer is done with it: nothing more to wait for from there
-            self.liveness.forget(st.work.rid)
-        elif (holder := self.liveness.runs.get(st.work.rid)) is not None:
+        if (holder := self.liveness.runs.get(st.work.rid)) is not None:
             holder.heard()
-        if chunk.seq != st.next_seq:
-            log.warning("raw stream gap", expected=st.next_seq, got=chunk.seq)
-        st.next_seq = chunk.seq + 1
+        self._in_order(st, frame.seq)
         async with st.emit_lock:
-            if chunk.kind == "thinking":
+            if frame.kind == "thinking":
                 # Thinking is shown to the user too: the same redaction and judging, on its own guard.
-                await self._send(st, st.thinking.feed(chunk.text), "thinking", chunk.usage)
-                if not chunk.finished:
-                    return
-            elif st.thinking.full_text:  # the answer began: thinking is over (finish() is idempotent)
-                await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
-            if chunk.text and chunk.kind == "delta" and not st.closed:
-                await self._send(st, st.guard.feed(chunk.text), "delta", chunk.usage)
-            if not chunk.finished or st.closed:
+                await self._send(st, st.thinking.feed(frame.text), "thinking")
+                return
+            if st.thinking.full_text:  # the answer began: thinking is over (finish() is idempotent)
+                await self._send(st, st.thinking.finish(), "thinking")
+            if not st.closed:
+                await self._send(st, st.guard.feed(frame.text), "delta")
+
+    async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
+        """The stream's last message: finish the guards, wait for the last verdicts, end it."""
+        if st.closed:
+            return
+        self.liveness.forget(st.work.rid)  # the producer is done with it: nothing more to wait for from there
+        self._in_order(st, chunk.seq)
+        async with st.emit_lock:
+            if chunk.text:  # a producer may end on text (one that sends no separate frames)
+                guard = st.thinking if chunk.kind == "thinking" else st.guard
+                await self._send(st, guard.feed(chunk.text), chunk.kind, chunk.usage)
+            if st.closed:
                 return
             if st.thinking.full_text:
                 await self._send(st, st.thinking.finish(), "thinking", chunk.usage)

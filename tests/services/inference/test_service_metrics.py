@@ -14,6 +14,7 @@ from libs.bus import Bus, NatsServer
 from libs.bus.embedded import free_port
 from libs.telemetry import setup_tracing
 from schemas import RawChunk, Sampling, StreamOpen, StreamOpenAck, Work, subjects
+from schemas.frames import RawFrame, decode_raw
 from services.inference.service import setup
 from services.inference.settings import InferenceSettings
 from tests.services.inference.test_inference_metrics import Scrape, scrape
@@ -40,11 +41,11 @@ class Replica:
         rid = uuid.uuid4().hex
         done: asyncio.Future[RawChunk] = asyncio.get_running_loop().create_future()
 
-        async def on_chunk(chunk: RawChunk) -> None:
-            if chunk.finished and not done.done():
+        async def on_chunk(chunk: RawFrame | RawChunk) -> None:
+            if isinstance(chunk, RawChunk) and chunk.finished and not done.done():
                 done.set_result(chunk)
 
-        sub = await self.client.watch(subjects.stream_raw(rid), RawChunk, on_chunk)
+        sub = await self.client.watch_frames(subjects.stream_raw(rid), decode_raw, on_chunk)
         await self.client.flush()
         work = Work(
             rid=rid,

@@ -4,6 +4,7 @@ publishes raw chunks) and the client (it reads `chat.events.<rid>`) and answers 
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from schemas import (
     Work,
     subjects,
 )
+from schemas.frames import decode_event, encode_raw
 from services.safety_in.service import setup as setup_safety_in
 from services.safety_in.settings import SafetyInSettings
 from services.safety_out.service import setup
@@ -69,7 +71,7 @@ class Rig:
             client.events.append(e)
             client.arrived.put_nowait(e)
 
-        await self.bus.watch(subjects.chat_events(rid), ChatEvent, on_event)
+        await self.bus.watch_frames(subjects.chat_events(rid), functools.partial(decode_event, rid), on_event)
         await self.bus.flush()
         work = Work(rid=rid, tenant="t", user="u", key_id="k", chat_id="c-" + rid, text=text, persist=True)
         if policy is not None:
@@ -78,7 +80,12 @@ class Rig:
         return rid, client, [0]
 
     async def chunk(self, rid: str, seq: list[int], text: str = "", **kw: object) -> None:
-        await self.bus.publish(subjects.stream_raw(rid), RawChunk(rid=rid, seq=seq[0], text=text, **kw))  # type: ignore[arg-type]
+        """Text as inference sends it (a frame), the end as the one `RawChunk` that closes the stream."""
+        if kw.get("finished"):
+            await self.bus.publish(subjects.stream_raw(rid), RawChunk(rid=rid, seq=seq[0], text=text, **kw))  # type: ignore[arg-type]
+        else:
+            kind = kw.get("kind", "delta")
+            await self.bus.publish_frame(subjects.stream_raw(rid), encode_raw(seq[0], kind, text))  # type: ignore[arg-type]
         seq[0] += 1
 
     async def end(self, rid: str, seq: list[int], reason: str = "stop") -> None:
