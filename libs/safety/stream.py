@@ -33,8 +33,10 @@ ReleasePolicy = Literal["stream", "judged"]
 _BOUNDARY = re.compile(r"[.!?;:][\"')\]]*\s+|\n\s*")
 # A cut right after "555 " or "(555) " could split a phone or card number across releases.
 _DIGITISH = frozenset("0123456789()+-")
-# Rules see the released text with a little context before it.
-_CONTEXT_CHARS = 200
+# Rules see the released text with a little context before it: a phrase rule completed by this release
+# starts at most this far back (the longest, with single spaces, spans under 80 characters). Each release
+# rescans its context, so the window is per-token work: 200 characters cost 1.5x the guard's time.
+_CONTEXT_CHARS = 96
 # Text without sentence ends (code, lists) is still judged once this much has piled up.
 _JUDGE_EVERY_CHARS = 240
 # The end of the user's question judged before each answer sentence; question and sentence stay
