@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from email.message import Message
 from email.parser import BytesHeaderParser
 from pathlib import PurePosixPath
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from schemas import DeleteAck, ErrorCode, FileListQuery, FileQuery, FileUpload
@@ -25,10 +24,10 @@ from schemas import conversations as subj
 from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import read_body
-from services.gateway.chat_api import CHAT_ID_PATTERN
 from services.gateway.core import Gw
 from services.gateway.errors import ApiError
 from services.gateway.files import fetch_file, fetch_file_list, put_file
+from services.gateway.ids import CHAT_ID_PATTERN, ChatIdQuery, FileIdPath
 
 router = APIRouter()
 
@@ -173,21 +172,19 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
 
 
 @router.get("/v1/files")
-async def list_files(
-    gw: Gw, key: Principal, chat_id: Annotated[str | None, Query(alias="chatId", max_length=128)] = None
-) -> JSONResponse:
+async def list_files(gw: Gw, key: Principal, chat_id: ChatIdQuery = None) -> JSONResponse:
     got = await fetch_file_list(gw, FileListQuery(tenant=key.tenant, user=key.user, chat_id=chat_id))
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.get("/v1/files/{file_id}")
-async def get_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def get_file(file_id: FileIdPath, gw: Gw, key: Principal) -> JSONResponse:
     got = await fetch_file(gw, key.tenant, file_id)
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.delete("/v1/files/{file_id}")
-async def delete_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def delete_file(file_id: FileIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.FILES_DELETE,
