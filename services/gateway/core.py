@@ -29,6 +29,7 @@ from schemas import (
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
+from services.gateway.pdf import PdfReader
 from services.gateway.resume import mark_owner
 from services.gateway.run import Run
 from services.gateway.runs import Runs
@@ -49,6 +50,7 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     runs: Runs = field(init=False)
     standings: Standings = field(init=False)
+    pdf: PdfReader = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _limiter_retry_at: float = 0.0
@@ -56,6 +58,7 @@ class Gateway:
     def __post_init__(self) -> None:
         self.runs = Runs(self.bus, self.settings, self.metrics)
         self.standings = Standings(self.bus)
+        self.pdf = PdfReader(self.settings)
 
     async def limiter(self) -> Limiter | None:
         """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan.

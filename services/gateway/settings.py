@@ -64,5 +64,16 @@ class GatewaySettings(ServiceSettings):
     # Admission: streams one gateway process relays at once; beyond it, 503 before any work queues up.
     max_active_streams: int = 256
 
+    # PDF uploads are read in a child process under these limits (services/gateway/pdf.py); over any, 413.
+    pdf_max_pages: int = Field(300, ge=1)
+    # Page content after decompression, the whole document: a few KB of FlateDecode can inflate to megabytes
+    # of text operators that cost a CPU-second per megabyte to read.
+    pdf_max_content_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Wall-clock for one parse, process start included; the child also gets this many CPU seconds.
+    pdf_parse_timeout_s: float = Field(5.0, gt=0)
+    pdf_max_memory_bytes: int = Field(1024 * 1024 * 1024, ge=64 * 1024 * 1024)
+    # Parses at once per gateway process; more uploads wait their turn.
+    pdf_max_parallel: int = Field(2, ge=1)
+
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")
