@@ -160,6 +160,22 @@ def check_text(settings: GatewaySettings, text: str, what: str = "text") -> str:
     return text
 
 
+def check_input_budget(settings: GatewaySettings, text: str, system: str | None, messages: list[ChatMessage]) -> None:
+    """The request's whole input within the budget, or 413 naming the limit: what input safety reads grows
+    with it, and one oversized request must not hold everyone else's (issue 28)."""
+    count = len(messages) + 1
+    if count > settings.max_messages:
+        raise ApiError(
+            ErrorCode.payload_too_large, f"the request has {count} messages; the limit is {settings.max_messages}"
+        )
+    chars = len(text) + len(system or "") + sum(len(m.content) for m in messages)
+    if chars > settings.max_input_chars:
+        raise ApiError(
+            ErrorCode.payload_too_large,
+            f"the request's messages hold {chars} characters; the limit is {settings.max_input_chars}",
+        )
+
+
 def _parent_context(request: Request) -> otel_context.Context | None:
     """Continue the client's trace when it sent a W3C traceparent."""
     if "traceparent" not in request.headers:
@@ -204,6 +220,7 @@ async def start_run(
 
     Limits come before the conversation so a refused request creates nothing.
     """
+    check_input_budget(gw.settings, text, system, messages or [])
     # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
     rid = rid or request_id(request)
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))

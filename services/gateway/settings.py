@@ -33,6 +33,10 @@ class GatewaySettings(ServiceSettings):
     request_timeout_s: float = 120.0
     max_body_bytes: int = 1_000_000
     max_text_chars: int = 32_000
+    # Input budget for one request, over all its messages (the new text, the system prompt, the history
+    # an OpenAI or Anthropic client sends): over either, 413 before any stage sees it (docs/security.md).
+    max_messages: int = Field(512, ge=1)
+    max_input_chars: int = Field(256_000, ge=1)
     models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_NAME])
     default_max_tokens: int = 256
     # When the client gives none. The OpenAI and Anthropic APIs say 1.0; greedy suits a small model and makes

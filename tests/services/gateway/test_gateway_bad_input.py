@@ -157,3 +157,22 @@ async def test_crash_on_messages_uses_the_anthropic_wrapper(gw: Gateway, monkeyp
         r = await c.post("/v1/messages", json=anthropic(), headers=gw.auth())
     err = shape(r, 500, "internal", anthropic=True)
     assert err["type"] == "api_error" and "fire" not in err["message"]
+
+
+async def test_a_request_over_the_input_budget_is_413_before_any_stage(gw: Gateway, responder: Responder) -> None:
+    """Too many messages, or too many characters over all of them: refused before any stage reads a word."""
+    settings = gw.settings
+    before = len(responder.works)
+    many = [{"role": "user", "content": "hi"}] * (settings.max_messages + 1)
+    line = "word " * (settings.max_text_chars // 5 - 1)  # each message under the per-message limit
+    long = [{"role": "user", "content": line}] * (settings.max_input_chars // len(line) + 1)
+    async with httpx.AsyncClient(base_url=gw.url, headers=gw.auth(gw.pro_key), timeout=30) as c:
+        for messages, limit in ((many, settings.max_messages), (long, settings.max_input_chars)):
+            r = await c.post("/v1/chat/completions", json={"model": "SmolLM2-135M-Instruct", "messages": messages})
+            err = shape(r, 413, "payload_too_large")
+            assert str(limit) in err["message"]
+            r = await c.post(
+                "/v1/messages", json={"model": "SmolLM2-135M-Instruct", "max_tokens": 8, "messages": messages}
+            )
+            assert r.status_code == 413 and str(limit) in r.json()["error"]["message"]
+    assert len(responder.works) == before
