@@ -6,12 +6,18 @@ passes in a row. Here callers put their texts in a queue, and a single worker ta
 is waiting, runs ``fn`` on it in one pass off the event loop, and hands each caller its rows.
 Nothing waits for a batch to fill: a lone caller is served at once, and whatever arrives while a
 pass runs forms the next one.
+
+A pass holds at most ``max_texts`` texts, shared round-robin between the callers waiting: a caller with
+thousands of texts is served over many passes, and one that arrives meanwhile has its share of the next
+pass, so no caller waits on another's work for more than one pass (issue 28: one 966 KB request held
+input safety 35 s and everyone else's timed out).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +30,25 @@ R = TypeVar("R")
 class _Job(Generic[R]):
     texts: list[str]
     done: asyncio.Future[list[R]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    rows: list[R] = field(default_factory=list)  # of the texts served so far, in order
+
+    @property
+    def left(self) -> int:
+        return len(self.texts) - len(self.rows)
+
+
+def shares(jobs: Sequence[_Job[R]], budget: int) -> list[int]:
+    """How many of its texts each job puts in the next pass: one each in turn, until `budget` is spent."""
+    take = [0] * len(jobs)
+    while budget > 0:
+        before = budget
+        for i, j in enumerate(jobs):
+            if budget and take[i] < j.left:
+                take[i] += 1
+                budget -= 1
+        if budget == before:
+            break
+    return take
 
 
 class PassBatcher(Generic[R]):
@@ -62,29 +87,39 @@ class PassBatcher(Generic[R]):
         return await job.done
 
     async def _run(self, queue: asyncio.Queue[_Job[R]]) -> None:
-        # Invariant: every job taken from the queue has its future resolved, with rows or an error.
+        # Invariant: every job taken from the queue has its future resolved, with rows or an error
+        # (or its caller stopped waiting: a cancelled job is dropped with the rest of its texts).
+        waiting: deque[_Job[R]] = deque()
         while True:
-            jobs = [await queue.get()]
-            size = len(jobs[0].texts)
-            while not queue.empty() and size < self.max_texts:
-                job = queue.get_nowait()
-                jobs.append(job)
-                size += len(job.texts)
-            flat = [t for j in jobs for t in j.texts]
+            if not waiting:
+                waiting.append(await queue.get())
+            while not queue.empty():
+                waiting.append(queue.get_nowait())
+            jobs = [j for j in waiting if not j.done.done()]
+            waiting = deque(jobs)
+            if not jobs:
+                continue
+            take = shares(jobs, self.max_texts)
+            flat = [t for j, n in zip(jobs, take, strict=True) for t in j.texts[len(j.rows) : len(j.rows) + n]]
             try:
                 rows = list(await asyncio.get_running_loop().run_in_executor(self._pool, self.fn, flat))
             except Exception as e:  # a failed pass fails its callers, not the worker
-                for j in jobs:
-                    if not j.done.done():
+                for j, n in zip(jobs, take, strict=True):
+                    if n and not j.done.done():
                         j.done.set_exception(e)
                 continue
             self.passes += 1
             self.done_texts += len(flat)
             at = 0
-            for j in jobs:
-                if not j.done.done():  # the caller may have been cancelled meanwhile
-                    j.done.set_result(rows[at : at + len(j.texts)])
-                at += len(j.texts)
+            for j, n in zip(jobs, take, strict=True):
+                j.rows += rows[at : at + n]
+                at += n
+                if j.left == 0 and not j.done.done():  # the caller may have been cancelled meanwhile
+                    j.done.set_result(j.rows)
+            # Served callers leave; the rest go round again, those this pass had no room for first.
+            skipped = [j for j, n in zip(jobs, take, strict=True) if n == 0]
+            served = [j for j, n in zip(jobs, take, strict=True) if n and j.left and not j.done.done()]
+            waiting = deque(skipped + served)
 
     async def close(self) -> None:
         if self._worker is not None:

@@ -1,19 +1,34 @@
-"""The safety classifier behind a ``PassBatcher``: one classifier pass for every caller waiting."""
+"""The safety classifier behind a ``PassBatcher``: one classifier pass for every caller waiting.
+
+The batcher's unit is the piece the model reads (a chunk of at most ``CHUNK_CHARS``), not the caller's
+text: a pass is bounded in model work, and a long text is split over passes beside everyone else's."""
 
 from __future__ import annotations
 
 from libs.embeddings.batcher import PassBatcher
-from libs.safety.classifier import EmbeddingClassifier
+from libs.safety.classifier import MAX_CHUNKS, EmbeddingClassifier, split_texts
 
 Scores = dict[str, float]
 
 
-class ScoreBatcher(PassBatcher[Scores]):
-    """``classifier.score_many`` shared by all the streams (safety_out) or requests (safety_in) of a replica."""
+class ScoreBatcher(PassBatcher[list[float]]):
+    """``classifier.score_many`` shared by all the streams (safety_out) or requests (safety_in) of a replica.
 
-    def __init__(self, classifier: EmbeddingClassifier, max_texts: int = 64, *, nice: int = 0, threads: int = 0):
-        super().__init__(classifier.score_many, name="classifier", max_texts=max_texts, nice=nice, threads=threads)
+    ``max_chunks`` is each text's window: the classifier reads at most that many chunks of it (start and end)."""
+
+    def __init__(
+        self,
+        classifier: EmbeddingClassifier,
+        max_texts: int = 64,
+        *,
+        nice: int = 0,
+        threads: int = 0,
+        max_chunks: int = MAX_CHUNKS,
+    ):
+        super().__init__(classifier.score_pieces, name="classifier", max_texts=max_texts, nice=nice, threads=threads)
         self.classifier = classifier
+        self.max_chunks = max_chunks
 
     async def score_many(self, texts: list[str]) -> list[Scores]:
-        return await self.run_many(texts)
+        pieces, owner = split_texts(texts, self.max_chunks)
+        return self.classifier.combine(len(texts), owner, await self.run_many(pieces))

@@ -87,6 +87,11 @@ def chunk_text(text: str, size: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS)
     text = text.strip()
     if len(text) <= size:
         return [text]
+    reach = max_chunks * size
+    if len(text) > 2 * reach:
+        # Only the start and the end are kept below: split no more than could be kept, so the work
+        # stays bounded however long the text.
+        text = f"{text[:reach]}\n{text[-reach:]}"
     chunks: list[str] = []
     cur = ""
     for sent in _SPLIT.split(text):
@@ -107,6 +112,18 @@ def chunk_text(text: str, size: int = CHUNK_CHARS, max_chunks: int = MAX_CHUNKS)
         half = max_chunks // 2
         chunks = chunks[:half] + chunks[-(max_chunks - half) :]
     return chunks
+
+
+def split_texts(texts: list[str], max_chunks: int = MAX_CHUNKS) -> tuple[list[str], list[int]]:
+    """The pieces the classifier scores for `texts` (each text's window: at most `max_chunks` chunks, from
+    its start and its end), and for each piece the index of its text."""
+    pieces: list[str] = []
+    owner: list[int] = []
+    for i, t in enumerate(texts):
+        for c in chunk_text(t, max_chunks=max_chunks) if t.strip() else []:
+            pieces.append(c)
+            owner.append(i)
+    return pieces, owner
 
 
 class EmbeddingClassifier:
@@ -159,23 +176,25 @@ class EmbeddingClassifier:
         """
         return harm_scores(self.proba(embeddings), self.classes.index(BENIGN))
 
-    def score_many(self, texts: list[str]) -> list[dict[str, float]]:
-        """Per text, each category's probability (max over the text's chunks)."""
-        pieces: list[str] = []
-        owner: list[int] = []
-        for i, t in enumerate(texts):
-            for c in chunk_text(t) if t.strip() else []:
-                pieces.append(c)
-                owner.append(i)
-        out: list[dict[str, float]] = [dict.fromkeys(self.classes, 0.0) for _ in texts]
+    def score_many(self, texts: list[str], max_chunks: int = MAX_CHUNKS) -> list[dict[str, float]]:
+        """Per text, each category's probability (max over the text's chunks, at most `max_chunks` of them)."""
+        pieces, owner = split_texts(texts, max_chunks)
+        return self.combine(len(texts), owner, self.score_pieces(pieces))
+
+    def score_pieces(self, pieces: list[str]) -> list[list[float]]:
+        """One row of category scores (in ``classes`` order) per piece, each piece scored as it is."""
         if not pieces:
-            return out
-        p = self.category_scores(self.features(pieces))
-        for row, i in zip(p, owner, strict=True):
+            return []
+        return [[float(v) for v in row] for row in self.category_scores(self.features(pieces))]
+
+    def combine(self, n: int, owner: list[int], rows: list[list[float]]) -> list[dict[str, float]]:
+        """Each of `n` texts' scores: the max over the rows of its pieces (`owner[i]` is row i's text)."""
+        out: list[dict[str, float]] = [dict.fromkeys(self.classes, 0.0) for _ in range(n)]
+        for row, i in zip(rows, owner, strict=True):
             d = out[i]
             for c, v in zip(self.classes, row, strict=True):
                 if v > d[c]:
-                    d[c] = float(v)
+                    d[c] = v
         return out
 
     def score(self, text: str) -> dict[str, float]:

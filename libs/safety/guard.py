@@ -77,10 +77,13 @@ class InputGuard:
         return self._with_scores(texts, out, todo, [], source)
 
     async def check_many_batched(
-        self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"
+        self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user", max_scored: int | None = None
     ) -> list[list[Verdict]]:
-        """``check_many`` whose classifier pass is shared with every other caller of ``batcher``."""
+        """``check_many`` whose classifier pass is shared with every other caller of ``batcher``.
+
+        The rules read every text; the classifier only the first ``max_scored`` (all when None)."""
         out, todo = self._start(texts, source)
+        todo = todo[:max_scored]
         scores = await batcher.score_many([normalize(texts[i]) for i in todo]) if todo else []
         return self._with_scores(texts, out, todo, scores, source)
 

@@ -31,6 +31,7 @@ from services.gateway.auth import AdminKey
 from services.gateway.body import json_body
 from services.gateway.core import Gateway, Gw
 from services.gateway.errors import ApiError
+from services.gateway.ids import KeyIdPath, RidPath
 from services.gateway.rerun import rerun
 
 router = APIRouter()
@@ -187,7 +188,7 @@ async def export_preferences(gw: Gw, tenant: Annotated[Text, Query()] = None) ->
 
 @router.post("/v1/admin/replay/{rid}")
 async def replay_request(
-    rid: str, gw: Gw, key: AdminKey, body: Annotated[ReplayRequest, json_body(ReplayRequest, optional=True)]
+    rid: RidPath, gw: Gw, key: AdminKey, body: Annotated[ReplayRequest, json_body(ReplayRequest, optional=True)]
 ) -> JSONResponse:
     result = await rerun(gw, key, rid, body)
     return JSONResponse(result.model_dump(mode="json"))
@@ -200,7 +201,7 @@ async def list_standing(gw: Gw) -> dict[str, object]:
 
 
 @router.post("/v1/admin/keys/{key_id}/reinstate")
-async def reinstate(key_id: str, gw: Gw) -> dict[str, object]:
+async def reinstate(key_id: KeyIdPath, gw: Gw) -> dict[str, object]:
     # Only a key the store knows: anything else (a typo, a non-ASCII id the bucket could not even name)
     # is 404 and writes nothing.
     if key_id not in {k.id for k in await gw.keys.list()}:

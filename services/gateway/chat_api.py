@@ -18,13 +18,12 @@ from services.gateway.body import json_body
 from services.gateway.chat_files import attach_files
 from services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError
+from services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath, Id, RidPath
 from services.gateway.relay import Encoder, Item, follow, sse, sse_response
 from services.gateway.resume import kept_events, owned
 from services.gateway.run import Phase, Run
 
 router = APIRouter()
-
-CHAT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
 
 class ChatRequest(BaseModel):
@@ -40,7 +39,7 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = None
     seed: int | None = None
     stop: list[str] | None = None
-    file_ids: list[str] = Field(default_factory=list, alias="fileIds", max_length=10)
+    file_ids: list[Id] = Field(default_factory=list, alias="fileIds", max_length=10)
 
 
 def chat_payload(event: ChatEvent) -> dict[str, Any]:
@@ -116,7 +115,7 @@ async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Item]:
 
 @router.get("/v1/streams/{rid}")
 async def resume(
-    rid: str,
+    rid: RidPath,
     gw: Gw,
     key: Principal,
     last_event_id: Annotated[int | None, Header()] = None,
@@ -136,7 +135,7 @@ async def resume(
 
 
 @router.post("/v1/streams/{rid}/cancel")
-async def stop(rid: str, gw: Gw, key: Principal) -> JSONResponse:
+async def stop(rid: RidPath, gw: Gw, key: Principal) -> JSONResponse:
     """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
@@ -153,7 +152,7 @@ async def stop(rid: str, gw: Gw, key: Principal) -> JSONResponse:
 
 
 @router.get("/v1/conversations/{chat_id}")
-async def conversation(chat_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def conversation(chat_id: ChatIdPath, gw: Gw, key: Principal) -> JSONResponse:
     reply = await ask(
         gw,
         subjects.CONVERSATION_GET,

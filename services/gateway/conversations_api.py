@@ -32,8 +32,8 @@ from schemas import conversations as subj
 from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
-from services.gateway.chat_api import CHAT_ID_PATTERN
 from services.gateway.core import Gw
+from services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath
 
 router = APIRouter()
 
@@ -117,7 +117,7 @@ async def search(
 
 @router.patch("/v1/conversations/{chat_id}")
 async def rename(
-    chat_id: str, gw: Gw, key: Principal, body: Annotated[RenameConversation, json_body(RenameConversation)]
+    chat_id: ChatIdPath, gw: Gw, key: Principal, body: Annotated[RenameConversation, json_body(RenameConversation)]
 ) -> JSONResponse:
     summary = await ask(
         gw,
@@ -131,7 +131,7 @@ async def rename(
 
 
 @router.delete("/v1/conversations/{chat_id}")
-async def delete(chat_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def delete(chat_id: ChatIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.CONVERSATIONS_DELETE,

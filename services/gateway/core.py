@@ -29,6 +29,7 @@ from schemas import (
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
 from services.gateway.metrics import Metrics
+from services.gateway.pdf import PdfReader
 from services.gateway.resume import mark_owner
 from services.gateway.run import Run
 from services.gateway.runs import Runs
@@ -49,6 +50,7 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     runs: Runs = field(init=False)
     standings: Standings = field(init=False)
+    pdf: PdfReader = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _limiter_retry_at: float = 0.0
@@ -56,6 +58,7 @@ class Gateway:
     def __post_init__(self) -> None:
         self.runs = Runs(self.bus, self.settings, self.metrics)
         self.standings = Standings(self.bus)
+        self.pdf = PdfReader(self.settings)
 
     async def limiter(self) -> Limiter | None:
         """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan.
@@ -157,6 +160,22 @@ def check_text(settings: GatewaySettings, text: str, what: str = "text") -> str:
     return text
 
 
+def check_input_budget(settings: GatewaySettings, text: str, system: str | None, messages: list[ChatMessage]) -> None:
+    """The request's whole input within the budget, or 413 naming the limit: what input safety reads grows
+    with it, and one oversized request must not hold everyone else's (issue 28)."""
+    count = len(messages) + 1
+    if count > settings.max_messages:
+        raise ApiError(
+            ErrorCode.payload_too_large, f"the request has {count} messages; the limit is {settings.max_messages}"
+        )
+    chars = len(text) + len(system or "") + sum(len(m.content) for m in messages)
+    if chars > settings.max_input_chars:
+        raise ApiError(
+            ErrorCode.payload_too_large,
+            f"the request's messages hold {chars} characters; the limit is {settings.max_input_chars}",
+        )
+
+
 def _parent_context(request: Request) -> otel_context.Context | None:
     """Continue the client's trace when it sent a W3C traceparent."""
     if "traceparent" not in request.headers:
@@ -201,6 +220,7 @@ async def start_run(
 
     Limits come before the conversation so a refused request creates nothing.
     """
+    check_input_budget(gw.settings, text, system, messages or [])
     # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
     rid = rid or request_id(request)
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))

@@ -25,6 +25,7 @@ from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import Gateway, Gw
 from services.gateway.errors import ApiError
+from services.gateway.ids import Id
 
 router = APIRouter()
 # The logger writes a request's record a moment after `done`: a rating sent at once waits this long for it.
@@ -36,7 +37,7 @@ MAX_BODY_BYTES = 16_000
 class ThumbsBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    rid: str = Field(min_length=1, max_length=200)
+    rid: Id
     rating: Literal["up", "down"]
     comment: str = Field("", max_length=2000)
 
@@ -44,8 +45,8 @@ class ThumbsBody(BaseModel):
 class PreferenceBody(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    rid_a: str = Field(min_length=1, max_length=200)
-    rid_b: str = Field(min_length=1, max_length=200)
+    rid_a: Id
+    rid_b: Id
     chosen: Literal["a", "b"]
     comment: str = Field("", max_length=2000)
 

@@ -7,17 +7,14 @@ No python-multipart here: one form with one file is all we take, parsed with the
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 import re
 from dataclasses import dataclass
 from email.message import Message
 from email.parser import BytesHeaderParser
 from pathlib import PurePosixPath
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from schemas import DeleteAck, ErrorCode, FileListQuery, FileQuery, FileUpload
@@ -25,10 +22,11 @@ from schemas import conversations as subj
 from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import read_body
-from services.gateway.chat_api import CHAT_ID_PATTERN
 from services.gateway.core import Gw
 from services.gateway.errors import ApiError
 from services.gateway.files import fetch_file, fetch_file_list, put_file
+from services.gateway.ids import CHAT_ID_PATTERN, ChatIdQuery, FileIdPath
+from services.gateway.pdf import PdfReader
 
 router = APIRouter()
 
@@ -109,24 +107,12 @@ def media_type_of(filename: str, declared: str) -> str:
     raise ApiError(ErrorCode.unsupported_media_type, f"cannot read {what}: upload text, markdown or PDF")
 
 
-def _pdf_text(data: bytes) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except (PyPdfError, ValueError, KeyError, TypeError) as e:
-        raise ApiError(ErrorCode.bad_request, f"cannot read this PDF: {e}") from e
-    return "\n\n".join(p.strip() for p in pages if p.strip())
-
-
-async def extract_text(data: bytes, media_type: str) -> str:
+async def extract_text(data: bytes, media_type: str, pdf: PdfReader) -> str:
     if media_type == PDF:
         if not data.startswith(b"%PDF-"):
             raise ApiError(ErrorCode.bad_request, "not a PDF (no %PDF- header)")
-        # Parsing a PDF is CPU work; keep the loop free for the streams meanwhile.
-        text = await asyncio.to_thread(_pdf_text, data)
+        # In a child process under limits: a hostile PDF costs that process, not the gateway's streams.
+        text = await pdf.text(data)
         if not text:
             raise ApiError(ErrorCode.bad_request, "this PDF has no text layer (a scan?): nothing to read")
         return text
@@ -157,7 +143,7 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
         raise ApiError(ErrorCode.bad_request, f"chatId {chat_id!r} is not a conversation id")
     name = PurePosixPath((part.filename or "").replace("\\", "/")).name.strip() or "upload"
     media_type = media_type_of(name, part.media_type)
-    text = await extract_text(part.data, media_type)
+    text = await extract_text(part.data, media_type, gw.pdf)
     size = len(json.dumps(text, ensure_ascii=False).encode("utf-8", "surrogatepass")) - 2
     if size > MAX_FILE_TEXT_BYTES:
         raise ApiError(
@@ -173,21 +159,19 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
 
 
 @router.get("/v1/files")
-async def list_files(
-    gw: Gw, key: Principal, chat_id: Annotated[str | None, Query(alias="chatId", max_length=128)] = None
-) -> JSONResponse:
+async def list_files(gw: Gw, key: Principal, chat_id: ChatIdQuery = None) -> JSONResponse:
     got = await fetch_file_list(gw, FileListQuery(tenant=key.tenant, user=key.user, chat_id=chat_id))
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.get("/v1/files/{file_id}")
-async def get_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def get_file(file_id: FileIdPath, gw: Gw, key: Principal) -> JSONResponse:
     got = await fetch_file(gw, key.tenant, file_id)
     return JSONResponse(got.model_dump(mode="json"))
 
 
 @router.delete("/v1/files/{file_id}")
-async def delete_file(file_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def delete_file(file_id: FileIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.FILES_DELETE,

@@ -29,6 +29,7 @@ from services.gateway.ask import ask
 from services.gateway.auth import AdminKey, Principal
 from services.gateway.body import json_body
 from services.gateway.core import Gw
+from services.gateway.ids import ItemIdPath
 
 router = APIRouter()
 # Included by the app under the admin guard.
@@ -84,7 +85,7 @@ async def memory_add(gw: Gw, key: Principal, body: Annotated[NewMemory, json_bod
 
 
 @router.delete("/v1/memory/{item_id}")
-async def memory_delete(item_id: str, gw: Gw, key: Principal) -> JSONResponse:
+async def memory_delete(item_id: ItemIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
         subj.MEMORY_DELETE,

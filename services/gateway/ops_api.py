@@ -22,6 +22,7 @@ from schemas import (
 )
 from services.gateway.auth import Principal
 from services.gateway.core import Gw
+from services.gateway.ids import RidPath
 
 router = APIRouter()
 # Included by the app under the admin guard.
@@ -90,7 +91,7 @@ def span_tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
 
 
 @admin_router.get("/v1/admin/requests/{rid}")
-async def admin_request(rid: str, gw: Gw) -> JSONResponse:
+async def admin_request(rid: RidPath, gw: Gw) -> JSONResponse:
     reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     return JSONResponse(
         {

@@ -23,23 +23,20 @@ from services.gateway.run import TERMINAL
 EVENTS_STREAM = "CHAT_EVENTS"
 
 
-def owner_subject(rid: str) -> str:
-    # Not `chat.events.<rid>`: that subject carries ChatEvents only. The owner marker says whose stream it is.
-    return f"chat.owner.{rid}"
-
-
 async def ensure_events_stream(bus: Bus, max_age_s: float, max_bytes: int) -> None:
-    await ensure_memory_stream(bus, EVENTS_STREAM, ["chat.events.>", "chat.owner.>"], max_age_s, max_bytes)
+    await ensure_memory_stream(
+        bus, EVENTS_STREAM, [subjects.CHAT_EVENTS_ALL, subjects.CHAT_OWNER_ALL], max_age_s, max_bytes
+    )
 
 
 async def mark_owner(bus: Bus, rid: str, tenant: str) -> None:
     """Published by the relaying replica at launch; JetStream keeps it beside the events."""
-    await bus.publish_marker(owner_subject(rid), {H.TENANT: tenant, H.RID: rid})
+    await bus.publish_marker(subjects.chat_owner(rid), {H.TENANT: tenant, H.RID: rid})
 
 
 async def stream_tenant(bus: Bus, rid: str) -> str | None:
     """The tenant a kept stream belongs to, or None when none is kept."""
-    headers = await last_headers(bus, EVENTS_STREAM, owner_subject(rid))
+    headers = await last_headers(bus, EVENTS_STREAM, subjects.chat_owner(rid))
     return (headers or {}).get(H.TENANT) or None
 
 

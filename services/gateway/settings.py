@@ -33,6 +33,10 @@ class GatewaySettings(ServiceSettings):
     request_timeout_s: float = 120.0
     max_body_bytes: int = 1_000_000
     max_text_chars: int = 32_000
+    # Input budget for one request, over all its messages (the new text, the system prompt, the history
+    # an OpenAI or Anthropic client sends): over either, 413 before any stage sees it (docs/security.md).
+    max_messages: int = Field(512, ge=1)
+    max_input_chars: int = Field(256_000, ge=1)
     models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_NAME])
     default_max_tokens: int = 256
     # When the client gives none. The OpenAI and Anthropic APIs say 1.0; greedy suits a small model and makes
@@ -63,6 +67,17 @@ class GatewaySettings(ServiceSettings):
     tiers: dict[str, TierLimits] = Field(default_factory=_default_tiers)
     # Admission: streams one gateway process relays at once; beyond it, 503 before any work queues up.
     max_active_streams: int = 256
+
+    # PDF uploads are read in a child process under these limits (services/gateway/pdf.py); over any, 413.
+    pdf_max_pages: int = Field(300, ge=1)
+    # Page content after decompression, the whole document: a few KB of FlateDecode can inflate to megabytes
+    # of text operators that cost a CPU-second per megabyte to read.
+    pdf_max_content_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Wall-clock for one parse, process start included; the child also gets this many CPU seconds.
+    pdf_parse_timeout_s: float = Field(5.0, gt=0)
+    pdf_max_memory_bytes: int = Field(1024 * 1024 * 1024, ge=64 * 1024 * 1024)
+    # Parses at once per gateway process; more uploads wait their turn.
+    pdf_max_parallel: int = Field(2, ge=1)
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")

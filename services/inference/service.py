@@ -295,7 +295,7 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port, settings.metrics_host)
     # One subscription for every cancel: it also catches cancels that overtake their work.
-    await bus.subscribe("chat.cancel.*", CancelNotice, service.cancel, span=False)
+    await bus.subscribe(subjects.CHAT_CANCEL_ANY, CancelNotice, service.cancel, span=False)
     # Request/reply: the sender learns at once if this replica is gone, and then hands the work to
     # the pool's queue group instead (any live replica), so failover does not wait for the registry.
     await bus.subscribe(subjects.infer(settings.pool, bus.replica), Work, service.accept)

@@ -133,6 +133,8 @@ async def start_abuse_monitor(bus: Bus, settings: LoggerSettings) -> DurableCons
         return None
     standing = await bus.kv(subjects.STANDING_BUCKET, KeyStanding)
     monitor = AbuseMonitor(standing, settings)
-    consumer = DurableConsumer(bus, subjects.LOG_STREAM, "log.*", settings.abuse_durable, _decode, monitor.on_record)
+    consumer = DurableConsumer(
+        bus, subjects.LOG_STREAM, subjects.LOG_STAGES_ANY, settings.abuse_durable, _decode, monitor.on_record
+    )
     await consumer.start()
     return consumer

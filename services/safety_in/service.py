@@ -37,7 +37,10 @@ def to_wire(v: Verdict, source: str) -> SafetyVerdict:
 def client_texts(work: Work) -> list[str]:
     """Everything the client wrote that the model will see: the new message and, on the OpenAI and
     Anthropic APIs, the user and system messages of the conversation it sends, any of which could
-    carry the attack. A stored conversation's earlier turns were judged when they were new."""
+    carry the attack. A stored conversation's earlier turns were judged when they were new.
+
+    The newest first: when the classifier reads only the first few (`classifier_max_messages`), it
+    reads what the model weighs most."""
     texts = [work.text]
     if work.system:
         texts.append(work.system)
@@ -45,7 +48,7 @@ def client_texts(work: Work) -> list[str]:
     # names the harm it refused and must not block the next question.
     texts += [
         m.content
-        for m in work.messages
+        for m in reversed(work.messages)
         if m.role in ("user", "system") and m.content.strip() and m.content != work.text
     ]
     return texts
@@ -62,17 +65,18 @@ def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
 
 
 class SafetyIn:
-    def __init__(self, bus: Bus, guard: InputGuard, batcher: ScoreBatcher | None):
+    def __init__(self, bus: Bus, guard: InputGuard, batcher: ScoreBatcher | None, max_scored: int = 16):
         self.bus = bus
         self.guards = TenantGuards(guard)
         self.batcher = batcher
+        self.max_scored = max_scored
 
     async def check(self, work: Work) -> InputDecision:
         t0, started = time.perf_counter(), now_ms()
         guard = self.guards.for_tenant(work.safety)
         texts = client_texts(work)
         if self.batcher is not None:
-            judged = await guard.check_many_batched(texts, self.batcher, source="user")
+            judged = await guard.check_many_batched(texts, self.batcher, source="user", max_scored=self.max_scored)
         else:
             judged = guard.check_many(texts, source="user")
         verdicts = worst_per_category(judged)
@@ -117,11 +121,17 @@ async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[
             max_texts=settings.max_batch_texts,
             nice=settings.classifier_nice,
             threads=settings.classifier_threads,
+            max_chunks=settings.classifier_max_chunks,
         )
         if settings.use_embeddings
         else None
     )
-    await bus.subscribe(subjects.SAFETY_IN, Work, SafetyIn(bus, guard, batcher).check, queue="safety_in")
+    await bus.subscribe(
+        subjects.SAFETY_IN,
+        Work,
+        SafetyIn(bus, guard, batcher, settings.classifier_max_messages).check,
+        queue="safety_in",
+    )
 
     async def cleanup() -> None:
         if batcher is not None:

@@ -404,7 +404,7 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
         )
     service = SafetyOut(bus, settings, TenantGuards(guard), batcher)
     # Every replica hears every cancel (no queue group): only the one holding the stream acts on it.
-    await bus.subscribe("chat.cancel.*", CancelNotice, service.cancelled, span=False)
+    await bus.subscribe(subjects.CHAT_CANCEL_ANY, CancelNotice, service.cancelled, span=False)
     await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, service.open, queue="safety_out")
 
     async def cleanup() -> None:

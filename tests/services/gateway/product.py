@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,16 +88,33 @@ async def product(nats_server: NatsServer, data_dir: Path) -> AsyncIterator[Prod
 
 
 def pdf_with(text: str) -> bytes:
-    """A one-page PDF whose text layer is `text` (Helvetica, ASCII), byte offsets computed for the xref."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    """A one-page PDF whose text layer is `text` (Helvetica, ASCII)."""
+    return pdf_of([f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()])
+
+
+def pdf_bomb(megabytes: float) -> bytes:
+    """A PDF of a few KB whose one FlateDecode content stream inflates to `megabytes` of `(x) Tj` operators."""
+    ops = b"(x) Tj " * int(megabytes * 1024 * 1024 / 7)
+    return pdf_of([b"BT /F1 12 Tf 72 720 Td " + ops + b"ET"], compress=True)
+
+
+def pdf_of(contents: list[bytes], *, compress: bool = False) -> bytes:
+    """A PDF with one page per content stream (Helvetica), byte offsets computed for the xref."""
+    n = len(contents)
+    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(n)).encode()
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> "
-        b"/Contents 5 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, n),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
     ]
+    for i, content in enumerate(contents):
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+            b"/Contents %d 0 R >>" % (5 + 2 * i)
+        )
+        data = zlib.compress(content, 9) if compress else content
+        flate = b" /Filter /FlateDecode" if compress else b""
+        objects.append(b"<< /Length %d%s >>\nstream\n" % (len(data), flate) + data + b"\nendstream")
     out = bytearray(b"%PDF-1.4\n")
     offsets = []
     for i, body in enumerate(objects, 1):

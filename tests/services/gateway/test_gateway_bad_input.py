@@ -126,8 +126,10 @@ async def test_text_that_escapes_large_is_413_too(gw: Gateway) -> None:
 async def test_reinstating_an_unknown_key_is_404_and_writes_nothing(gw: Gateway) -> None:
     admin = gw.auth(gw.admin_key)
     async with httpx.AsyncClient(base_url=gw.url) as c:
-        for key_id in ("key_doesnotexist0000", "clé-ünïcode", "key_0123456789abcdef"):
+        for key_id in ("key_doesnotexist0000", "key_0123456789abcdef"):
             shape(await c.post(f"/v1/admin/keys/{key_id}/reinstate", headers=admin), 404, "not_found")
+        # Not a key id at all (the bucket could not even name it): refused at the edge.
+        shape(await c.post("/v1/admin/keys/clé-ünïcode/reinstate", headers=admin), 400, "bad_request")
         listed = (await c.get("/v1/admin/keys/standing", headers=admin)).json()["data"]
         assert not [s for s in listed if s["key_id"] in ("key_doesnotexist0000", "key_0123456789abcdef")]
         r = await c.post(f"/v1/admin/keys/{gw.free_key_id}/reinstate", headers=admin)
@@ -155,3 +157,22 @@ async def test_crash_on_messages_uses_the_anthropic_wrapper(gw: Gateway, monkeyp
         r = await c.post("/v1/messages", json=anthropic(), headers=gw.auth())
     err = shape(r, 500, "internal", anthropic=True)
     assert err["type"] == "api_error" and "fire" not in err["message"]
+
+
+async def test_a_request_over_the_input_budget_is_413_before_any_stage(gw: Gateway, responder: Responder) -> None:
+    """Too many messages, or too many characters over all of them: refused before any stage reads a word."""
+    settings = gw.settings
+    before = len(responder.works)
+    many = [{"role": "user", "content": "hi"}] * (settings.max_messages + 1)
+    line = "word " * (settings.max_text_chars // 5 - 1)  # each message under the per-message limit
+    long = [{"role": "user", "content": line}] * (settings.max_input_chars // len(line) + 1)
+    async with httpx.AsyncClient(base_url=gw.url, headers=gw.auth(gw.pro_key), timeout=30) as c:
+        for messages, limit in ((many, settings.max_messages), (long, settings.max_input_chars)):
+            r = await c.post("/v1/chat/completions", json={"model": "SmolLM2-135M-Instruct", "messages": messages})
+            err = shape(r, 413, "payload_too_large")
+            assert str(limit) in err["message"]
+            r = await c.post(
+                "/v1/messages", json={"model": "SmolLM2-135M-Instruct", "max_tokens": 8, "messages": messages}
+            )
+            assert r.status_code == 413 and str(limit) in r.json()["error"]["message"]
+    assert len(responder.works) == before
