@@ -35,6 +35,7 @@ from schemas import ChatEvent, ErrorCode, ErrorInfo, Forward, StageRecord, Work,
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
+F = TypeVar("F")  # a decoded frame (schemas/frames.py): a msgspec struct or a model
 log = structlog.get_logger()
 # An accepting stage acks before it starts the work, so this only has to cover a busy event loop.
 FORWARD_ACK_S = 5.0
@@ -191,7 +192,7 @@ class Bus:
         return await self.nc.subscribe(subject, cb=on_msg)
 
     async def watch_frames(
-        self, subject: str, decode: Callable[[bytes], M], handler: Callable[[M], Awaitable[None]]
+        self, subject: str, decode: Callable[[bytes], F], handler: Callable[[F], Awaitable[None]]
     ) -> Any:
         """Like `watch`, for a per-token subject: `decode` (from schemas/frames.py) reads each message, in
         order; what does not decode is logged and skipped."""

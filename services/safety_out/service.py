@@ -73,6 +73,7 @@ class Stream:
     # Releases and the end go out in the order the guard produced them, whichever task produced them.
     emit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sub: Any = None
+    events_subject: str = ""  # chat.events.<rid>, built once: every released word goes there
     watchdog: asyncio.Task[None] | None = None
 
     @property
@@ -117,6 +118,7 @@ class SafetyOut:
             thinking=self._guard(work, guard),
             started_ms=now_ms(),
             t0=time.perf_counter(),
+            events_subject=subjects.chat_events(work.rid),
         )
 
         async def on_frame(frame: RawFrame | RawChunk) -> None:
@@ -167,12 +169,12 @@ class SafetyOut:
             st.admitted = True
             for kind, text in st.held:
                 if not st.closed:
-                    await self.bus.publish_frame(subjects.chat_events(work.rid), encode_text(kind, text))
+                    await self.bus.publish_frame(st.events_subject, encode_text(kind, text))
             st.held.clear()
 
     async def _show(self, st: Stream, kind: TextKind, text: str) -> None:
         if st.admitted:
-            await self.bus.publish_frame(subjects.chat_events(st.work.rid), encode_text(kind, text))
+            await self.bus.publish_frame(st.events_subject, encode_text(kind, text))
         else:
             st.held.append((kind, text))
 
