@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         for level, tokens, texts in plan(args.levels, args.lengths, args.per_stream):
             r = asyncio.run(run_level(stack.url, stack.api_key, stack.admin_key, model, pids, level, tokens, texts))
             runs.append(r)
+            if args.json:  # kept as it goes: a run cut short still leaves its finished levels
+                Path(args.json).write_text(json.dumps({"runs": runs}, indent=1, default=str))
             print(
                 f"  {level} streams x {tokens} tokens: {r['tok_s']:.0f} tok/s, errors {r['errors']}"
                 + (f" ({r['error_sample'][:120]})" if r["errors"] else ""),

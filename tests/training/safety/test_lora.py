@@ -15,10 +15,10 @@ def test_lora_starts_as_identity_and_merges_exactly() -> None:
 
     from training.safety.train import _batch, _pooled, tokenize
 
-    base = Embedder()
+    base = Embedder(dtype="fp32")
     ids = tokenize(TEXTS)
     order = list(range(len(TEXTS)))
-    ft = Embedder()._model  # a private copy to wrap
+    ft = Embedder(dtype="fp32")._model  # a private copy to wrap
     adapters = add_lora(ft, rank=4, alpha=8.0)
     assert len(adapters) == 6 * 4 and all(not p.requires_grad for n, p in ft.named_parameters() if ".base." in n)
     ft.eval()
@@ -30,6 +30,6 @@ def test_lora_starts_as_identity_and_merges_exactly() -> None:
             m.B.copy_(torch.randn(m.B.shape, generator=gen) * 0.02)
         arrays = adapter_arrays(adapters, dtype=np.float32)
         adapted = _pooled(ft, *_batch(ids, order), (4, 6)).numpy()
-    merged = Embedder(weight_deltas=adapter_deltas(arrays)).embed_layers(TEXTS, (4, 6))
+    merged = Embedder(weight_deltas=adapter_deltas(arrays), dtype="fp32").embed_layers(TEXTS, (4, 6))
     np.testing.assert_allclose(merged, adapted, atol=1e-4)
     assert not np.allclose(merged[:, 384:], base.embed(TEXTS), atol=1e-3)
