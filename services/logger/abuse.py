@@ -69,8 +69,7 @@ class AbuseMonitor:
         self._windows: dict[str, _Window] = {}
 
     async def on_record(self, _subject: str, rec: BaseModel) -> None:
-        assert isinstance(rec, StageRecord)
-        if rec.stage not in ("gateway", "safety_in"):
+        if not isinstance(rec, StageRecord) or rec.stage not in ("gateway", "safety_in"):
             return
         p = self._pending.setdefault(rec.rid, _Pending())
         if rec.stage == "gateway":
@@ -124,8 +123,17 @@ class AbuseMonitor:
             )
 
 
-def _decode(_subject: str, data: bytes) -> BaseModel:
-    return StageRecord.model_validate_json(data)
+class _Unread(BaseModel):
+    """A `log.*` message the monitor has no use for (spans, feedback, other stages' records)."""
+
+
+# A strike needs only these two records of a request; every other message is acked unread (a span batch
+# or a whole inference record parsed for nothing was most of this consumer's cost).
+_READ = frozenset({subjects.log_stage("gateway"), subjects.log_stage("safety_in")})
+
+
+def _decode(subject: str, data: bytes) -> BaseModel:
+    return StageRecord.model_validate_json(data) if subject in _READ else _Unread()
 
 
 async def start_abuse_monitor(bus: Bus, settings: LoggerSettings) -> DurableConsumer | None:
