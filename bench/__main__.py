@@ -50,7 +50,13 @@ def main() -> int:
     rc = rc or subprocess.call([sys.executable, "-m", "bench.safety_bench", *out])
     # The whole stack as a client sees it, against the engine alone (what a user feels; see issue 16).
     quick = ["--levels", "1,8", "--tokens", "32"] if "--quick" in sys.argv[1:] else []
-    return rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", *out, *quick])
+    rc = rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", *out, *quick])
+    # What each stage costs in CPU per token and per request: on the real engine at make run's load, and at
+    # GPU token rates on the simulated engine (issue 27); the sizing table comes from the second.
+    native = ["--levels", "1,32", "--lengths", "16,64"]
+    sim = ["--levels", "1,32"] if quick else []
+    rc = rc or subprocess.call([sys.executable, "-m", "bench.stage_bench", "--engine", "native", *out, *native])
+    return rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", "--engine", "sim", *out, *sim])
 
 
 if __name__ == "__main__":

@@ -285,7 +285,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--api-key", default=os.environ.get("SWITCHYARD_API_KEY", ""))
     ap.add_argument("--admin-key", default=os.environ.get("SWITCHYARD_ADMIN_KEY", ""))
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--engine",
+        default="native",
+        help="native (this benchmark) or sim: the stack at GPU token rates, each stage's CPU per token and per "
+        "request (bench/stage_bench.py, whose own options follow)",
+    )
+    args, rest = ap.parse_known_args(argv)
+    if args.engine != "native":
+        from bench.stage_bench import main as stage_main
+
+        return stage_main(["--engine", args.engine, "--out", args.out, *rest])
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.worker:
         with open(args.worker) as fh:
             res = asyncio.run(engine_alone(json.load(fh)))

@@ -38,6 +38,15 @@ class Streamed:
         return (self.delta_ns[0] - self.t_send_ns) / 1e6 if self.delta_ns else None
 
     @property
+    def itl_ms(self) -> float | None:
+        """The time per token the client saw after its first delta (first delta to last, over the tokens
+        after the first): its inter-token latency, however the tokens were grouped into deltas."""
+        n = self.completion_tokens
+        if not n or n < 2 or len(self.delta_ns) < 2:
+            return None
+        return (self.delta_ns[-1] - self.delta_ns[0]) / 1e6 / (n - 1)
+
+    @property
     def gaps_ms(self) -> list[float]:
         return [(b - a) / 1e6 for a, b in zip(self.delta_ns, self.delta_ns[1:], strict=False)]
 

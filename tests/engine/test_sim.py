@@ -93,3 +93,21 @@ def test_step_time_follows_the_table() -> None:
     assert SimTiming.of(10.0, 2.5, "1:4").step_s(500) == pytest.approx(0.0025)
     with pytest.raises(ValueError):
         SimTiming.of(10.0, 0.0, "0:4")
+
+
+async def test_a_consumer_a_step_behind_gets_every_token_once_in_order() -> None:
+    """Chunks that wait for a slow consumer come merged (one frame per read), never lost or reordered."""
+    engine = sim(tpot_ms=1.0)
+    await engine.start()
+    try:
+        alone = await run(engine, "merge", 60)
+        merged: list[StreamChunk] = []
+        async for c in engine.generate("merge", "Where is my order?", SamplingParams(max_tokens=60)):
+            merged.append(c)
+            await asyncio.sleep(0.004)  # a busy consumer: several steps pass between reads
+    finally:
+        await engine.stop()
+    assert len(merged) < len(alone)
+    assert [t for c in merged for t in c.token_ids] == [t for c in alone for t in c.token_ids]
+    assert "".join(c.text for c in merged) == "".join(c.text for c in alone)
+    assert merged[-1].finished and merged[-1].usage is not None and merged[-1].usage.completion_tokens == 60

@@ -227,3 +227,25 @@ async def test_logprobs_go_out_only_with_an_answer_left_as_written(rig: Rig) -> 
     await rig.chunk(rid, seq, finished=True, finish_reason="stop", usage=usage, logprobs=secret)
     done = await client.until_end()
     assert done.type == "done" and done.logprobs is None and "555" not in client.text
+
+
+@pytest.mark.parametrize("frame_chars", [7, 23, 61])
+async def test_coalesced_frames_keep_order_lose_nothing_and_redact_across_their_boundaries(
+    rig: Rig, frame_chars: int
+) -> None:
+    """A fast engine sends several tokens a frame: frame boundaries fall anywhere, inside numbers and
+    addresses too, and what the client reads is still the whole answer, in order, exactly redacted."""
+    rid, client, seq = await rig.open()
+    answer = (
+        "Your refund of 42 dollars went out today. Call +1 (555) 123-4567 or write to help@example.com, "
+        "and quote card 4111 1111 1111 1111 if asked. Thanks for waiting!"
+    )
+    for i in range(0, len(answer), frame_chars):
+        await rig.chunk(rid, seq, answer[i : i + frame_chars])
+    await rig.end(rid, seq)
+    assert (await client.until_end()).type == "done"
+    deltas = [e.text for e in client.events if e.type == "delta"]
+    for d in deltas:
+        assert not any(s in d for s in ("555", "4567", "help@", "example.com", "4111"))
+    assert client.text == redact(answer)[0]
+    assert rig.saved[rid].turn.answer == client.text

@@ -1,0 +1,35 @@
+"""The per-token frames: what each subject carries, decoded and validated once."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import ChatEvent, RawChunk, Usage
+from schemas.frames import FrameError, RawFrame, decode_event, decode_raw, encode_raw, encode_text
+
+
+def test_raw_frames_round_trip_and_the_end_is_a_chunk() -> None:
+    frame = decode_raw(encode_raw(3, "thinking", 'a "quoted" é\n', 2))
+    assert frame == RawFrame(3, "thinking", 'a "quoted" é\n', 2)
+    end = RawChunk(rid="r", seq=4, finished=True, finish_reason="length", usage=Usage(completion_tokens=9))
+    got = decode_raw(end.model_dump_json().encode())
+    assert isinstance(got, RawChunk) and got.finished and got.usage == end.usage
+
+
+def test_text_frames_become_chat_events_and_other_events_stay_whole() -> None:
+    event = decode_event("r1", encode_text("delta", "Hello"))
+    assert (event.rid, event.type, event.text) == ("r1", "delta", "Hello")
+    assert event.model_dump()["usage"] is None  # a full event, defaults and all
+    done = ChatEvent(rid="r1", type="done", finish_reason="stop", usage=Usage(completion_tokens=2))
+    assert decode_event("r1", done.model_dump_json().encode()) == done
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"[1, 2]", b'["tool", "x"]', b'[0, "delta", 5, 1]', b"[", b"{}", b"", b'{"rid": "r", "type": "nope"}'],
+)
+def test_what_is_no_frame_is_refused(data: bytes) -> None:
+    with pytest.raises(FrameError):
+        decode_event("r1", data)
+    with pytest.raises(FrameError):
+        decode_raw(data)
