@@ -65,6 +65,10 @@ class CompileWorker:
         self._lock = threading.Lock()
         self.restarts = 0
 
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
     def _ensure(self) -> Connection:
         if self._proc is None or not self._proc.is_alive() or self._conn is None:
             self._stop()
