@@ -237,3 +237,24 @@ def check_regex(pattern: str, limits: GrammarLimits, where: str = "regex") -> No
         raise GrammarLimitError(f"{where}: an unterminated character class '['")
     if depth:
         raise GrammarLimitError(f"{where}: {depth} unclosed '('")
+
+
+def check_spec(kind: str, spec: str, limits: GrammarLimits) -> None:
+    """A constraint as the engines carry it (libs.engine.types.Constraint's kind and JSON text), checked
+    where it is compiled: the gateway is not an engine's only caller."""
+    try:
+        if kind == "json_schema":
+            check_schema(json.loads(spec), limits, "json_schema", size=len(spec.encode()))
+        elif kind == "regex":
+            check_regex(spec, limits)
+        elif kind == "choice":
+            check_choices(json.loads(spec), limits)
+        elif kind == "tools":
+            tools = json.loads(spec).get("tools") or []
+            check_tool_schemas(
+                [(f"tools[{i}].parameters", t.get("parameters") or {}) for i, t in enumerate(tools)], limits
+            )
+    except (ValueError, TypeError, AttributeError, RecursionError) as e:
+        if isinstance(e, GrammarLimitError):
+            raise
+        raise GrammarLimitError(f"invalid {kind} constraint: {e}") from e

@@ -16,14 +16,8 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
-from libs.constraints import (
-    GrammarLimitError,
-    GrammarLimits,
-    check_choices,
-    check_regex,
-    check_schema,
-    check_tool_schemas,
-)
+from libs.constraints import GrammarLimits
+from libs.engine.adapter import check_constraint
 from libs.engine.grammar_worker import CompileWorker, release_free_memory
 from libs.engine.types import Constraint, ConstraintError
 from libs.tokenizer import Tokenizer
@@ -106,27 +100,6 @@ def build_grammar(c: Constraint) -> xgr.Grammar:
     except Exception as e:  # xgrammar raises RuntimeError/ValueError subclasses for bad input
         raise ConstraintError(f"invalid {c.kind} constraint: {e}") from e
     raise ConstraintError(f"unknown constraint kind {c.kind!r}")
-
-
-def check_constraint(c: Constraint, limits: GrammarLimits) -> None:
-    """The grammar limits, checked again where the grammar is compiled: the gateway is not the engine's
-    only caller. ConstraintError names the limit."""
-    try:
-        if c.kind == "json_schema":
-            check_schema(json.loads(c.spec), limits, "json_schema", size=len(c.spec.encode()))
-        elif c.kind == "regex":
-            check_regex(c.spec, limits)
-        elif c.kind == "choice":
-            check_choices(json.loads(c.spec), limits)
-        elif c.kind == "tools":
-            tools = json.loads(c.spec).get("tools") or []
-            check_tool_schemas(
-                [(f"tools[{i}].parameters", t.get("parameters") or {}) for i, t in enumerate(tools)], limits
-            )
-    except GrammarLimitError as e:
-        raise ConstraintError(str(e)) from e
-    except (ValueError, TypeError, AttributeError, RecursionError) as e:
-        raise ConstraintError(f"invalid {c.kind} constraint: {e}") from e
 
 
 def tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
