@@ -63,7 +63,7 @@ class EngineSettings(TokenizerSettings):
             sim_ttft_ms=config.sim_ttft_ms if self.sim_ttft_ms is None else self.sim_ttft_ms,
             sim_tpot_ms=config.sim_tpot_ms if self.sim_tpot_ms is None else self.sim_tpot_ms,
             sim_step_table=config.sim_step_table if self.sim_step_table is None else self.sim_step_table,
-            grammar_limits=config.grammar_limits or self.grammar,
+            grammar_limits=(self.grammar if config.grammar_limits == default.grammar_limits else config.grammar_limits),
         )
 
     def vllm_config(self, config: EngineConfig) -> EngineConfig:
