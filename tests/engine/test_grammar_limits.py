@@ -158,3 +158,16 @@ async def test_other_streams_step_while_a_grammar_compiles(fp32_model, tokenizer
         await asyncio.wait_for(plain_task, 60)
     finally:
         await eng.stop()
+
+
+def test_a_grammar_past_the_checks_costs_the_worker_not_the_engine(tokenizer, fp32_model) -> None:
+    """Issue 28's 4,500-hop chain given to the compiler directly, as if the checks had missed it: it
+    overflowed the engine's stack before; now it is the worker's to overrun (or crash), and a fresh
+    worker compiles the next grammar."""
+    g = Grammars(tokenizer, fp32_model.cfg.vocab_size, LIMITS.model_copy(update={"compile_timeout_s": 2.0}))
+    try:
+        with pytest.raises(ConstraintError, match=r"to compile|ended its compiler process"):
+            g._worker.compile(Constraint("json_schema", _flat_ref_chain(4500)), "SWITCHYARD_GRAMMAR_COMPILE_TIMEOUT_S")
+        assert g.matcher(Constraint("regex", "[0-9]+")).accept_string("7")
+    finally:
+        g.close()
