@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from libs.engine.types import Constraint, StreamChunk, TokenLogprobs, Usage
+from libs.constraints import GrammarLimitError, GrammarLimits, check_spec
+from libs.engine.types import Constraint, ConstraintError, StreamChunk, TokenLogprobs, Usage
 
 if TYPE_CHECKING:
     from libs.engine.request import TextStream
@@ -83,6 +84,17 @@ def push_tokens(text: TextStream, new_ids: list[int], finish_reason: str | None)
         return delta, "stop" if text.stopped else finish_reason
     delta = text.push(new_ids)
     return delta, "stop" if text.stopped else None
+
+
+def check_constraint(c: Constraint | None, limits: GrammarLimits | None) -> None:
+    """The grammar limits, checked again by every engine before it compiles a constraint (defence in
+    depth: the gateway is not an engine's only caller). ConstraintError names the limit."""
+    if c is None:
+        return
+    try:
+        check_spec(c.kind, c.spec, limits or GrammarLimits.model_construct())
+    except GrammarLimitError as e:
+        raise ConstraintError(str(e)) from e
 
 
 def guide_args(c: Constraint | None) -> dict[str, Any] | None:

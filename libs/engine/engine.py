@@ -177,6 +177,9 @@ class NativeEngine:
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
+        if self._grammars is not None:
+            self._grammars.close()
+            self._grammars = None
 
     # -- public API ----------------------------------------------------------------------
     async def generate(
@@ -200,12 +203,10 @@ class NativeEngine:
             max_len=self.max_model_len,
         )
         if params.constraint is not None:
-            try:
-                req.grammar = await asyncio.to_thread(self._matcher, params.constraint)
-            except ValueError as e:
-                log.warning("constraint refused for %s: %s", request_id, e)
-                yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
-                return
+            # Compiled off the step loop (in the grammar worker process), so other streams keep stepping;
+            # a refusal (ConstraintError: invalid, over a limit, over its compile time) is the caller's
+            # to report as bad input, before any chunk.
+            req.grammar = await asyncio.to_thread(self._matcher, params.constraint)
         stream = _Stream(
             asyncio.get_running_loop(),
             asyncio.Queue(),
@@ -247,7 +248,7 @@ class NativeEngine:
                 from libs.engine.grammar import Grammars
 
                 assert self.runner is not None
-                self._grammars = Grammars(self.tokenizer, self.runner.model.cfg.vocab_size)
+                self._grammars = Grammars(self.tokenizer, self.runner.model.cfg.vocab_size, self.config.grammar_limits)
         return self._grammars.matcher(c)
 
     def cancel(self, request_id: str) -> None:

@@ -16,8 +16,13 @@ from typing import Any
 import torch
 import xgrammar as xgr
 
-from libs.engine.types import Constraint
+from libs.constraints import GrammarLimits
+from libs.engine.adapter import check_constraint
+from libs.engine.grammar_worker import CompileWorker, release_free_memory
+from libs.engine.types import Constraint, ConstraintError
 from libs.tokenizer import Tokenizer
+
+__all__ = ["ConstraintError", "Grammars", "build_grammar", "check_constraint", "choice_ebnf", "tokenizer_info"]
 
 
 # The JSON a small model writes: fixed separators, no free whitespace (free whitespace lets a small
@@ -27,10 +32,6 @@ def _json(schema: str) -> xgr.Grammar:
 
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-
-
-class ConstraintError(ValueError):
-    """A constraint that cannot be compiled (a bad schema, regex or tool list) or read its prefix."""
 
 
 def _literal(text: str) -> str:
@@ -112,13 +113,15 @@ def tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
 
 
 class Grammars:
-    """Compiles constraints for one tokenizer and vocabulary size, keeping the latest compiled ones."""
+    """Compiles constraints for one tokenizer and vocabulary size (in a worker process, under the limits'
+    time budget), keeping the most recently used compiled grammars within the limits' byte budget."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int, cache_size: int = 64) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, limits: GrammarLimits | None = None) -> None:
         self.vocab_size = vocab_size
-        self._compiler = xgr.GrammarCompiler(tokenizer_info(tokenizer, vocab_size), max_threads=1)
+        self.limits = limits or GrammarLimits.model_construct()
+        self._worker = CompileWorker(tokenizer_info(tokenizer, vocab_size), self.limits.compile_timeout_s)
         self._compiled: OrderedDict[Constraint, xgr.CompiledGrammar] = OrderedDict()
-        self._cache_size = cache_size
+        self.cached_bytes = 0
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-mask")
 
@@ -129,17 +132,35 @@ class Grammars:
             if hit is not None:
                 self._compiled.move_to_end(key)
                 return hit
-        try:
-            compiled = self._compiler.compile_grammar(build_grammar(c))
-        except ConstraintError:
-            raise
-        except Exception as e:
-            raise ConstraintError(f"invalid {c.kind} constraint: {e}") from e
-        with self._lock:
-            self._compiled[key] = compiled
-            while len(self._compiled) > self._cache_size:
-                self._compiled.popitem(last=False)
+        check_constraint(key, self.limits)
+        compiled = self._worker.compile(key, self.limits.env("compile_timeout_s"))
+        self._keep(key, compiled)
         return compiled
+
+    def _keep(self, key: Constraint, compiled: xgr.CompiledGrammar) -> None:
+        size = compiled.memory_size_bytes
+        evicted = False
+        with self._lock:
+            if key in self._compiled or size > self.limits.cache_bytes:
+                return
+            self._compiled[key] = compiled
+            self.cached_bytes += size
+            while self.cached_bytes > self.limits.cache_bytes:
+                _, old = self._compiled.popitem(last=False)
+                self.cached_bytes -= old.memory_size_bytes
+                evicted = True
+        if evicted:
+            release_free_memory()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._compiled.clear()
+            self.cached_bytes = 0
+        release_free_memory()
+
+    def close(self) -> None:
+        self._worker.close()
+        self._pool.shutdown(wait=False)
 
     def matcher(self, c: Constraint) -> xgr.GrammarMatcher:
         """A fresh matcher for one request, having read the constraint's prefix (any thread)."""

@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from pydantic import Field
+
+from libs.constraints import GrammarLimits
 from libs.engine.types import EngineConfig
 from libs.tokenizer import TokenizerSettings
 
@@ -32,6 +35,9 @@ class EngineSettings(TokenizerSettings):
     vllm_dtype: str = "float32"
     # SWITCHYARD_VLLM_TENSOR_PARALLEL_SIZE: GPUs one replica spans.
     vllm_tensor_parallel_size: int = 1
+    # SWITCHYARD_GRAMMAR_*: bounds on constraints, checked again before the native engine compiles one, and
+    # its compile time and cache budget (libs/constraints/limits.py; the gateway reads the same ones).
+    grammar: GrammarLimits = Field(default_factory=GrammarLimits)
 
     # SWITCHYARD_SIM_TTFT_MS, SWITCHYARD_SIM_TPOT_MS, SWITCHYARD_SIM_STEP_TABLE: the simulated engine's
     # timing (EngineConfig; libs/engine/sim.py cites the published figure behind the defaults).
@@ -57,6 +63,7 @@ class EngineSettings(TokenizerSettings):
             sim_ttft_ms=config.sim_ttft_ms if self.sim_ttft_ms is None else self.sim_ttft_ms,
             sim_tpot_ms=config.sim_tpot_ms if self.sim_tpot_ms is None else self.sim_tpot_ms,
             sim_step_table=config.sim_step_table if self.sim_step_table is None else self.sim_step_table,
+            grammar_limits=(self.grammar if config.grammar_limits == default.grammar_limits else config.grammar_limits),
         )
 
     def vllm_config(self, config: EngineConfig) -> EngineConfig:

@@ -27,7 +27,15 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, guide_args, push_tokens
+from libs.engine.adapter import (
+    EarlyCancels,
+    RequestStats,
+    call_on_loop,
+    check_constraint,
+    early_end,
+    guide_args,
+    push_tokens,
+)
 from libs.engine.request import TextStream
 from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
@@ -181,6 +189,7 @@ class TrtLlmEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        check_constraint(params.constraint, self.config.grammar_limits)  # ConstraintError: the caller's 400
         # logit_bias and logprobs are not passed to the LLM API (yet): refused, never dropped.
         unserved = bool(params.logit_bias) or params.logprobs is not None
         servable = self._llm is not None and 0 < len(ids) < self.max_model_len and not unserved

@@ -7,8 +7,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from libs.constraints import GrammarLimits
+
 if TYPE_CHECKING:
     from libs.tokenizer import Tokenizer
+
+
+class ConstraintError(ValueError):
+    """A constraint that cannot be compiled (a bad schema, regex or tool list, one over a grammar limit, or
+    one that overran its compile) or read its prefix: the request's own fault, refused before it decodes."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,9 @@ class EngineConfig:
     sim_ttft_ms: float = 10.26
     sim_tpot_ms: float = 0.0
     sim_step_table: str = "1:4.63,5:4.58,25:5.19,50:5.91,100:7.57,150:9.81,200:12.65,250:16.14"
+    # Bounds on constraints and their compiles (SWITCHYARD_GRAMMAR_* through EngineSettings); the defaults
+    # are built without reading the environment.
+    grammar_limits: GrammarLimits = field(default_factory=GrammarLimits.model_construct)
 
 
 @dataclass

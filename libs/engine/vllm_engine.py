@@ -33,7 +33,15 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-from libs.engine.adapter import EarlyCancels, RequestStats, call_on_loop, early_end, guide_args, push_tokens
+from libs.engine.adapter import (
+    EarlyCancels,
+    RequestStats,
+    call_on_loop,
+    check_constraint,
+    early_end,
+    guide_args,
+    push_tokens,
+)
 from libs.engine.types import Constraint, EngineConfig, EngineMetrics, SamplingParams, StreamChunk, TokenLogprobs
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
 
@@ -191,6 +199,7 @@ class VllmEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        check_constraint(params.constraint, self.config.grammar_limits)  # ConstraintError: the caller's 400
         servable = self._llm is not None and 0 < len(ids) < self.max_model_len
         end = early_end(request_id, ids, servable, self._cancels)
         if end is not None:

@@ -28,7 +28,7 @@ from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
 from services.gateway.run import Run
-from services.gateway.tool_calls import parse_call
+from services.gateway.tool_calls import check_tool_grammars, parse_call
 
 router = APIRouter()
 
@@ -254,6 +254,9 @@ async def messages(
     system = _text(body.system) if body.system is not None else None
     tool_choice = pipeline_choice(body.tools, body.tool_choice)
     tool_names = {t.name for t in body.tools or []} if tool_choice != "none" else set()
+    check_tool_grammars(
+        [(f"tools[{i}].input_schema", t.input_schema) for i, t in enumerate(body.tools or [])], gw.settings.grammar
+    )
     run = await start_run(
         gw,
         request,

@@ -27,7 +27,15 @@ from services.gateway.params import Strict, refuse_unsupported
 from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
 from services.gateway.run import Run
-from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call, specs
+from services.gateway.tool_calls import (
+    NamedChoice,
+    ToolDef,
+    check_tool_grammars,
+    choice_of,
+    parse_call,
+    render_call,
+    specs,
+)
 
 router = APIRouter()
 
@@ -263,6 +271,10 @@ async def chat_completions(
     system, earlier, text = split_messages(body.messages)
     tool_choice = choice_of(body.tools, body.tool_choice)
     tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()
+    check_tool_grammars(
+        [(f"tools[{i}].function.parameters", t.function.parameters) for i, t in enumerate(body.tools or [])],
+        gw.settings.grammar,
+    )
     check_text(gw.settings, text, "the last user message")
     asked = sampling(
         gw.settings,
@@ -276,7 +288,7 @@ async def chat_completions(
         presence_penalty=body.presence_penalty,
         repetition_penalty=body.repetition_penalty,
         logit_bias=body.logit_bias,
-        response_format=response_format_of(body.response_format, body.structured_outputs),
+        response_format=response_format_of(body.response_format, body.structured_outputs, gw.settings.grammar),
         logprobs=logprobs_of(body.logprobs, body.top_logprobs),
     )
     runs: list[Run] = []

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from libs.constraints import GrammarLimitError, GrammarLimits, check_choices, check_regex, check_schema
 from schemas import ErrorCode, ResponseFormat
 from services.gateway.errors import ApiError
 from services.gateway.params import Strict
@@ -33,7 +34,26 @@ class StructuredOutputs(Strict):
     choice: list[str] | None = Field(None, min_length=1, max_length=256)
 
 
-def response_format_of(fmt: ResponseFormatIn | None, structured: StructuredOutputs | None) -> ResponseFormat | None:
+def response_format_of(
+    fmt: ResponseFormatIn | None, structured: StructuredOutputs | None, limits: GrammarLimits
+) -> ResponseFormat | None:
+    """The pipeline's format, its grammar bounded (`GrammarLimits`) before anything compiles it: 400 naming
+    the limit, or what makes the constraint meaningless."""
+    found = _format_of(fmt, structured)
+    try:
+        if found is not None and found.type == "json_schema":
+            where = "structured_outputs.json" if structured is not None else "response_format.json_schema"
+            check_schema(found.json_schema or {}, limits, where)
+        elif found is not None and found.type == "regex":
+            check_regex(found.regex or "", limits, "structured_outputs.regex")
+        elif found is not None and found.type == "choice":
+            check_choices(found.choices, limits, "structured_outputs.choice")
+    except GrammarLimitError as e:
+        raise ApiError(ErrorCode.bad_request, str(e)) from e
+    return found
+
+
+def _format_of(fmt: ResponseFormatIn | None, structured: StructuredOutputs | None) -> ResponseFormat | None:
     if fmt is not None and fmt.type != "text" and structured is not None:
         raise ApiError(ErrorCode.bad_request, "send response_format or structured_outputs, not both")
     if structured is not None:

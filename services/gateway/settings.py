@@ -4,6 +4,7 @@ from pydantic import AliasChoices, BaseModel, Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
+from libs.constraints import GrammarLimits
 from libs.store.db import database_url
 from libs.tokenizer.paths import DEFAULT_MODEL_NAME
 
@@ -67,6 +68,9 @@ class GatewaySettings(ServiceSettings):
     tiers: dict[str, TierLimits] = Field(default_factory=_default_tiers)
     # Admission: streams one gateway process relays at once; beyond it, 503 before any work queues up.
     max_active_streams: int = 256
+    # SWITCHYARD_GRAMMAR_*: bounds on response_format, structured_outputs and tools' parameter schemas, checked
+    # before a request is admitted (the inference service checks the same ones again before compiling).
+    grammar: GrammarLimits = Field(default_factory=GrammarLimits)
 
     # PDF uploads are read in a child process under these limits (services/gateway/pdf.py); over any, 413.
     pdf_max_pages: int = Field(300, ge=1)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from libs.constraints import GrammarLimitError, GrammarLimits, check_tool_schemas
 from schemas import ErrorCode
 from services.gateway.errors import ApiError
 from services.gateway.params import Strict
@@ -57,6 +58,14 @@ def choice_of(tools: list[ToolDef] | None, choice: str | NamedChoice | None) -> 
 def specs(tools: list[ToolDef] | None) -> list[dict[str, Any]]:
     # Only what the prompt shows the model: not `strict`, nor default-valued keys the request carried.
     return [t.function.model_dump(include={"name", "description", "parameters"}) for t in tools or []]
+
+
+def check_tool_grammars(schemas: list[tuple[str, dict[str, Any]]], limits: GrammarLimits) -> None:
+    """Tools' parameter schemas become the grammar a call is decoded under: bounded like any schema."""
+    try:
+        check_tool_schemas(schemas, limits)
+    except GrammarLimitError as e:
+        raise ApiError(ErrorCode.bad_request, str(e)) from e
 
 
 def render_call(name: str, arguments: str) -> str:

@@ -16,7 +16,7 @@ from libs.bus import Bus
 from libs.bus.headers import now_ms
 from libs.bus.kv import TypedKV
 from libs.engine import AsyncEngine, SamplingParams, create_engine
-from libs.engine.types import TokenLogprobs
+from libs.engine.types import ConstraintError, TokenLogprobs
 from schemas import (
     CancelNotice,
     ErrorCode,
@@ -196,6 +196,9 @@ class Inference:
                     stops = [TOOL_CALL_CLOSE] if work.client_tools else []
                     params = params_of(s, extra_stop=stops, constraint=answer_constraint(work, prefill))
                     gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
+            except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit
+                gen.finish = "error"
+                error = ErrorInfo.of(ErrorCode.bad_request, str(e))
             except Exception as e:
                 log.exception("generation failed")
                 gen.finish = "error"

@@ -16,6 +16,7 @@ def test_the_environment_fills_what_the_config_leaves_unset(monkeypatch):
     monkeypatch.setenv("SWITCHYARD_TOKENIZER_CACHE", "")
     monkeypatch.setenv("SWITCHYARD_TRTLLM_MODEL", "org/model")
     monkeypatch.setenv("SWITCHYARD_KERNEL_ISA", "avx2")
+    monkeypatch.setenv("SWITCHYARD_GRAMMAR_MAX_REF_DEPTH", "8")
     env = EngineSettings()
     c = env.apply(EngineConfig(dtype="fp32"))
     assert (c.threads, c.kv_cache_bytes, c.model_path, c.tokenizer_cache_dir, c.trtllm_model) == (
@@ -26,13 +27,15 @@ def test_the_environment_fills_what_the_config_leaves_unset(monkeypatch):
         "org/model",
     )
     assert c.dtype == "fp32" and c.kernel_isa == "avx2"
+    assert c.grammar_limits.max_ref_depth == 8 and c.grammar_limits.max_depth == 64
     # What the config sets itself (a service's own setting) wins over the shared environment.
     own = env.apply(EngineConfig(model_path="/models/own.gguf", threads=2, kv_cache_bytes=5 << 20))
     assert (own.model_path, own.threads, own.kv_cache_bytes) == ("/models/own.gguf", 2, 5 << 20)
 
 
 def test_an_empty_environment_changes_nothing(monkeypatch):
-    for name in ("ENGINE_THREADS", "KV_CACHE_BYTES", "MODEL_PATH", "TOKENIZER_CACHE", "TRTLLM_MODEL", "KERNEL_ISA"):
+    names = ("ENGINE_THREADS", "KV_CACHE_BYTES", "MODEL_PATH", "TOKENIZER_CACHE", "TRTLLM_MODEL", "KERNEL_ISA")
+    for name in names:
         monkeypatch.delenv(f"SWITCHYARD_{name}", raising=False)
     assert EngineSettings().apply(EngineConfig()) == EngineConfig()
 

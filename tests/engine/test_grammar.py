@@ -130,7 +130,7 @@ def test_a_bad_constraint_is_refused_by_name(tokenizer, fp32_model) -> None:
         grammars.matcher(Constraint("regex", "[0-9]+", prefix="abc"))
 
 
-async def test_a_bad_constraint_ends_the_request_with_an_error(engine, tokenizer) -> None:
+async def test_a_bad_constraint_is_refused_before_any_chunk(engine, tokenizer) -> None:
     params = SamplingParams(max_tokens=4, constraint=Constraint("regex", "(unclosed"))
-    _text, reason = await asyncio.wait_for(_run(engine, "bad", _chat(tokenizer, "hi"), params), 60)
-    assert reason == "error"
+    with pytest.raises(ConstraintError, match="unclosed"):
+        await asyncio.wait_for(_run(engine, "bad", _chat(tokenizer, "hi"), params), 60)
