@@ -138,14 +138,15 @@ def chat_body(model: str, text: str, tokens: int) -> bytes:
 
 
 async def drive(
-    url: str, api_key: str, model: str, texts: Iterable[str], concurrency: int, tokens: int
+    urls: list[str], api_key: str, model: str, texts: Iterable[str], concurrency: int, tokens: int
 ) -> list[Streamed]:
-    """`concurrency` streams open at every moment (closed loop, one connection each) until every text is sent."""
-    host, port = url.removeprefix("http://").rstrip("/").split(":")
+    """`concurrency` streams open at every moment (closed loop, one connection each) until every text is
+    sent; the connections alternate between `urls` (the gateway replicas)."""
     todo = iter(texts)
     out: list[Streamed] = []
 
-    async def worker() -> None:
+    async def worker(i: int) -> None:
+        host, port = urls[i % len(urls)].removeprefix("http://").rstrip("/").split(":")
         conn = Connection(host, int(port), api_key)
         try:
             for text in todo:  # one iterator shared by every worker: each text is sent once
@@ -153,5 +154,5 @@ async def drive(
         finally:
             await conn.close()
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
     return out

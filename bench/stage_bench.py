@@ -75,6 +75,18 @@ def stack_env(engine: str) -> dict[str, str]:
     }
 
 
+def wait_listening(url: str, key: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", headers={"Authorization": f"Bearer {key}"}).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} never became ready")
+
+
 def pct(xs: list[float], q: float) -> float | None:
     if not xs:
         return None
@@ -92,13 +104,13 @@ async def records(url: str, admin_key: str, got: list[Streamed]) -> list[Sample]
 
 
 async def run_level(
-    url: str, key: str, admin: str, model: str, pids: dict[str, int], level: int, tokens: int, texts: list[str]
+    urls: list[str], key: str, admin: str, model: str, pids: dict[str, int], level: int, tokens: int, texts: list[str]
 ) -> dict[str, Any]:
     before, t0 = snapshot(pids), time.perf_counter()
-    got = await drive(url, key, model, texts, level, tokens)
+    got = await drive(urls, key, model, texts, level, tokens)
     wall, after = time.perf_counter() - t0, snapshot(pids)
     received = sum(g.completion_tokens or 0 for g in got if g.error is None)
-    recs = await records(url, admin, got)
+    recs = await records(urls[0], admin, got)
     gaps = [statistics.median(g.gaps_ms) for g in got if len(g.gaps_ms) >= 2]
     return {
         "level": level,
@@ -170,7 +182,8 @@ def render(engine: str, args: argparse.Namespace, s: dict[str, Any], ready_s: fl
     short, long = min(args.lengths), max(args.lengths)
     lines = [
         MARK_BEGIN.format(engine=engine),
-        f"## Stage CPU, engine `{engine}`",
+        f"## Stage CPU, engine `{engine.removesuffix('-scaled')}`"
+        + (", two gateways and two safety_outs (queue groups)" if engine.endswith("-scaled") else ""),
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; machine: {machine()}",
         f"- command: `python -m bench.stage_bench {' '.join(sys.argv[1:])}`",
@@ -204,11 +217,12 @@ def render(engine: str, args: argparse.Namespace, s: dict[str, Any], ready_s: fl
         "| process | " + " | ".join(f"{level} streams" for level in lv) + " |",
         "|---|" + "---|" * len(lv),
     ]
-    names = [*SERVICES, "load generator"]
+    seen = set().union(*(v["per_token_us"] for v in lv.values()))
+    names = [*SERVICES, *sorted(n for n in seen if n not in SERVICES and n != "load generator"), "load generator"]
     for name in names:
         cells = [f"{v['per_token_us'].get(name, 0):.0f}" for v in lv.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    outside = [n for n in SERVICES if n != "inference"]
+    outside = [n for n in names if n not in ("inference", "load generator")]
     lines.append(
         "| **all but inference and the load generator** | "
         + " | ".join(f"**{sum(v['per_token_us'].get(n, 0) for n in outside):.0f}**" for v in lv.values())
@@ -243,6 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lengths", default="32,128", help="the two answer lengths the split is measured with")
     ap.add_argument("--per-stream", type=int, default=2, help="requests per stream slot and length (at least 16)")
     ap.add_argument("--answer", type=int, default=256, help="answer length the sizing table assumes")
+    ap.add_argument(
+        "--scale",
+        action="store_true",
+        help="a second replica of the gateway and of safety_out (queue groups share the work; the clients "
+        "alternate between the two gateways), reported as its own section",
+    )
     ap.add_argument("--out", default="docs/benchmarks.md")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -261,14 +281,21 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         stack.start(timeout_s=900)
         ready = time.perf_counter() - t
+        urls = [stack.url]
+        if args.scale:
+            second = free_port()
+            stack.start_service("safety_out", stack.service_env, replica="b")
+            stack.start_service("gateway", {**stack.service_env, "SWITCHYARD_PORT": str(second)}, replica="b")
+            urls.append(f"http://127.0.0.1:{second}")
+            wait_listening(urls[1], stack.api_key)
         pids = {tag: p.pid for tag, p in stack.procs.items()}
         assert stack.nats is not None
         pids["nats-server"] = stack.nats.proc.pid
         models = httpx.get(f"{stack.url}/v1/models", headers={"Authorization": f"Bearer {stack.api_key}"}).json()
         model = f"{models['data'][0]['id']}:fast"
-        asyncio.run(drive(stack.url, stack.api_key, model, ["Say hello. (warm-up)"] * 4, 2, 8))
+        asyncio.run(drive(urls, stack.api_key, model, ["Say hello. (warm-up)"] * 4, 2, 8))
         for level, tokens, texts in plan(args.levels, args.lengths, args.per_stream):
-            r = asyncio.run(run_level(stack.url, stack.api_key, stack.admin_key, model, pids, level, tokens, texts))
+            r = asyncio.run(run_level(urls, stack.api_key, stack.admin_key, model, pids, level, tokens, texts))
             runs.append(r)
             if args.json:  # kept as it goes: a run cut short still leaves its finished levels
                 Path(args.json).write_text(json.dumps({"runs": runs}, indent=1, default=str))
@@ -280,9 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
     summary = summarize(runs, args.lengths)
-    section = render(args.engine, args, summary, ready)
+    label = f"{args.engine}-scaled" if args.scale else args.engine
+    section = render(label, args, summary, ready)
     if args.out:
-        write_section(args.out, MARK_BEGIN.format(engine=args.engine), MARK_END.format(engine=args.engine), section)
+        write_section(args.out, MARK_BEGIN.format(engine=label), MARK_END.format(engine=label), section)
     if args.json:
         Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=1, default=str))
     print(section)

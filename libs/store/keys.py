@@ -11,6 +11,7 @@ import hashlib
 import secrets
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sqlalchemy import Boolean, Integer, String, select, update
@@ -71,15 +72,21 @@ def _now_ms() -> int:
 
 
 class KeyStore:
-    def __init__(self, engine: AsyncEngine):
+    def __init__(self, engine: AsyncEngine, verified_ttl_s: float = 0.0):
         self.engine = engine
         self._session = async_sessionmaker(engine, expire_on_commit=False)
+        # Live keys verified in the last `verified_ttl_s` seconds, by hash: a request costs no database
+        # round trip (at a thousand new streams a second the pool ran dry). A key revoked elsewhere (another
+        # gateway, the CLI) is refused here within the TTL; one revoked here at once. Unknown keys are not
+        # kept, so a key created elsewhere works at once.
+        self.verified_ttl_s = verified_ttl_s
+        self._verified: OrderedDict[str, tuple[float, ApiKey]] = OrderedDict()
 
     @classmethod
-    async def open(cls, url: str) -> KeyStore:
+    async def open(cls, url: str, verified_ttl_s: float = 0.0) -> KeyStore:
         engine = make_engine(url)
         await create_all(engine, _Base.metadata)
-        return cls(engine)
+        return cls(engine, verified_ttl_s)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -110,6 +117,7 @@ class KeyStore:
         revoked stays revoked.
         """
         digest = hash_key(raw)
+        self._verified.pop(digest, None)
         async with self._session.begin() as s:
             row = (await s.execute(select(ApiKeyRow).where(ApiKeyRow.hash == digest))).scalar_one_or_none()
             if row is None:
@@ -130,11 +138,22 @@ class KeyStore:
 
     async def verify(self, raw: str) -> ApiKey | None:
         """The live key for `raw`, or None when it is unknown or revoked."""
+        digest = hash_key(raw)
+        kept = self._verified.get(digest)
+        if kept is not None and kept[0] > time.monotonic():
+            return kept[1]
         async with self._session() as s:
-            row = (await s.execute(select(ApiKeyRow).where(ApiKeyRow.hash == hash_key(raw)))).scalar_one_or_none()
+            row = (await s.execute(select(ApiKeyRow).where(ApiKeyRow.hash == digest))).scalar_one_or_none()
         if row is None or row.revoked is not None:
+            self._verified.pop(digest, None)
             return None
-        return ApiKey.of(row)
+        key = ApiKey.of(row)
+        if self.verified_ttl_s > 0:
+            self._verified[digest] = (time.monotonic() + self.verified_ttl_s, key)
+            self._verified.move_to_end(digest)
+            while len(self._verified) > 10_000:
+                self._verified.popitem(last=False)
+        return key
 
     async def list(self) -> list[ApiKey]:
         async with self._session() as s:
@@ -142,6 +161,7 @@ class KeyStore:
         return [ApiKey.of(r) for r in rows]
 
     async def revoke(self, key_id: str) -> bool:
+        self._verified.clear()  # this gateway refuses it from now on, not after the TTL
         async with self._session.begin() as s:
             res = await s.execute(
                 update(ApiKeyRow).where(ApiKeyRow.id == key_id, ApiKeyRow.revoked.is_(None)).values(revoked=_now_ms())

@@ -50,7 +50,7 @@ async def main() -> None:
     log = structlog.get_logger()
     telemetry = setup_tracing(SERVICE, settings.otlp_endpoint)
     replica = settings.replica or uuid.uuid4().hex[:8]
-    keys = await KeyStore.open(settings.db_url())
+    keys = await KeyStore.open(settings.db_url(), verified_ttl_s=settings.key_cache_s)
     await install_configured_keys(settings, keys)
     bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry, settings.nats_replicas)
     await bus.ensure_log_stream()

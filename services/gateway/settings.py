@@ -83,5 +83,9 @@ class GatewaySettings(ServiceSettings):
     # Parses at once per gateway process; more uploads wait their turn.
     pdf_max_parallel: int = Field(2, ge=1)
 
+    # A verified key is trusted this long without a database read; a key revoked on another gateway (or
+    # with the CLI) is refused here within it, one revoked here at once. 0: every request reads the store.
+    key_cache_s: float = Field(5.0, ge=0.0)
+
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")

@@ -57,3 +57,20 @@ def test_cli_create_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixture[st
     key_id = out.splitlines()[1].split()[0]
     assert keys_main([*url, "revoke", key_id]) == 0
     assert keys_main([*url, "revoke", key_id]) == 1
+
+
+async def test_verified_keys_are_kept_for_their_ttl_and_a_revoke_here_ends_that(tmp_path: Path) -> None:
+    store = await KeyStore.open(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}", verified_ttl_s=60.0)
+    other = await KeyStore.open(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}")  # another gateway, the CLI
+    try:
+        key, raw = await store.create("acme", "free")
+        assert await store.verify(raw) == key
+        await other.revoke(key.id)
+        assert await store.verify(raw) == key  # revoked elsewhere: refused here once the TTL has passed
+        await store.revoke(key.id)
+        assert await store.verify(raw) is None  # revoked here: at once
+        _, fresh = await other.create("acme", "free")
+        assert await store.verify(fresh) is not None  # unknown keys are never kept: a new one works at once
+    finally:
+        await store.close()
+        await other.close()
