@@ -26,7 +26,7 @@ from libs.safety.credentials import OPEN_SECRET
 from libs.safety.guard import InputGuard
 from libs.safety.policy import SafetyPolicy
 from libs.safety.redact import Redaction, apply, find_pii
-from libs.safety.taxonomy import BLOCK, EMBEDDING, FLAG, Verdict
+from libs.safety.taxonomy import BLOCK, EMBEDDING, FLAG, Verdict, worst_first
 
 ReleasePolicy = Literal["stream", "judged"]
 
@@ -158,11 +158,18 @@ class StreamGuard:
 
     def final_check(self) -> list[Verdict]:
         """Judge the whole answer (original text) for the record; worst verdict first."""
-        return self.final_verdicts(self.guard.check(self.full_text, source="model"))
+        return _soften_refusal(self.full_text, self.guard.check(self.full_text, source="model"))
 
-    def final_verdicts(self, judged: list[Verdict]) -> list[Verdict]:
-        """The whole answer's verdicts as judged elsewhere (a batched pass), refusals softened."""
-        return _soften_refusal(self.full_text, judged)
+    def record_verdicts(self) -> list[Verdict]:
+        """The whole answer's verdicts for the record, with no second classifier pass: the rules over the
+        whole text (exact and cheap) and what the classifier said of its sentences as they were judged
+        (the flags and the block), the worst per category first."""
+        rules = self._rules.check(self.full_text, source="model")
+        learned = [v for v in [*self.flags, *([self.blocked] if self.blocked else [])] if v.classifier == EMBEDDING]
+        worst: dict[str, Verdict] = {}
+        for v in worst_first([*rules, *learned]):
+            worst.setdefault(v.category, v)
+        return list(worst.values())
 
     # --- internals -----------------------------------------------------------------------------
 

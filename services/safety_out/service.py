@@ -347,17 +347,10 @@ class SafetyOut:
         self.streams.pop(work.rid, None)
         self.bus.release(work.rid)
         self.liveness.forget(work.rid)
-        # After the client has its ending: the whole-answer verdict is for the record only.
-        final: list[dict[str, Any]] = []
-        if st.guard.full_text.strip():
-            if self.batcher is not None:
-                judged = (await st.guard.guard.check_many_batched([st.guard.full_text], self.batcher, source="model"))[
-                    0
-                ]
-                verdicts = st.guard.final_verdicts(judged)
-            else:
-                verdicts = st.guard.final_check()
-            final = [v.__dict__ for v in verdicts]
+        # The whole answer's verdicts, for the record: the rules over all of it and the classifier's
+        # verdicts on its sentences, already in hand (a second pass over the answer was ~half the
+        # classifier's work per answer, for a figure no client waits for).
+        final = [v.__dict__ for v in st.guard.record_verdicts()] if st.guard.full_text.strip() else []
         await self.bus.log_stage(
             StageRecord(
                 rid=work.rid,

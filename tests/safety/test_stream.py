@@ -3,6 +3,7 @@ import random
 import pytest
 
 from libs.safety import S9, InputGuard, StreamGuard, redact
+from libs.safety.taxonomy import EMBEDDING, Verdict
 
 SAMPLES = [
     "Sure! Write to john.smith@example.com or call +1 (555) 123-4567. Thanks.",
@@ -86,3 +87,15 @@ def test_final_check_uses_whole_answer() -> None:
     g.feed("I want to kill myself, ")
     g.feed("he wrote.")
     assert g.final_check() and g.final_check()[0].category == "S11"
+
+
+def test_record_verdicts_join_the_whole_answers_rules_and_its_sentences_verdicts() -> None:
+    g = StreamGuard(guard=InputGuard(use_embeddings=False), judge_inline=False)
+    g.feed("I want to kill myself, ")
+    g.feed("he wrote.")
+    g.finish()
+    learned = Verdict("S1", 0.7, "flag", EMBEDDING, "v1")
+    g.flags.append(learned)
+    got = g.record_verdicts()
+    assert [v.category for v in got] == ["S11", "S1"]  # worst first, one per category
+    assert got[1] is learned
