@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from libs.bus import headers as H
 from libs.bus.kv import TypedKV, open_bucket
+from libs.bus.parts import Joiner, split
 from libs.telemetry import Telemetry
 from schemas import ChatEvent, ErrorCode, ErrorInfo, Forward, StageRecord, Work, WorkAccepted, subjects
 
@@ -139,7 +140,13 @@ class Bus:
         tenant: str | None = None,
         deadline_ms: int | None = None,
     ) -> None:
-        await self.nc.publish(subject, msg.model_dump_json().encode(), headers=self._headers(rid, tenant, deadline_ms))
+        data, headers = msg.model_dump_json().encode(), self._headers(rid, tenant, deadline_ms)
+        parts = split(data, self.nc.max_payload)
+        if len(parts) == 1:
+            await self.nc.publish(subject, data, headers=headers)
+            return
+        for i, part in enumerate(parts, 1):  # in order on one connection: readers join them (parts.py)
+            await self.nc.publish(subject, part, headers={**headers, H.PART: f"{i}/{len(parts)}"})
 
     async def request(
         self,
@@ -181,10 +188,15 @@ class Bus:
         deltas would bury the trace); undecodable messages are logged and skipped. Returns the
         subscription; end it with `await sub.unsubscribe()`."""
 
+        joiner = Joiner()
+
         async def on_msg(msg: Msg) -> None:
             try:
-                item = model.model_validate_json(msg.data)
-            except ValidationError:
+                data = joiner.add(msg.data, msg.headers)
+                if data is None:
+                    return
+                item = model.model_validate_json(data)
+            except ValueError:  # pydantic's ValidationError is one
                 log.warning("undecodable message", subject=msg.subject)
                 return
             await handler(item)
@@ -197,9 +209,14 @@ class Bus:
         """Like `watch`, for a per-token subject: `decode` (from schemas/frames.py) reads each message, in
         order; what does not decode is logged and skipped."""
 
+        joiner = Joiner()
+
         async def on_msg(msg: Msg) -> None:
             try:
-                item = decode(msg.data)
+                data = joiner.add(msg.data, msg.headers)
+                if data is None:
+                    return
+                item = decode(data)
             except ValueError:
                 log.warning("undecodable frame", subject=msg.subject)
                 return

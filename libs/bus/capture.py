@@ -14,6 +14,7 @@ import nats.js.errors
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from libs.bus.bus import Bus
+from libs.bus.parts import Joiner
 
 M = TypeVar("M")
 
@@ -48,6 +49,7 @@ async def follow(
     """Every kept message of `subject` from the first, then live ones; None after `idle_s` of quiet.
     Messages that do not decode are skipped. The caller decides when to stop iterating."""
     sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
+    joiner = Joiner()
     try:
         while True:
             try:
@@ -56,7 +58,10 @@ async def follow(
                 yield None
                 continue
             try:
-                item = decode(msg.data)
+                data = joiner.add(msg.data, msg.headers)
+                if data is None:
+                    continue
+                item = decode(data)
             except ValueError:  # pydantic's ValidationError and schemas.frames.FrameError are ValueErrors
                 continue
             yield item

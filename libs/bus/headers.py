@@ -12,6 +12,8 @@ DEADLINE = "x-deadline"  # epoch milliseconds
 TENANT = "x-tenant"
 STATUS = "x-status"  # "error" on an error reply
 MSG_ID = "Nats-Msg-Id"
+# "i/n" on each part of a message too big for one (see libs/bus/parts.py)
+PART = "x-part"
 
 _propagator = TraceContextTextMapPropagator()
 
