@@ -58,6 +58,7 @@ class LogConsumer:
             batch=s.batch,
             fetch_timeout_s=s.fetch_timeout_s,
             ack_wait_s=s.ack_wait_s,
+            linger_s=s.linger_s,
         )
         await self._consumer.start()
 

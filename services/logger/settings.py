@@ -16,6 +16,9 @@ class LoggerSettings(ServiceSettings):
     durable: str = "logger"
     batch: int = 256
     fetch_timeout_s: float = 1.0
+    # After a batch that was not full, this long before the next fetch: a request's records land in one
+    # or two batches instead of one per stage (a record shows up this much later in the console).
+    linger_s: float = 0.2
     # Unacked messages come back after this long (a replica died mid-batch).
     ack_wait_s: float = 30.0
     # A message that fails this many deliveries is dropped (logged), so it cannot block the stream.
