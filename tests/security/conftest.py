@@ -16,21 +16,27 @@ from libs.store.keys import KeyStore
 from tests.e2e.conftest import chat
 
 
-async def _new_key(stack: Stack, tenant: str) -> str:
+async def _new_key(stack: Stack, tenant: str) -> tuple[str, str]:
     # The gateway's own store (SQLite under the stack's data dir): a key made here works at once.
     store = await KeyStore.open(database_url(None, str(stack.data_dir), "gateway"))
     try:
-        _, raw = await store.create(tenant, "pro", user="mallory")
+        key, raw = await store.create(tenant, "pro", user="mallory")
     finally:
         await store.close()
-    return raw
+    return key.id, raw
 
 
 @pytest.fixture(scope="module")
-def attacker(stack: Stack) -> Iterator[httpx.Client]:
-    """A client with a key of another tenant than the dev key's."""
-    raw = asyncio.run(_new_key(stack, f"attacker-{uuid.uuid4().hex[:6]}"))
-    with httpx.Client(base_url=stack.url, timeout=120, headers={"Authorization": f"Bearer {raw}"}) as c:
+def attacker_key(stack: Stack) -> tuple[str, str]:
+    """(id, raw) of a key of another tenant than the dev key's."""
+    return asyncio.run(_new_key(stack, f"attacker-{uuid.uuid4().hex[:6]}"))
+
+
+@pytest.fixture(scope="module")
+def attacker(stack: Stack, attacker_key: tuple[str, str]) -> Iterator[httpx.Client]:
+    """A client with the attacker's key."""
+    headers = {"Authorization": f"Bearer {attacker_key[1]}"}
+    with httpx.Client(base_url=stack.url, timeout=120, headers=headers) as c:
         yield c
 
 
