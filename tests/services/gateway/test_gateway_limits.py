@@ -112,3 +112,33 @@ async def test_limiter_compare_and_set_under_contention(nats_server: NatsServer)
     assert {r.limit for r in results if r is not None} == {"requests_per_minute"}
     await bus_a.drain()
     await bus_b.drain()
+
+
+async def test_one_gateways_admissions_of_a_tenant_share_writes(nats_server: NatsServer) -> None:
+    """Hundreds of streams of one tenant arriving at once: each is decided (none waits out the limiter's
+    timeout and is let through unchecked), exactly the tier's concurrency is leased, and the gateway's
+    writes are grouped (far fewer compare-and-sets than requests)."""
+    from tests.services.gateway.harness import connect
+
+    bus = await connect(nats_server, "lg")
+    limiter = await Limiter.open(bus, f"lim_{uuid.uuid4().hex[:8]}")
+    writes = 0
+    put_if = limiter.kv.put_if
+
+    async def counted(key: str, value: bytes, revision: int) -> bool:
+        nonlocal writes
+        writes += 1
+        return await put_if(key, value, revision)
+
+    limiter.kv.put_if = counted  # type: ignore[method-assign]
+    limits = tiny_tiers()["free"].model_copy(
+        update={"requests_per_minute": 10_000, "tokens_per_minute": 1e9, "concurrent_streams": 300}
+    )
+    results = await asyncio.gather(*(limiter.admit("busy", f"r{i}", limits, lease_s=60) for i in range(400)))
+    assert sum(r is None for r in results) == 300
+    assert {r.limit for r in results if r is not None} == {"concurrent_streams"}
+    assert writes < 40
+    await asyncio.gather(*(limiter.settle("busy", f"r{i}", 10, limits) for i in range(300)))
+    again = await limiter.admit("busy", "after", limits, lease_s=60)
+    assert again is None  # the settled leases were returned
+    await bus.drain()
