@@ -55,8 +55,29 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu_s(pid: int, prefix: str) -> float:
+    """CPU seconds of a process's threads whose kernel name starts with `prefix` (the model passes run on
+    a thread named `classifier`, libs/embeddings/batcher.py)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith(prefix):
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / TICK
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total
+
+
+# The MiniLM passes: a model beside the model, reported apart (`<service>/classifier`, part of the service's total).
+CLASSIFIED = ("safety_in", "safety_out", "tools")
+
+
 def snapshot(pids: dict[str, int]) -> dict[str, float]:
     out = {name: cpu_s(pid) for name, pid in pids.items()}
+    for name, pid in pids.items():
+        if name.split("-")[0] in CLASSIFIED:
+            out[f"{name}/classifier"] = thread_cpu_s(pid, "classifier")
     out["load generator"] = time.process_time()
     return out
 
@@ -212,20 +233,31 @@ def render(engine: str, args: argparse.Namespace, s: dict[str, Any], ready_s: fl
         "Highest rate relayed with the client's ITL p50 within 10 % of the engine's TPOT: "
         + (f"**{best['tok_s']:.0f} tok/s** ({best['level']} streams)." if best else "none of the levels."),
         "",
-        f"CPU µs per received token, every process, at {long}-token answers:",
+        f"CPU µs per received token, every process, at {long}-token answers (`x/classifier`: the MiniLM passes "
+        "on x's classifier thread, part of x's figure):",
         "",
         "| process | " + " | ".join(f"{level} streams" for level in lv) + " |",
         "|---|" + "---|" * len(lv),
     ]
     seen = set().union(*(v["per_token_us"] for v in lv.values()))
-    names = [*SERVICES, *sorted(n for n in seen if n not in SERVICES and n != "load generator"), "load generator"]
+    extra = sorted(n for n in seen if n not in SERVICES and n != "load generator")
+    names = [*SERVICES, *extra, "load generator"]
     for name in names:
         cells = [f"{v['per_token_us'].get(name, 0):.0f}" for v in lv.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    outside = [n for n in names if n not in ("inference", "load generator")]
+    outside = [n for n in names if n not in ("inference", "load generator") and "/" not in n]
+    models = [n for n in names if n.endswith("/classifier")]
     lines.append(
         "| **all but inference and the load generator** | "
         + " | ".join(f"**{sum(v['per_token_us'].get(n, 0) for n in outside):.0f}**" for v in lv.values())
+        + " |"
+    )
+    lines.append(
+        "| **the same, less the classifier passes** | "
+        + " | ".join(
+            f"**{sum(v['per_token_us'].get(n, 0) for n in outside) - sum(v['per_token_us'].get(n, 0) for n in models):.0f}**"
+            for v in lv.values()
+        )
         + " |"
     )
     top = max(lv)

@@ -16,6 +16,8 @@ input safety 35 s and everyone else's timed out).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 R = TypeVar("R")
+PR_SET_NAME = 15  # prctl(2)
 
 
 @dataclass
@@ -137,10 +140,14 @@ def background_pool(name: str, *, nice: int, threads: int) -> ThreadPoolExecutor
 
     One thread, not the event loop's default pool: six concurrent MiniLM passes on two cores took the
     engine's core from it (at 32 streams its step time rose by half)."""
-    return ThreadPoolExecutor(1, name, initializer=_prepare_worker, initargs=(nice, threads))
+    return ThreadPoolExecutor(1, name, initializer=_prepare_worker, initargs=(name, nice, threads))
 
 
-def _prepare_worker(nice: int, threads: int) -> None:
+def _prepare_worker(name: str, nice: int, threads: int) -> None:
+    # Named for the kernel too (top -H, /proc/<pid>/task/*/comm): the model's CPU is told apart from the
+    # event loop's (bench/stage_bench.py reports it so).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
     if nice:
         os.nice(nice)
     if threads:
