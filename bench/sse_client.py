@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from bench.pipeline_client import request_body
+
 # A content delta with text in it (the opening `"content":""` frame carries none).
 _DELTA = re.compile(rb'"delta":\{"content":"[^"]')
 _COMPLETION = re.compile(rb'"completion_tokens":(\d+)')
@@ -124,17 +126,7 @@ class Connection:
 
 
 def chat_body(model: str, text: str, tokens: int) -> bytes:
-    return json.dumps(
-        {
-            "model": model,
-            "messages": [{"role": "user", "content": text}],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": 0,
-            "max_tokens": tokens,
-            "ignore_eos": True,
-        }
-    ).encode()
+    return json.dumps(request_body(model, text, tokens)).encode()
 
 
 async def drive(

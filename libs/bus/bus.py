@@ -187,21 +187,7 @@ class Bus:
         """A per-request subscription: not tracked for drain and no span per message (one stream's
         deltas would bury the trace); undecodable messages are logged and skipped. Returns the
         subscription; end it with `await sub.unsubscribe()`."""
-
-        joiner = Joiner()
-
-        async def on_msg(msg: Msg) -> None:
-            try:
-                data = joiner.add(msg.data, msg.headers)
-                if data is None:
-                    return
-                item = model.model_validate_json(data)
-            except ValueError:  # pydantic's ValidationError is one
-                log.warning("undecodable message", subject=msg.subject)
-                return
-            await handler(item)
-
-        return await self.nc.subscribe(subject, cb=on_msg)
+        return await self.watch_frames(subject, model.model_validate_json, handler)
 
     async def watch_frames(
         self, subject: str, decode: Callable[[bytes], F], handler: Callable[[F], Awaitable[None]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
@@ -31,7 +32,7 @@ from libs.engine.types import (
     StreamChunk,
     TokenLogprobs,
     Usage,
-    take_ready,
+    relay,
 )
 from libs.engine.weights import load_weights
 from libs.tokenizer import Tokenizer, default_model_path, load_tokenizer
@@ -230,16 +231,9 @@ class NativeEngine:
             )
             return
         self._wake.set()
-        finished = False
-        try:
-            while not finished:
-                chunk = take_ready(stream.queue, await stream.queue.get())
-                finished = chunk.finished
+        async with contextlib.aclosing(relay(stream.queue, lambda: self.cancel(request_id))) as chunks:
+            async for chunk in chunks:
                 yield chunk
-        finally:
-            if not finished:
-                # The consumer went away: stop spending steps on it.
-                self.cancel(request_id)
 
     def _matcher(self, c: Constraint) -> Any:
         """A grammar matcher for one request; xgrammar loads with the first constrained request."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator
@@ -34,7 +35,7 @@ from libs.engine.types import (
     StreamChunk,
     TokenLogprobs,
     Usage,
-    take_ready,
+    relay,
 )
 from libs.tokenizer import load_tokenizer
 from libs.tokenizer.paths import default_model_path
@@ -135,15 +136,9 @@ class SimEngine:
         )
         self._waiting.append(seq)
         self._wake.set()
-        finished = False
-        try:
-            while not finished:
-                chunk = take_ready(seq.queue, await seq.queue.get())
-                finished = chunk.finished
+        async with contextlib.aclosing(relay(seq.queue, lambda: self.cancel(request_id))) as chunks:
+            async for chunk in chunks:
                 yield chunk
-        finally:
-            if not finished:
-                self.cancel(request_id)
 
     def cancel(self, request_id: str) -> None:
         self._cancelled.add(request_id)

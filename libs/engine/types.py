@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -109,6 +109,20 @@ def take_ready(queue: asyncio.Queue[StreamChunk], chunk: StreamChunk) -> StreamC
     while not chunk.finished and not queue.empty():
         chunk = chunk.then(queue.get_nowait())
     return chunk
+
+
+async def relay(queue: asyncio.Queue[StreamChunk], cancel: Callable[[], None]) -> AsyncIterator[StreamChunk]:
+    """A request's chunks from its engine queue, up to the finished one, each with whatever else was
+    already waiting (`take_ready`); a consumer that leaves early cancels the request (no steps for nobody)."""
+    finished = False
+    try:
+        while not finished:
+            chunk = take_ready(queue, await queue.get())
+            finished = chunk.finished
+            yield chunk
+    finally:
+        if not finished:
+            cancel()
 
 
 @dataclass
