@@ -130,14 +130,23 @@ async def drive_level(
     return out
 
 
+# The services whose consumer span opens a stage, in pipeline order (bench/pipeline_stages.py reads them).
+CONSUMERS = ("context", "safety_in", "router", "tools", "inference")
+
+
 def _complete(rec: dict[str, Any]) -> bool:
     """The logger writes asynchronously: the record is read once the engine's figures and the spans
-    of the gateway and the inference call are in."""
+    of the gateway, every stage and the inference call are in (each service exports its spans in its
+    own batches, so they land at different moments)."""
     record, spans = rec.get("record") or {}, rec.get("spans") or []
     usage = record.get("usage") or {}
     server = any(sp.get("service") == "gateway" and sp.get("kind") == "server" for sp in spans)
     first = any(e.get("name") == "gen_ai.first_token" for sp in spans for e in sp.get("events") or [])
-    return usage.get("ttft_ms") is not None and server and first
+    stages = all(
+        any(sp.get("service") == name and str(sp.get("name", "")).startswith("process ") for sp in spans)
+        for name in CONSUMERS
+    )
+    return usage.get("ttft_ms") is not None and server and first and stages
 
 
 async def fetch_record(client: httpx.AsyncClient, admin_key: str, s: Sample, timeout_s: float = 30.0) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from bench.pipeline_client import Sample
+from bench.pipeline_client import CONSUMERS, Sample
 
 STAGES = (
     "gateway",
@@ -30,8 +30,6 @@ STAGES = (
     "safety_out release",
     "relay",
 )
-# The services whose consumer span opens a stage, in pipeline order.
-CONSUMERS = ("context", "safety_in", "router", "tools", "inference")
 
 
 def _span(spans: list[dict[str, Any]], service: str, pred: Any) -> dict[str, Any] | None:
