@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -111,7 +111,7 @@ def take_ready(queue: asyncio.Queue[StreamChunk], chunk: StreamChunk) -> StreamC
     return chunk
 
 
-async def relay(queue: asyncio.Queue[StreamChunk], cancel: Callable[[], None]) -> AsyncIterator[StreamChunk]:
+async def relay(queue: asyncio.Queue[StreamChunk], cancel: Callable[[], None]) -> AsyncGenerator[StreamChunk, None]:
     """A request's chunks from its engine queue, up to the finished one, each with whatever else was
     already waiting (`take_ready`); a consumer that leaves early cancels the request (no steps for nobody)."""
     finished = False
