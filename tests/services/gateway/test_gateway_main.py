@@ -51,13 +51,16 @@ async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, 
             r = await c.get("/v1/admin/requests/x", headers={"Authorization": "Bearer dev-key-for-tests"})
             assert r.status_code == 403
             # Other test modules' gateways may share this nats-server's queue group: ask until the process answers.
+            # The process subscribes to health just after its HTTP server is up: the first answers may
+            # all come from the others, so ask again for a while (up to ~10 s).
             replicas = set()
-            for _ in range(30):
+            for _ in range(100):
                 reply = await bus.request(subjects.health("gateway"), HealthRequest(), HealthReply, timeout=5)
                 assert reply.stage == "gateway"
                 replicas.add(reply.replica)
                 if replicas - {"r0"}:
                     break
+                await asyncio.sleep(0.1)
             assert replicas - {"r0"}, "the gateway process never answered its health subject"
             assert (tmp_path / "gateway.db").exists()
 
