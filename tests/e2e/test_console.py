@@ -73,6 +73,9 @@ def test_console_pages(page: Page, client: httpx.Client, stack: Stack) -> None:
     p.select_option("#filters select[name=status]", "error")
     p.click("#filters button[type=submit]")
     p.wait_for_function("() => location.hash.includes('status=error') && document.body.dataset.ready")
+    # `ready` still holds the list's route from before the filter: wait for the filtered list itself
+    # (a filter that kept the row fails here, after the page's timeout).
+    p.wait_for_function("rid => !document.querySelector(`tr.req-row[data-rid='${rid}']`)", arg=rid)
     assert p.locator(f"tr.req-row[data-rid='{rid}']").count() == 0
 
     # One request: prompt, stages, tools, output and a waterfall with bars from all eight services.
