@@ -211,16 +211,13 @@ class Bus:
         return await self.nc.subscribe(subject, cb=on_msg)
 
     @contextlib.contextmanager
-    def bound(self, ctx: MsgContext, trace_context: otel_context.Context | None = None) -> Iterator[None]:
-        """Handle a headerless frame as part of its request: what this process sends meanwhile carries
-        the request's rid, tenant, deadline (and trace, when given), as if the frame had brought them."""
+    def bound(self, ctx: MsgContext) -> Iterator[None]:
+        """Send as part of the request `ctx` names: what this process sends meanwhile (and any task or
+        subscription made meanwhile, which copies the context) carries its rid, tenant and deadline."""
         token = _current.set(ctx)
-        otel_token = otel_context.attach(trace_context) if trace_context is not None else None
         try:
             yield
         finally:
-            if otel_token is not None:
-                otel_context.detach(otel_token)
             _current.reset(token)
 
     async def flush(self) -> None:

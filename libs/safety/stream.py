@@ -156,10 +156,6 @@ class StreamGuard:
             return sentence.text
         return f"{self.question[-room:]}\n{sentence.text}"
 
-    def final_check(self) -> list[Verdict]:
-        """Judge the whole answer (original text) for the record; worst verdict first."""
-        return _soften_refusal(self.full_text, self.guard.check(self.full_text, source="model"))
-
     def record_verdicts(self) -> list[Verdict]:
         """The whole answer's verdicts for the record, with no second classifier pass: the rules over the
         whole text (exact and cheap) and what the classifier said of its sentences as they were judged

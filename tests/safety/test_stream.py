@@ -82,11 +82,11 @@ def test_blocked_category_stops_the_stream() -> None:
     assert g.finish().text == ""
 
 
-def test_final_check_uses_whole_answer() -> None:
+def test_record_verdicts_use_the_whole_answer() -> None:
     g = StreamGuard(guard=InputGuard(use_embeddings=False))
     g.feed("I want to kill myself, ")
     g.feed("he wrote.")
-    assert g.final_check() and g.final_check()[0].category == "S11"
+    assert g.record_verdicts() and g.record_verdicts()[0].category == "S11"
 
 
 def test_record_verdicts_join_the_whole_answers_rules_and_its_sentences_verdicts() -> None:
