@@ -1,69 +1,15 @@
-"""Byte-level BPE tokenizer and chat template, built only from a GGUF file's metadata."""
+"""Tokenizer (byte-level BPE or SentencePiece) and chat template, built only from a GGUF file's metadata."""
 
 from __future__ import annotations
 
 import os
 import threading
 from datetime import datetime
-from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
-from tokenizers import Tokenizer as HFTokenizer
 
+from libs.tokenizer.backends import CONTROL, build_backend
 from libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
-
-_CONTROL = 3
-_USER_DEFINED = 4
-
-# llama.cpp's pre-tokenizer regexes, by `tokenizer.ggml.pre`. Unlisted names fall back to GPT-2's.
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_SPLITS = {
-    "llama-bpe": _LLAMA3_SPLIT,
-    "llama3": _LLAMA3_SPLIT,
-    "smaug-bpe": _LLAMA3_SPLIT,
-    "qwen2": _QWEN2_SPLIT,
-}
-# Vocabularies trained with every digit as its own pre-token (SmolLM's HF tokenizer does this).
-_INDIVIDUAL_DIGITS = {"smollm"}
-
-
-def _build_backend(meta: TokenizerMeta) -> HFTokenizer:
-    if meta.model != "gpt2":
-        raise ValueError(f"only byte-level BPE (gpt2) GGUF tokenizers are supported, got {meta.model!r}")
-    vocab = {tok: i for i, tok in enumerate(meta.tokens)}
-    merges = [tuple(m.split(" ", 1)) for m in meta.merges]
-    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False)  # type: ignore[arg-type]
-    tk = HFTokenizer(bpe)
-    pre: list[Any] = []
-    if meta.pre in _INDIVIDUAL_DIGITS:
-        pre.append(pre_tokenizers.Digits(individual_digits=True))
-    pre.append(pre_tokenizers.Split(Regex(_SPLITS.get(meta.pre or "", _GPT2_SPLIT)), behavior="isolated"))
-    pre.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
-    tk.pre_tokenizer = pre_tokenizers.Sequence(pre)
-    tk.decoder = decoders.ByteLevel()
-    specials = [
-        AddedToken(t, special=True, normalized=False)
-        for t, ty in zip(meta.tokens, meta.token_types, strict=False)
-        if ty == _CONTROL
-    ]
-    user = [
-        AddedToken(t, special=False, normalized=False)
-        for t, ty in zip(meta.tokens, meta.token_types, strict=False)
-        if ty == _USER_DEFINED
-    ]
-    tk.add_special_tokens(specials)
-    if user:
-        tk.add_tokens(user)
-    return tk
 
 
 def _raise(msg: str) -> None:
@@ -75,7 +21,10 @@ class Tokenizer:
 
     def __init__(self, meta: TokenizerMeta) -> None:
         self._meta = meta
-        self._backend = _build_backend(meta)
+        self._backend = build_backend(meta)
+        # "bpe": byte-level BPE (tokens spelled in GPT-2's byte alphabet); "spm": SentencePiece
+        # (U+2581 for spaces, <0xXX> byte tokens).
+        self.vocab_type = "bpe" if meta.model == "gpt2" else "spm"
         self.vocab_size = len(meta.tokens)
         self.model_name = meta.model_name
         self.context_length = meta.context_length
@@ -95,7 +44,7 @@ class Tokenizer:
             if tid is not None and meta.chat_template and marker in meta.chat_template:
                 eos.add(tid)
         self.eos_token_ids: set[int] = eos
-        self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == _CONTROL}
+        self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == CONTROL}
         self._template = None
         if meta.chat_template:
             env = ImmutableSandboxedEnvironment(
@@ -106,9 +55,11 @@ class Tokenizer:
             self._template = env.from_string(meta.chat_template)
         self._lock = threading.Lock()
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        """Token ids of `text`, special tokens written in it parsed as tokens (llama.cpp's
+        parse_special); BOS first where the file says so, or where `add_bos` asks."""
         ids: list[int] = self._backend.encode(text, add_special_tokens=False).ids
-        if self.add_bos and self.bos_token_id is not None:
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_token_id is not None:
             ids = [int(self.bos_token_id), *ids]
         return ids
 
