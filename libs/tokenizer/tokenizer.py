@@ -31,6 +31,7 @@ class Tokenizer:
         self.bos_token_id = meta.bos_token_id
         self.eos_token_id = meta.eos_token_id
         self.add_bos = meta.add_bos
+        self.add_space_prefix = meta.add_space_prefix
         self.bos_token = meta.tokens[meta.bos_token_id] if meta.bos_token_id is not None else ""
         self.eos_token = meta.tokens[meta.eos_token_id] if meta.eos_token_id is not None else ""
         eos: set[int] = set()
