@@ -12,7 +12,7 @@ from typing import Any
 from gguf import GGUFReader
 
 log = logging.getLogger(__name__)
-_CACHE_VERSION = 2
+_CACHE_VERSION = 3
 
 
 @dataclass
@@ -33,6 +33,7 @@ class TokenizerMeta:
     scores: list[float] = field(default_factory=list)
     unk_token_id: int | None = None
     add_space_prefix: bool = False
+    architecture: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -74,6 +75,7 @@ def read_tokenizer_meta(path: str) -> TokenizerMeta:
         scores=[float(x) for x in _field(reader, "tokenizer.ggml.scores", [])] if spm else [],
         unk_token_id=_field(reader, "tokenizer.ggml.unknown_token_id"),
         add_space_prefix=bool(_field(reader, "tokenizer.ggml.add_space_prefix", spm)),
+        architecture=str(arch),
     )
 
 

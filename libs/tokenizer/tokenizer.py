@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime
-
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from libs.tokenizer.backends import CONTROL, build_backend
 from libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
-
-
-def _raise(msg: str) -> None:
-    raise ValueError(msg)
+from libs.tokenizer.template import model_template, render_prompt
 
 
 class Tokenizer:
@@ -34,26 +30,24 @@ class Tokenizer:
         self.add_space_prefix = meta.add_space_prefix
         self.bos_token = meta.tokens[meta.bos_token_id] if meta.bos_token_id is not None else ""
         self.eos_token = meta.tokens[meta.eos_token_id] if meta.eos_token_id is not None else ""
+        # The file's chat template, or the named fallback for its architecture (template.py).
+        self.template = model_template(
+            meta.chat_template, meta.architecture, self.bos_token, self.eos_token, tokenizer_adds_bos=meta.add_bos
+        )
+        # Only a file's own template makes a chat model; a fallback is a best effort for base models.
+        self.has_chat_template = self.template.from_file
         eos: set[int] = set()
         if meta.eos_token_id is not None:
             eos.add(int(meta.eos_token_id))
         if "eot_token_id" in meta.extra:
             eos.add(int(meta.extra["eot_token_id"]))
         # Chat models end a turn with their template's end marker; treat it as EOS too.
-        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
             tid = self._backend.token_to_id(marker)
-            if tid is not None and meta.chat_template and marker in meta.chat_template:
+            if tid is not None and marker in self.template.source:
                 eos.add(tid)
         self.eos_token_ids: set[int] = eos
         self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == CONTROL}
-        self._template = None
-        if meta.chat_template:
-            env = ImmutableSandboxedEnvironment(
-                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-            )
-            env.globals["raise_exception"] = _raise
-            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-            self._template = env.from_string(meta.chat_template)
         self._lock = threading.Lock()
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
@@ -76,17 +70,14 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        if self._template is None:
-            # No template in the file: a plain transcript still gives the model something usable.
-            body = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-            return body + ("assistant: " if add_generation_prompt else "")
-        return self._template.render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-        )
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """`render_prompt` with this model's template."""
+        return render_prompt(self.template, messages, tools, add_generation_prompt)
 
 
 _CACHE: dict[str, Tokenizer] = {}
