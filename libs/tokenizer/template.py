@@ -24,7 +24,9 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import Template, meta
+from jinja2 import Template, meta, nodes
+from jinja2.ext import Extension
+from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Named fallbacks for files without a template. "chatml": SmolLM2's / Qwen's turn format.
@@ -162,8 +164,27 @@ def _tojson(value: Any, indent: int | None = None, separators: Any = None, sort_
     return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+class _Generation(Extension):
+    """`{% generation %}...{% endgeneration %}`: HF templates mark the assistant's tokens with it (for
+    training masks); rendering a prompt it is a plain block."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Parser) -> nodes.CallBlock:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        block = nodes.CallBlock(self.call_method("_block"), [], [], body)
+        block.set_lineno(lineno)
+        return block
+
+    def _block(self, caller: Any) -> str:
+        return str(caller())
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
