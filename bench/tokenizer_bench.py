@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.metadata
+import importlib.util
 import os
 import sys
 import time
@@ -66,7 +67,9 @@ def bench(key: str, texts: list[str], rounds: int) -> list[str]:
         # HF's BPE caches each word's tokens; every round starts cold, as llama.cpp (no cache) does.
         r_ours, n = best_rate(run_ours, rounds, ours._backend.model._clear_cache)
         r_llama, _ = best_rate(run_llama, rounds)
-        rows.append(f"| {key} ({ours.vocab_type}) | {shape} | {n} | {r_ours:,.0f} | {r_llama:,.0f} | {r_ours / r_llama:.2f}x |")
+        rows.append(
+            f"| {key} ({ours.vocab_type}) | {shape} | {n} | {r_ours:,.0f} | {r_llama:,.0f} | {r_ours / r_llama:.2f}x |"
+        )
     return rows
 
 
@@ -76,6 +79,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("tokenizer bench skipped: llama_cpp (its baseline) is not installed")
+        return
     texts = load_corpus()
     rows = []
     for key in BASES:
