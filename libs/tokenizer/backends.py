@@ -16,12 +16,16 @@ partition): those become added tokens matched on the raw text.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from libs.tokenizer.gguf_meta import TokenizerMeta
+
+log = logging.getLogger(__name__)
 
 CONTROL = 3
 USER_DEFINED = 4
@@ -145,6 +149,30 @@ def spm_backend(meta: TokenizerMeta) -> HFTokenizer:
         dec.append(decoders.Strip(" ", 1, 0))
     tk.decoder = decoders.Sequence(dec)
     return _with_added(tk, meta)
+
+
+# Bump when a pipeline built here changes, so cached ones (load_backend) are rebuilt.
+BACKEND_VERSION = 1
+
+
+def load_backend(meta: TokenizerMeta, cache: str | None) -> HFTokenizer:
+    """build_backend, kept as the pipeline's JSON at `cache`: a SentencePiece vocabulary's merges
+    (half a million for Gemma) take seconds to derive, loading them back about one."""
+    if cache:
+        try:
+            return HFTokenizer.from_file(cache)
+        except Exception:  # missing or unreadable: rebuild (tokenizers raises its own exception types)
+            pass
+    tk = build_backend(meta)
+    if cache:
+        try:
+            os.makedirs(os.path.dirname(cache) or ".", exist_ok=True)
+            tmp = f"{cache}.{os.getpid()}.tmp"
+            tk.save(tmp, pretty=False)
+            os.replace(tmp, cache)
+        except OSError:
+            log.warning("cannot write tokenizer cache %s", cache, exc_info=True)
+    return tk
 
 
 def build_backend(meta: TokenizerMeta) -> HFTokenizer:

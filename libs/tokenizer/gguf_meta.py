@@ -79,6 +79,11 @@ def read_tokenizer_meta(path: str) -> TokenizerMeta:
     )
 
 
+def cache_file(path: str, cache_dir: str, suffix: str = "") -> str:
+    """Where something parsed from `path` is kept: keyed by the file's path, size and mtime."""
+    return _cache_file(path, cache_dir).removesuffix(".json") + suffix + ".json"
+
+
 def _cache_file(path: str, cache_dir: str) -> str:
     st = os.stat(path)
     key = hashlib.sha1(f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:20]

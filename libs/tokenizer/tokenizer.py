@@ -7,17 +7,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from libs.tokenizer.backends import CONTROL, build_backend
-from libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
+from tokenizers import Tokenizer as HFTokenizer
+
+from libs.tokenizer.backends import BACKEND_VERSION, CONTROL, build_backend, load_backend
+from libs.tokenizer.gguf_meta import TokenizerMeta, cache_file, load_tokenizer_meta
 from libs.tokenizer.template import model_template, render_prompt
 
 
 class Tokenizer:
     """Encode/decode and chat-template rendering for one GGUF model."""
 
-    def __init__(self, meta: TokenizerMeta) -> None:
+    def __init__(self, meta: TokenizerMeta, backend: HFTokenizer | None = None) -> None:
         self._meta = meta
-        self._backend = build_backend(meta)
+        self._backend = backend or build_backend(meta)
         # "bpe": byte-level BPE (tokens spelled in GPT-2's byte alphabet); "spm": SentencePiece
         # (U+2581 for spaces, <0xXX> byte tokens).
         self.vocab_type = "bpe" if meta.model == "gpt2" else "spm"
@@ -89,7 +91,7 @@ DEFAULT_CACHE_DIR = os.path.join("var", "cache", "tokenizer")
 
 def load_tokenizer(gguf_path: str | None = None, cache_dir: str | None = None) -> Tokenizer:
     """The tokenizer of a GGUF file (default: the bundled SmolLM2), built once per path. Its parsed
-    metadata is kept under `cache_dir` (None: var/cache/tokenizer; "": not kept)."""
+    metadata and built pipeline are kept under `cache_dir` (None: var/cache/tokenizer; "": not kept)."""
     if gguf_path is None:
         from libs.tokenizer.paths import default_model_path
 
@@ -98,6 +100,8 @@ def load_tokenizer(gguf_path: str | None = None, cache_dir: str | None = None) -
         tok = _CACHE.get(gguf_path)
         if tok is None:
             cache = DEFAULT_CACHE_DIR if cache_dir is None else cache_dir
-            tok = Tokenizer(load_tokenizer_meta(gguf_path, cache or None))
+            meta = load_tokenizer_meta(gguf_path, cache or None)
+            backend_file = cache_file(gguf_path, cache, f"-hf{BACKEND_VERSION}") if cache else None
+            tok = Tokenizer(meta, load_backend(meta, backend_file))
             _CACHE[gguf_path] = tok
         return tok

@@ -122,3 +122,20 @@ def test_gemma_specifics():
         "<0x80>",
     ]
     assert tok.decode(tok.encode("a\U000f0000b", add_bos=False)) == "a\U000f0000b"
+
+
+@pytest.mark.parametrize("key", REAL)
+def test_the_cached_pipeline_tokenizes_as_the_built_one(key, corpus, tmp_path: Path):
+    """load_tokenizer keeps the built pipeline on disk; the copy read back is the same tokenizer."""
+    from libs.tokenizer.backends import load_backend
+
+    meta = case_meta(key)
+    cache = str(tmp_path / "pipeline.json")
+    written = load_backend(meta, cache)  # builds and writes
+    read = Tokenizer(meta, load_backend(meta, cache))  # reads back
+    assert Path(cache).exists()
+    built = tokenizer(key)
+    for text in corpus:
+        ids = built.encode(text)
+        assert read.encode(text) == ids == Tokenizer(meta, written).encode(text), text
+        assert read.decode(ids) == built.decode(ids)
