@@ -138,6 +138,7 @@ async def record(
     status = "error" if error is not None else "complete"
     inputs = [ChatMessage(role="user", content=t) for t in texts]
     part = EmbeddingsPart(
+        api="embeddings",  # set, so it is recorded (a part dumps only the fields set)
         request=LoggedRequest(model=EMBEDDING_MODEL, user=key.user, messages=inputs),
         client_status=status,
         key_id=key.id,
