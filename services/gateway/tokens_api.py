@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from pydantic import Field
+from pydantic_core import PydanticSerializationError
 
 from libs.store.keys import ApiKey
 from schemas import ChatMessage, DetokenizeQuery, DetokenizeReply, ErrorCode, TokenizeQuery, TokenizeReply, subjects
@@ -61,9 +62,12 @@ class CountTokensRequest(Strict):
 
 async def tokenize_on_bus(gw: Gateway, request: Request, key: ApiKey, query: TokenizeQuery) -> TokenizeReply:
     async with limited(gw, key, request_id(request)):
-        return await gw.bus.request(
-            subjects.TOKENIZE, query, TokenizeReply, timeout=gw.settings.request_timeout_s, tenant=key.tenant
-        )
+        try:
+            return await gw.bus.request(
+                subjects.TOKENIZE, query, TokenizeReply, timeout=gw.settings.request_timeout_s, tenant=key.tenant
+            )
+        except PydanticSerializationError as e:  # JSON carries lone surrogates ("\ud800"); UTF-8 cannot
+            raise ApiError(ErrorCode.bad_request, "the request holds text that is not valid Unicode") from e
 
 
 def chat_query(
