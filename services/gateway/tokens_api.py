@@ -79,6 +79,16 @@ def chat_query(
     return TokenizeQuery(tenant=key.tenant, user=key.user, model=model, text=text, messages=earlier, system=system)
 
 
+def check_prompt(gw: Gateway, prompt: str) -> None:
+    """Any text is a prompt here, blank or empty included, within the request's input budget."""
+    if len(prompt) > gw.settings.max_input_chars:
+        raise ApiError(ErrorCode.payload_too_large, f"prompt is over {gw.settings.max_input_chars} characters")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(ErrorCode.bad_request, "prompt is not valid Unicode (lone surrogate)") from e
+
+
 @router.post("/tokenize")
 async def tokenize(
     request: Request, gw: Gw, key: Principal, body: Annotated[TokenizeRequest, json_body(TokenizeRequest)]
@@ -90,8 +100,7 @@ async def tokenize(
     if body.prompt is not None:
         if body.tools:
             raise ApiError(ErrorCode.bad_request, "tools go with messages, not with a prompt")
-        if body.prompt:
-            check_text(gw.settings, body.prompt, "prompt")
+        check_prompt(gw, body.prompt)
         query = TokenizeQuery(tenant=key.tenant, user=key.user, model=model, prompt=body.prompt)
     else:
         assert body.messages is not None

@@ -105,8 +105,14 @@ async def test_tokenize_splits_messages_as_the_chat_route_does(gw: Gateway, stag
             r = await post(c, "/tokenize", bad)
             assert r.status_code == 400, (bad, r.text)
         assert len(stages.tokenize) == asked
+        r = await post(c, "/tokenize", {"prompt": "  "})  # blank is a prompt too (of whitespace tokens)
+        assert r.status_code == 200 and stages.tokenize[-1].prompt == "  "
+        r = await post(c, "/tokenize", {"prompt": "x" * (gw.settings.max_input_chars + 1)})
+        assert r.status_code == 413
+        asked = len(stages.tokenize)
         r = await post(c, "/tokenize", lone)  # a lone surrogate in an earlier message
         assert r.status_code == 400 and "Unicode" in r.json()["error"]["message"]
+        assert len(stages.tokenize) == asked
         r = await c.post(
             "/v1/messages/count_tokens", json={"model": "nope", "messages": [{"role": "user", "content": "x"}]}
         )
