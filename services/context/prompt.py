@@ -172,10 +172,16 @@ class PromptRenderer:
         dicts = with_tool_section(self.template.template, [m.model_dump() for m in out], parts.tools)
         return [ChatMessage(role=m["role"], content=m["content"]) for m in dicts]
 
-    def render_messages(self, messages: list[ChatMessage], tools: list[dict[str, Any]] | None = None) -> str:
+    def render_messages(
+        self,
+        messages: list[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         """`messages` from `messages()`; `tools` reach the template only where it renders them."""
         tpl = self.template.template
-        return render_prompt(tpl, [m.model_dump() for m in messages], tools if tpl.renders_tools else None)
+        msgs = [m.model_dump() for m in messages]
+        return render_prompt(tpl, msgs, tools if tpl.renders_tools else None, add_generation_prompt)
 
     def render(self, parts: PromptParts, max_tokens: int) -> Rendered:
         """Render within `budget` (prompt + max_tokens); raises PromptTooLong when even no history is too long."""
@@ -184,7 +190,7 @@ class PromptRenderer:
         def attempt(cut: int) -> tuple[list[ChatMessage], str, int]:
             if cut not in cache:
                 msgs = self.messages(parts, cut)
-                text = self.render_messages(msgs, parts.tools)
+                text = self.render_messages(msgs, tools=parts.tools)
                 cache[cut] = (msgs, text, self.template.count(text))
             return cache[cut]
 
