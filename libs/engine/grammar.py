@@ -103,12 +103,18 @@ def build_grammar(c: Constraint) -> xgr.Grammar:
 
 
 def tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
-    """Byte-level BPE vocabulary as the GGUF lists it; control tokens are empty, so no grammar ever
-    admits them as text (xgrammar's rule for special tokens)."""
+    """The vocabulary as the GGUF lists it (byte-level BPE, or SentencePiece with U+2581 and <0xXX>
+    byte tokens); control tokens are empty, so no grammar ever admits them as text (xgrammar's rule
+    for special tokens)."""
     special = tokenizer.special_ids
     vocab = ["" if i in special else (tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)]
+    kind = xgr.VocabType.BYTE_FALLBACK if tokenizer.vocab_type == "spm" else xgr.VocabType.BYTE_LEVEL
     return xgr.TokenizerInfo(
-        vocab, xgr.VocabType.BYTE_LEVEL, vocab_size=vocab_size, stop_token_ids=sorted(tokenizer.eos_token_ids)
+        vocab,
+        kind,
+        vocab_size=vocab_size,
+        stop_token_ids=sorted(tokenizer.eos_token_ids),
+        add_prefix_space=tokenizer.add_space_prefix,
     )
 
 

@@ -102,7 +102,7 @@ class Context:
         """The prompt `assemble` would render for `work`, untrimmed (for counting its tokens)."""
         parts, _ = await self._parts(work)
         messages = self.renderer.messages(parts)
-        return await asyncio.to_thread(self.renderer.render_messages, messages, add_generation_prompt)
+        return await asyncio.to_thread(self.renderer.render_messages, messages, add_generation_prompt, parts.tools)
 
     async def assemble(self, work: Work) -> Forward:
         parts, safety = await self._parts(work)

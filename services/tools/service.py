@@ -131,7 +131,10 @@ class ToolsStage:
         if work.prompt_messages:
             work.prompt_messages = with_tool_results(work.prompt_messages, work.tool_prompt)
             msgs = [m.model_dump() for m in work.prompt_messages]
-            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+            # As context rendered them: a template that lays tools out itself gets them again (for
+            # any other, our tool section is already in the system message).
+            tools = work.client_tools if work.tool_choice != "none" and self.tokenizer.template.renders_tools else None
+            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tools=tools)
             work.prompt_tokens = self.tokenizer.count(work.prompt)
         part = ToolsPart(
             tools=work.tools,
