@@ -24,7 +24,7 @@ Tier = Literal["free", "pro"]
 assert set(TIERS) == {"free", "pro"}, "Tier must list the store's tiers"
 
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
-Budget = Annotated[int | None, Field(ge=1, le=10**15)]
+Budget = Annotated[int, Field(ge=1, le=10**15)] | None
 
 
 def parse_time_ms(raw: Any) -> int | None:
@@ -54,7 +54,8 @@ def iso(ms: int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-TimeMs = Annotated[int | None, BeforeValidator(parse_time_ms), Field(ge=0, le=253402300799999)]
+# Up to the end of year 9999, which is what ISO 8601 can write back.
+TimeMs = Annotated[Annotated[int, Field(ge=0, le=253402300799999)] | None, BeforeValidator(parse_time_ms)]
 
 
 def _models(v: list[str] | None) -> list[str] | None:
@@ -100,8 +101,6 @@ class NewKey(KeyPolicy):
 class KeyUpdate(KeyPolicy):
     """`PATCH /v1/admin/keys/{id}`: only the fields sent change; `null` clears a budget, the model list
     (every model) or the expiry (never)."""
-
-    tier: Tier = "free"
 
 
 class KeyView(BaseModel):
@@ -158,7 +157,9 @@ def _not_past(expires: int | None, now_ms: int) -> None:
 
 async def create_key(store: KeyStore, spec: NewKey, now_ms: int, on_change: OnChange = None) -> KeySecret:
     _not_past(spec.expires_at, now_ms)
-    key, raw = await store.create(spec.tenant, spec.tier, user=spec.user, admin=spec.admin, **spec.store_fields())
+    policy = spec.store_fields()
+    del policy["tier"]
+    key, raw = await store.create(spec.tenant, spec.tier, user=spec.user, admin=spec.admin, **policy)
     if on_change is not None:
         await on_change(key.id, "created")
     return KeySecret(**KeyView.of(key, now_ms).model_dump(), key=raw)
