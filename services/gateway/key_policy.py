@@ -50,6 +50,7 @@ class KeyPolicy:
         self.keys = keys
         self.settings = settings
         self._listening = False
+        self._listen_retry_at = 0.0
         self._budgets: KeyBudgets | None = None
         self._lock = asyncio.Lock()
         self._retry_at = 0.0
@@ -57,13 +58,19 @@ class KeyPolicy:
     async def listen(self) -> None:
         """Hear every gateway's key changes before this one trusts its cache (opened on first use, as the
         app may run without a lifespan). A gateway that has verified no key yet has nothing to drop."""
-        if self._listening:
+        if self._listening or time.monotonic() < self._listen_retry_at:
             return
         async with self._lock:
-            if not self._listening:
+            if self._listening:
+                return
+            try:
                 await self.bus.subscribe(KEYS_CHANGED, KeyChanged, self._changed, span=False)
                 await self.bus.flush()
                 self._listening = True
+            except Exception as e:
+                # Keys still verify; changes made elsewhere then reach this gateway within its cache's TTL.
+                self._listen_retry_at = time.monotonic() + 30
+                log.warning("key changes unheard", error=str(e) or type(e).__name__)
 
     async def _changed(self, msg: KeyChanged) -> None:
         self.keys.forget(msg.key_id)

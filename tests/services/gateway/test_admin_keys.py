@@ -197,8 +197,6 @@ async def test_budget_spent_on_two_gateways_is_429_naming_it(pair: tuple[Gateway
         midnight = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
         assert err["resets_at"] == midnight and midnight in err["message"]
         assert 1 <= int(r.headers["Retry-After"]) <= 86400
-    usage = (await admin(b.url, root, "GET", f"/v1/admin/keys/{made['id']}/usage")).status_code
-    assert usage in (200, 503)  # no logger in this harness: the records' part is the e2e test's
     # Raising the budget admits the key again, at once on both gateways.
     await admin(b.url, root, "PATCH", f"/v1/admin/keys/{made['id']}", {"budget_tokens_per_day": 10 * budget})
     assert (await chat(a.url, key)).status_code == 200
