@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, insert
+from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, insert, inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from libs.store.key_admin import KeyUpdate, NewKey, create_key, revoke_key, rotate_key, update_key
 from libs.store.keys import KeyStore
-from libs.store.records import RecordStore
+from libs.store.records import RecordStore, requests
 from schemas import GatewayPart, SafetyOutPart, StageRecord, Usage
 from schemas.keys import KeyUsageQuery
 
@@ -179,3 +179,39 @@ async def test_usage_per_key_by_model_and_day(engine: AsyncEngine) -> None:
     assert [(d.day, d.requests, d.prompt_tokens) for d in got.by_day] == [("2027-01-15", 2, 30), ("2027-01-16", 1, 5)]
     none = await store.key_usage(KeyUsageQuery(key_id="key_c", since_ms=0, until_ms=NOW * 2))
     assert none.total.requests == 0 and none.by_model == [] and none.by_day == []
+
+
+async def test_an_older_requests_table_gains_the_key_column_and_index(engine: AsyncEngine) -> None:
+    # The requests table as it was before issue 30: every column but key_id, and not its index.
+    old_md = MetaData()
+    Table(
+        "requests",
+        old_md,
+        *[
+            Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+            for c in requests.c
+            if c.name != "key_id"
+        ],
+    )
+    async with engine.begin() as conn:
+        await conn.run_sync(old_md.create_all)
+    store = RecordStore(engine)
+    await store.init()
+    await store.init()  # idempotent
+    async with engine.connect() as conn:
+        names = await conn.run_sync(
+            lambda c: [i["name"] for i in _inspector(c).get_indexes("requests", schema=_schema(c))]
+        )
+    assert "ix_requests_key_created" in names
+    await store.apply(_records("r1", "key_a", NOW, "m1", 10, 2))
+    got = await store.key_usage(KeyUsageQuery(key_id="key_a", since_ms=0, until_ms=NOW + DAY))
+    assert got.total.total_tokens == 12
+
+
+def _inspector(sync_conn: Any) -> Any:
+    return inspect(sync_conn)
+
+
+def _schema(sync_conn: Any) -> str | None:
+    schema: str | None = (sync_conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    return schema
