@@ -18,6 +18,7 @@ from services.gateway import (
     admin_api,
     anthropic_api,
     chat_api,
+    embeddings_api,
     errors,
     feedback_api,
     files_api,
@@ -26,6 +27,7 @@ from services.gateway import (
     openai_api,
     openapi,
     ops_api,
+    tokens_api,
     web,
 )
 from services.gateway.auth import require_admin
@@ -114,6 +116,8 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(anthropic_api.router)
     app.include_router(ops_api.router)
     app.include_router(feedback_api.router)
+    app.include_router(embeddings_api.router)
+    app.include_router(tokens_api.router)
     # Every admin route, wherever it is written, behind one guard.
     admin = APIRouter(dependencies=[Depends(require_admin)])
     # admin_api first: its /v1/admin/keys/standing is not a key id.

@@ -5,18 +5,22 @@ expiry (401) and the token budgets shared by both gateways (429 naming the budge
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
 from libs.bus import NatsServer
 from libs.bus.headers import now_ms
 from libs.store.keys import KeyStore
+from schemas import EmbedReply, EmbedRequest, subjects
+from schemas.embeddings import EMBEDDING_MODEL as EMBEDDING
 from tests.services.gateway.harness import USAGE, Gateway, Responder, gateway
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -205,3 +209,42 @@ async def test_budget_spent_on_two_gateways_is_429_naming_it(pair: tuple[Gateway
     r = await chat(b.url, key)
     assert r.status_code == 429 and r.json()["error"]["budget"] == "month"
     assert r.json()["error"]["resets_at"].endswith("-01T00:00:00Z")
+
+
+async def test_embeddings_take_the_keys_models_and_budget(
+    pair: tuple[Gateway, Gateway, str], responder: Responder
+) -> None:
+    """`/v1/embeddings` (not a streamed run) checks the key's models and debits its budget as chat does."""
+    a, b, root = pair
+
+    async def on_embed(q: EmbedRequest) -> EmbedReply:
+        rows = np.zeros((len(q.texts), 384), dtype="<f4")
+        return EmbedReply(
+            model=EMBEDDING, dim=384, vectors=base64.b64encode(rows.tobytes()).decode(), tokens=[30] * len(q.texts)
+        )
+
+    sub = await responder.bus.subscribe(subjects.EMBEDDINGS, EmbedRequest, on_embed)
+    await responder.bus.flush()
+    try:
+        chat_only = (await admin(a.url, root, "POST", "/v1/admin/keys", {"tenant": "acme", "models": [MODEL]})).json()
+        sdk = openai.AsyncOpenAI(base_url=f"{a.url}/v1", api_key=chat_only["key"], max_retries=0)
+        with pytest.raises(openai.PermissionDeniedError):
+            await sdk.embeddings.create(model=EMBEDDING, input="a")
+        # Its canonical name is what the list names, whichever alias the request used.
+        budgeted = (
+            await admin(
+                a.url,
+                root,
+                "POST",
+                "/v1/admin/keys",
+                {"tenant": "acme", "models": [EMBEDDING], "budget_tokens_per_day": 50},
+            )
+        ).json()
+        sdk = openai.AsyncOpenAI(base_url=f"{b.url}/v1", api_key=budgeted["key"], max_retries=0)
+        await sdk.embeddings.create(model=f"sentence-transformers/{EMBEDDING}", input=["a", "b"])  # 60 tokens
+        with pytest.raises(openai.RateLimitError) as e:
+            await sdk.embeddings.create(model=EMBEDDING, input="c")
+        assert "per day" in e.value.message
+        assert (await chat(a.url, budgeted["key"])).status_code == 403  # the chat model is not in its list
+    finally:
+        await responder.bus.unsubscribe(sub)
