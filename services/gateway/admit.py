@@ -20,8 +20,25 @@ class Debit:
 
 
 @contextlib.asynccontextmanager
-async def limited(gw: Gateway, key: ApiKey, rid: str) -> AsyncIterator[Debit]:
-    """Refuses with 429 (and `Retry-After`) when a limit does; the lease goes back however the body ends."""
+async def limited(gw: Gateway, key: ApiKey, rid: str, model: str | None = None) -> AsyncIterator[Debit]:
+    """Refuses with 429 (and `Retry-After`) when a limit does; the lease goes back however the body ends.
+    With `model`, the key's own policy too (issue 30): 403 for a model it may not use, 429 for a spent token
+    budget, and the tokens used counted against its budgets."""
+    if model is None:
+        async with _tier_limited(gw, key, rid) as debit:
+            yield debit
+        return
+    spend = await gw.key_policy.admit(key, model)
+    async with _tier_limited(gw, key, rid) as debit:
+        try:
+            yield debit
+        finally:
+            if spend is not None:
+                await spend(debit.tokens)
+
+
+@contextlib.asynccontextmanager
+async def _tier_limited(gw: Gateway, key: ApiKey, rid: str) -> AsyncIterator[Debit]:
     debit = Debit()
     limiter = await gw.limiter()
     if limiter is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ from schemas import (
 )
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
+from services.gateway.key_policy import KeyPolicy
 from services.gateway.metrics import Metrics
 from services.gateway.pdf import PdfReader
 from services.gateway.resume import mark_owner
@@ -50,6 +52,7 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     runs: Runs = field(init=False)
     standings: Standings = field(init=False)
+    key_policy: KeyPolicy = field(init=False)
     pdf: PdfReader = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -58,6 +61,7 @@ class Gateway:
     def __post_init__(self) -> None:
         self.runs = Runs(self.bus, self.settings, self.metrics)
         self.standings = Standings(self.bus)
+        self.key_policy = KeyPolicy(self.bus, self.keys, self.settings)
         self.pdf = PdfReader(self.settings)
 
     async def limiter(self) -> Limiter | None:
@@ -226,6 +230,15 @@ async def start_run(
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
     async with gw.runs.starting(run):
         with run.activate():
+            # The key's own models and budgets (issue 30) before the tenant's limits: a refused request
+            # takes no lease.
+            debit = await gw.key_policy.admit(key, model or gw.settings.models[0])
+            if debit is not None:
+
+                async def debit_usage(r: Run, debit: Callable[[int], Awaitable[None]] = debit) -> None:
+                    await debit(r.usage.prompt_tokens + r.usage.completion_tokens)
+
+                run.on_finish.append(debit_usage)
             limiter = await gw.limiter()
             if limiter is not None:
                 limits = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]

@@ -174,7 +174,7 @@ async def embeddings(
     with gw.bus.tracer.start_as_current_span(
         ROUTE, context=_parent_context(request), kind=SpanKind.SERVER, attributes=attributes
     ) as span:
-        async with limited(gw, key, rid) as debit:
+        async with limited(gw, key, rid, model=EMBEDDING_MODEL) as debit:  # its name after the aliases
             try:
                 reply = await gw.bus.request(
                     subjects.EMBEDDINGS,

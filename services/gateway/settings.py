@@ -90,9 +90,12 @@ class GatewaySettings(ServiceSettings):
     # Parses at once per gateway process; more uploads wait their turn.
     pdf_max_parallel: int = Field(2, ge=1)
 
-    # A verified key is trusted this long without a database read; a key revoked on another gateway (or
-    # with the CLI) is refused here within it, one revoked here at once. 0: every request reads the store.
+    # A verified key is trusted this long without a database read. A key revoked, rotated or changed over
+    # the admin API (or the CLI, when it reaches the bus) is dropped from every gateway's cache at once
+    # (`keys.changed`); otherwise within this. 0: every request reads the store.
     key_cache_s: float = Field(5.0, ge=0.0)
+    # Token budgets per key (day, month): the JetStream key-value bucket every gateway debits.
+    key_budgets_bucket: str = "switchyard_key_budgets"
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")
