@@ -58,7 +58,9 @@ class ResponseFormat(BaseModel):
 class Sampling(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
+    top_k: int = Field(0, ge=0)  # 0: off
+    # vLLM's min_p: drop tokens less likely than min_p times the most likely one (0: off).
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
     # Always set by the gateway when the client leaves it open, so every logged request replays exactly.
     seed: int | None = None
     max_tokens: int = Field(256, ge=1, le=8192)

@@ -111,6 +111,7 @@ def sampling(
     temperature: float | None = None,
     top_p: float | None = None,
     top_k: int | None = None,
+    min_p: float | None = None,
     max_tokens: int | None = None,
     seed: int | None = None,
     stop: list[str] | str | None = None,
@@ -123,12 +124,16 @@ def sampling(
     logprobs: int | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if top_k is not None and top_k < -1:
+        # vLLM's convention: -1 (and 0) turn top-k off; any other value keeps that many tokens.
+        raise ApiError(ErrorCode.bad_request, f"top_k must be -1 (off) or a positive integer, not {top_k}")
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise ApiError(ErrorCode.bad_request, f"seed must be an integer from 0 to {MAX_SEED} (2^63-1)")
     values: dict[str, Any] = {
         "temperature": settings.default_temperature if temperature is None else temperature,
         "top_p": 1.0 if top_p is None else top_p,
-        "top_k": top_k or 0,
+        "top_k": max(top_k or 0, 0),
+        "min_p": min_p or 0.0,
         # 0 is refused by the schema below, not taken for "the default".
         "max_tokens": settings.default_max_tokens if max_tokens is None else max_tokens,
         # Assigned when the client leaves it open, so every logged request replays exactly.

@@ -69,6 +69,9 @@ class CompletionRequest(Strict):
     messages: list[OpenAIMessage] = Field(min_length=1)
     temperature: float | None = None
     top_p: float | None = None
+    # vLLM's extensions (the SDK sends them in extra_body): -1 or 0 is off; strict, so 2.5 or "5" is a 400.
+    top_k: int | None = Field(None, strict=True)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     seed: int | None = None
@@ -280,6 +283,8 @@ async def chat_completions(
         gw.settings,
         temperature=body.temperature,
         top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
         max_tokens=body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens,
         seed=body.seed,
         stop=body.stop,

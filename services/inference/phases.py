@@ -23,6 +23,7 @@ def params_of(
         temperature=s.temperature,
         top_p=s.top_p,
         top_k=s.top_k,
+        min_p=s.min_p,
         seed=s.seed,
         max_tokens=max_tokens or s.max_tokens,
         stop=[*s.stop, *(extra_stop or [])],
