@@ -82,6 +82,8 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    # Of completion_tokens, those reasoning mode's thinking phase made (OpenAI's reasoning_tokens).
+    reasoning_tokens: int = 0
     ttft_ms: float | None = None
     tpot_ms: float | None = None
 
@@ -205,7 +207,8 @@ class ChatEvent(BaseModel):
     model: str | None = None
     stage: str | None = None
     replica: str | None = None
-    # On `done`, when asked for and output safety left the answer as the model wrote it.
+    # When asked for and output safety left the text as the model wrote it: on `done`, every answer
+    # token's; on a `delta`, the tokens of its own text (until a redaction, after which deltas carry none).
     logprobs: list[TokenLogprob] | None = None
 
 

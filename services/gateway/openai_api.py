@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sse_starlette import ServerSentEvent
 
-from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from schemas import ChatEvent, ChatMessage, ErrorCode, TokenLogprob, Usage
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import (
@@ -141,8 +141,18 @@ def usage_json(usage: Usage) -> dict[str, Any]:
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
+
+
+def answers_usage(usages: list[Usage]) -> Usage:
+    """The usage of `n` answers to one prompt: the prompt counted once, the answers' tokens summed."""
+    return usages[0].model_copy(
+        update={
+            "completion_tokens": sum(u.completion_tokens for u in usages),
+            "reasoning_tokens": sum(u.reasoning_tokens for u in usages),
+        }
+    )
 
 
 class ChunkEncoder(Encoder):
@@ -162,6 +172,8 @@ class ChunkEncoder(Encoder):
         self.tool_names = tool_names or set()
         # With client tools an answer may turn out to be a call: its text is held until it is complete.
         self.held: list[list[str]] = [[] for _ in range(answers)]
+        # Whether an answer's log probabilities came with its text chunks (then not again at its end).
+        self.lp_streamed = [False] * answers
         self.usages: list[Usage] = []
 
     def choice(
@@ -183,6 +195,9 @@ class ChunkEncoder(Encoder):
             if self.tool_names:
                 self.held[index].append(event.text)
                 return []
+            if event.logprobs is not None:  # the text's own tokens: output safety released them unchanged
+                self.lp_streamed[index] = True
+                return [self.choice({"content": event.text}, None, entries_json(event.logprobs), index=index)]
             return [self.choice({"content": event.text}, index=index)]
         if event.type == "thinking":
             # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
@@ -202,10 +217,12 @@ class ChunkEncoder(Encoder):
             out.append(self.choice({"tool_calls": [{"index": 0, **call}]}, index=index))
             finish = "tool_calls"
         elif held:
-            out.append(self.choice({"content": held}, index=index))
-        if event.logprobs is not None:
-            # The answer's log probabilities come whole, after its text (output safety releases
-            # text at its own cuts, not at token boundaries).
+            # Held until the answer turned out to be prose: its log probabilities come with it.
+            out.append(self.choice({"content": held}, None, logprobs_json(event), index=index))
+            self.lp_streamed[index] = True
+        if event.logprobs is not None and not self.lp_streamed[index]:
+            # Not streamed with the text (a tool call's, or a producer that sends them only at the end):
+            # whole, after the text.
             out.append(self.choice({}, None, logprobs_json(event), index=index))
         out.append(self.choice({}, finish, index=index))
         self.usages.append(event.usage or Usage())
@@ -214,16 +231,16 @@ class ChunkEncoder(Encoder):
     def closing(self) -> list[ServerSentEvent]:
         out = []
         if self.include_usage and self.usages:
-            first = self.usages[0]
-            usage = first.model_copy(update={"completion_tokens": sum(u.completion_tokens for u in self.usages)})
-            out.append(sse({**self.base, "choices": [], "usage": usage_json(usage)}))
+            out.append(sse({**self.base, "choices": [], "usage": usage_json(answers_usage(self.usages))}))
         return [*out, sse("[DONE]")]
 
 
+def entries_json(entries: list[TokenLogprob]) -> dict[str, Any]:
+    return {"content": [t.model_dump() for t in entries], "refusal": None}
+
+
 def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
-    if done.logprobs is None:
-        return None
-    return {"content": [t.model_dump() for t in done.logprobs], "refusal": None}
+    return None if done.logprobs is None else entries_json(done.logprobs)
 
 
 def _choice(index: int, events: list[ChatEvent], tool_names: set[str] | None) -> dict[str, Any]:
@@ -243,8 +260,7 @@ def completion(
     run: Run, model: str, answers: list[list[ChatEvent]], tool_names: set[str] | None = None
 ) -> dict[str, Any]:
     """The response to `run`, with one choice per answer (several with `n`); the prompt is counted once."""
-    usages = [a[-1].usage or Usage() for a in answers]
-    usage = usages[0].model_copy(update={"completion_tokens": sum(u.completion_tokens for u in usages)})
+    usage = answers_usage([a[-1].usage or Usage() for a in answers])
     return {
         "id": f"chatcmpl-{run.rid}",
         "object": "chat.completion",
