@@ -148,6 +148,8 @@ class Work(BaseModel):
     # and the choice: None/'auto', 'none', 'required', or 'function:<name>' to force one.
     client_tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | None = None
+    # The answer may carry several calls (OpenAI's parallel_tool_calls); False: at most one.
+    parallel_tool_calls: bool = False
     # Replays: the original request, and 'inference' (the logged prompt as it was) or 'pipeline'.
     replay_of: str | None = None
     replay_mode: Literal["inference", "pipeline"] | None = None

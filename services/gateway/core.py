@@ -220,6 +220,7 @@ async def start_run(
     client_tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     rid: str | None = None,
+    parallel_tool_calls: bool = False,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
@@ -262,6 +263,7 @@ async def start_run(
             created_ms=run.started_ms,
             client_tools=client_tools or [],
             tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
         )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)

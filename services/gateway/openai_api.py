@@ -32,7 +32,7 @@ from services.gateway.tool_calls import (
     ToolDef,
     check_tool_grammars,
     choice_of,
-    parse_call,
+    parse_calls,
     render_call,
     specs,
 )
@@ -62,9 +62,7 @@ class StreamOptions(Strict):
 
 
 class CompletionRequest(Strict):
-    IGNORED = frozenset(
-        {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
-    )
+    IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
     model: str = Field(min_length=1)
     messages: list[OpenAIMessage] = Field(min_length=1)
     temperature: float | None = None
@@ -85,6 +83,8 @@ class CompletionRequest(Strict):
     reasoning_effort: str | None = None
     tools: list[ToolDef] | None = None
     tool_choice: str | NamedChoice | None = None
+    # OpenAI's default: an answer may carry several calls; false: at most one.
+    parallel_tool_calls: bool | None = Field(None, strict=True)
     ignore_eos: bool = False  # vLLM's extension: decode to max_tokens (benchmarks)
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
@@ -159,7 +159,15 @@ class ChunkEncoder(Encoder):
     """The chunks of one or several (`n`) answers (choice `index` each), then the usage chunk (the prompt
     counted once) and `[DONE]`; a comment keeps the line alive."""
 
-    def __init__(self, rid: str, model: str, include_usage: bool, answers: int, tool_names: set[str] | None = None):
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        include_usage: bool,
+        answers: int,
+        tool_names: set[str] | None = None,
+        max_calls: int | None = None,
+    ):
         self.base = {
             "id": f"chatcmpl-{rid}",
             "object": "chat.completion.chunk",
@@ -170,6 +178,7 @@ class ChunkEncoder(Encoder):
         self.include_usage = include_usage
         self.answers = answers
         self.tool_names = tool_names or set()
+        self.max_calls = max_calls
         # With client tools an answer may turn out to be a call: its text is held until it is complete.
         self.held: list[list[str]] = [[] for _ in range(answers)]
         # Whether an answer's log probabilities came with its text chunks (then not again at its end).
@@ -212,9 +221,10 @@ class ChunkEncoder(Encoder):
         out = []
         finish = FINISH.get(event.finish_reason or "stop", "stop")
         held = "".join(self.held[index])
-        call = parse_call(held, self.tool_names) if self.tool_names else None
-        if call is not None:
-            out.append(self.choice({"tool_calls": [{"index": 0, **call}]}, index=index))
+        calls = parse_calls(held, self.tool_names, self.max_calls) if self.tool_names else []
+        if calls:
+            # One chunk per call, each naming its place in the message's `tool_calls`.
+            out += [self.choice({"tool_calls": [{"index": i, **call}]}, index=index) for i, call in enumerate(calls)]
             finish = "tool_calls"
         elif held:
             # Held until the answer turned out to be prose: its log probabilities come with it.
@@ -243,21 +253,27 @@ def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
     return None if done.logprobs is None else entries_json(done.logprobs)
 
 
-def _choice(index: int, events: list[ChatEvent], tool_names: set[str] | None) -> dict[str, Any]:
+def _choice(
+    index: int, events: list[ChatEvent], tool_names: set[str] | None, max_calls: int | None = None
+) -> dict[str, Any]:
     text = "".join(e.text for e in events if e.type == "delta")
     thinking = "".join(e.text for e in events if e.type == "thinking")
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
     finish = FINISH.get(events[-1].finish_reason or "stop")
-    call = parse_call(text, tool_names) if tool_names else None
-    if call is not None:
-        message["content"], message["tool_calls"], finish = None, [call], "tool_calls"
+    calls = parse_calls(text, tool_names, max_calls) if tool_names else []
+    if calls:
+        message["content"], message["tool_calls"], finish = None, calls, "tool_calls"
     if thinking:
         message["reasoning_content"] = thinking
     return {"index": index, "message": message, "logprobs": logprobs_json(events[-1]), "finish_reason": finish}
 
 
 def completion(
-    run: Run, model: str, answers: list[list[ChatEvent]], tool_names: set[str] | None = None
+    run: Run,
+    model: str,
+    answers: list[list[ChatEvent]],
+    tool_names: set[str] | None = None,
+    max_calls: int | None = None,
 ) -> dict[str, Any]:
     """The response to `run`, with one choice per answer (several with `n`); the prompt is counted once."""
     usage = answers_usage([a[-1].usage or Usage() for a in answers])
@@ -267,7 +283,7 @@ def completion(
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": None,
-        "choices": [_choice(i, a, tool_names) for i, a in enumerate(answers)],
+        "choices": [_choice(i, a, tool_names, max_calls) for i, a in enumerate(answers)],
         "usage": usage_json(usage),
     }
 
@@ -290,6 +306,8 @@ async def chat_completions(
     system, earlier, text = split_messages(body.messages)
     tool_choice = choice_of(body.tools, body.tool_choice)
     tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()
+    parallel = body.parallel_tool_calls is not False
+    max_calls = None if parallel else 1
     check_tool_grammars(
         [(f"tools[{i}].function.parameters", t.function.parameters) for i, t in enumerate(body.tools or [])],
         gw.settings.grammar,
@@ -331,6 +349,7 @@ async def chat_completions(
                     client_tools=specs(body.tools),
                     tool_choice=tool_choice,
                     rid=None if i == 0 else f"{request_id(request)}-{i}",
+                    parallel_tool_calls=parallel,
                 )
             )
     except ApiError:
@@ -346,7 +365,8 @@ async def chat_completions(
         if err is not None:
             return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(gw, follow(gw, runs), ChunkEncoder(run.rid, model, include_usage, len(runs), tool_names))
+        encoder = ChunkEncoder(run.rid, model, include_usage, len(runs), tool_names, max_calls)
+        return sse_response(gw, follow(gw, runs), encoder)
     answers = await collect(gw, runs, request)
     for events in answers:
         if not events or events[-1].type not in ("done", "error"):
@@ -354,4 +374,4 @@ async def chat_completions(
         err = terminal_error(events)
         if err is not None:
             return error_response(err, request.url.path)
-    return JSONResponse(completion(run, model, answers, tool_names))
+    return JSONResponse(completion(run, model, answers, tool_names, max_calls))

@@ -207,7 +207,8 @@ class Inference:
                             subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0)
                         )
                         gen.seq += 1
-                    stops = [TOOL_CALL_CLOSE] if work.client_tools else []
+                    # One call at most: the answer ends where the first call does. Parallel calls: the model ends it.
+                    stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
                     params = params_of(s, extra_stop=stops, constraint=answer_constraint(work, prefill))
                     gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
             except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit
