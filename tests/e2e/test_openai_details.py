@@ -1,7 +1,10 @@
 """OpenAI details users hit (issue 30), through the official SDK on the real stack and the real model:
-vLLM's `top_k` and `min_p`, log probabilities streamed with their own tokens, `reasoning_tokens`."""
+vLLM's `top_k` and `min_p`, log probabilities streamed with their own tokens, `reasoning_tokens`,
+parallel tool calls."""
 
 from __future__ import annotations
+
+import json
 
 from openai import OpenAI
 
@@ -73,3 +76,59 @@ def test_reasoning_tokens_are_counted_in_reasoning_mode_only(stack: Stack) -> No
     last = chunks[-1].usage
     assert last is not None and last.completion_tokens_details is not None
     assert (last.completion_tokens_details.reasoning_tokens or 0) > 0
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+TWO_CITIES = [{"role": "user", "content": "What is the weather in Paris and in Oslo?"}]
+FORCED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def _calls(stack: Stack, **kw: object) -> list:
+    resp = _client(stack).chat.completions.create(
+        model=MODEL,
+        messages=TWO_CITIES,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice=FORCED,  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
+    )
+    c = resp.choices[0]
+    assert c.finish_reason == "tool_calls", c
+    return list(c.message.tool_calls or [])
+
+
+def test_parallel_tool_calls_come_back_as_several_calls(stack: Stack) -> None:
+    # The small model ends its answer after one call; `ignore_eos` (vLLM's extension) makes it go on, and
+    # the grammar then admits only another call on its own line: the real path to several calls.
+    forced = {"max_tokens": 64, "extra_body": {"ignore_eos": True}}
+    calls = _calls(stack, **forced)
+    assert len(calls) >= 2, calls
+    assert all(c.function.name == "get_weather" for c in calls)
+    cities = [json.loads(c.function.arguments)["city"] for c in calls]
+    assert cities[:2] == ["Paris", "Oslo"], cities
+    assert len({c.id for c in calls}) == len(calls)
+    # Streamed: one tool_calls delta per call, each with its index; the SDK's accumulator joins them.
+    stream = _client(stack).chat.completions.stream(
+        model=MODEL,
+        messages=TWO_CITIES,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice=FORCED,  # type: ignore[arg-type]
+        **forced,  # type: ignore[arg-type]
+    )
+    with stream as s:
+        indexes = [
+            tc.index for ev in s if ev.type == "chunk" for ch in ev.chunk.choices for tc in ch.delta.tool_calls or []
+        ]
+        final = s.get_final_completion()
+    assert indexes == list(range(len(calls)))
+    streamed = final.choices[0].message.tool_calls or []
+    assert [json.loads(c.function.arguments) for c in streamed] == [json.loads(c.function.arguments) for c in calls]
+    # parallel_tool_calls false: one call, the same way forced.
+    (one,) = _calls(stack, parallel_tool_calls=False, **forced)
+    assert json.loads(one.function.arguments) == {"city": "Paris"}
