@@ -105,6 +105,10 @@ def resolve_model(settings: GatewaySettings, name: str | None) -> tuple[str | No
     return base, mode
 
 
+# Past any vocabulary (the largest are ~262k tokens): a bound, so no absurd integer reaches a record.
+MAX_TOP_K = 1 << 20
+
+
 def sampling(
     settings: GatewaySettings,
     *,
@@ -124,9 +128,11 @@ def sampling(
     logprobs: int | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
-    if top_k is not None and top_k < -1:
+    if top_k is not None and not -1 <= top_k <= MAX_TOP_K:
         # vLLM's convention: -1 (and 0) turn top-k off; any other value keeps that many tokens.
-        raise ApiError(ErrorCode.bad_request, f"top_k must be -1 (off) or a positive integer, not {top_k}")
+        raise ApiError(
+            ErrorCode.bad_request, f"top_k must be -1 (off) or an integer from 1 to {MAX_TOP_K}, not {top_k}"
+        )
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise ApiError(ErrorCode.bad_request, f"seed must be an integer from 0 to {MAX_SEED} (2^63-1)")
     values: dict[str, Any] = {

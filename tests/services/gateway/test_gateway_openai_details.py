@@ -49,6 +49,7 @@ async def test_top_k_and_min_p_travel_to_the_engine(
     ("extra", "named"),
     [
         ({"top_k": -2}, "top_k"),
+        ({"top_k": 10**30}, "top_k"),
         ({"top_k": 2.5}, "top_k"),
         ({"top_k": "5"}, "top_k"),
         ({"top_k": True}, "top_k"),
