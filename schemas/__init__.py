@@ -26,6 +26,7 @@ from schemas.conversations import (
     SearchHit,
     SearchReply,
 )
+from schemas.embeddings import EmbedReply, EmbedRequest
 from schemas.errors import ErrorBody, ErrorCode, ErrorInfo, http_status
 from schemas.messages import (
     CancelNotice,
@@ -67,6 +68,7 @@ from schemas.messages import (
 from schemas.records import (
     ContextPart,
     DiffSegment,
+    EmbeddingsPart,
     Feedback,
     FeedbackList,
     FeedbackQuery,
@@ -108,6 +110,7 @@ from schemas.safety import (
     TenantSafety,
     ThresholdOverride,
 )
+from schemas.tokens import DetokenizeQuery, DetokenizeReply, TokenizeQuery, TokenizeReply
 
 __all__ = [
     "AnswerRelease",
@@ -123,7 +126,12 @@ __all__ = [
     "ConversationSearch",
     "ConversationSummary",
     "DeleteAck",
+    "DetokenizeQuery",
+    "DetokenizeReply",
     "DiffSegment",
+    "EmbedReply",
+    "EmbedRequest",
+    "EmbeddingsPart",
     "ErrorBody",
     "ErrorCode",
     "ErrorInfo",
@@ -200,6 +208,8 @@ __all__ = [
     "TextDigest",
     "ThresholdOverride",
     "TokenLogprob",
+    "TokenizeQuery",
+    "TokenizeReply",
     "ToolEvent",
     "ToolSpecs",
     "ToolSpecsQuery",

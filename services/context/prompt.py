@@ -169,8 +169,10 @@ class PromptRenderer:
         out.append(ChatMessage(role="user", content=parts.user_text))
         return out
 
-    def render_messages(self, messages: list[ChatMessage]) -> str:
-        return self.template.apply_chat_template([m.model_dump() for m in messages], add_generation_prompt=True)
+    def render_messages(self, messages: list[ChatMessage], add_generation_prompt: bool = True) -> str:
+        return self.template.apply_chat_template(
+            [m.model_dump() for m in messages], add_generation_prompt=add_generation_prompt
+        )
 
     def render(self, parts: PromptParts, max_tokens: int) -> Rendered:
         """Render within `budget` (prompt + max_tokens); raises PromptTooLong when even no history is too long."""

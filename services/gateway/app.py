@@ -18,6 +18,7 @@ from services.gateway import (
     admin_api,
     anthropic_api,
     chat_api,
+    embeddings_api,
     errors,
     feedback_api,
     files_api,
@@ -25,6 +26,7 @@ from services.gateway import (
     openai_api,
     openapi,
     ops_api,
+    tokens_api,
     web,
 )
 from services.gateway.auth import require_admin
@@ -113,6 +115,8 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(anthropic_api.router)
     app.include_router(ops_api.router)
     app.include_router(feedback_api.router)
+    app.include_router(embeddings_api.router)
+    app.include_router(tokens_api.router)
     # Every admin route, wherever it is written, behind one guard.
     admin = APIRouter(dependencies=[Depends(require_admin)])
     for router in (admin_api.router, ops_api.admin_router, knowledge_api.admin_router):

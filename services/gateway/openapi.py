@@ -22,10 +22,12 @@ from services.gateway.anthropic_api import MessagesRequest
 from services.gateway.body import MAX_JSON_DEPTH
 from services.gateway.chat_api import ChatRequest
 from services.gateway.conversations_api import CreateConversation, RenameConversation
+from services.gateway.embeddings_api import EmbeddingsRequest
 from services.gateway.feedback_api import PreferenceBody, ThumbsBody
 from services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
 from services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
 from services.gateway.openai_api import CompletionRequest
+from services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
 
@@ -41,6 +43,10 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("put", "/v1/admin/instructions"): SetInstructions,
     ("put", "/v1/admin/safety-policy"): SetSafetyPolicy,
     ("post", "/v1/admin/replay/{rid}"): ReplayRequest,
+    ("post", "/v1/embeddings"): EmbeddingsRequest,
+    ("post", "/tokenize"): TokenizeRequest,
+    ("post", "/detokenize"): DetokenizeRequest,
+    ("post", "/v1/messages/count_tokens"): CountTokensRequest,
 }
 # Bodies a client may leave out.
 OPTIONAL_BODIES = {("post", "/v1/conversations"), ("post", "/v1/admin/replay/{rid}")}
