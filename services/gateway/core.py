@@ -109,12 +109,17 @@ def resolve_model(settings: GatewaySettings, name: str | None) -> tuple[str | No
     return base, mode
 
 
+# Past any vocabulary (the largest are ~262k tokens): a bound, so no absurd integer reaches a record.
+MAX_TOP_K = 1 << 20
+
+
 def sampling(
     settings: GatewaySettings,
     *,
     temperature: float | None = None,
     top_p: float | None = None,
     top_k: int | None = None,
+    min_p: float | None = None,
     max_tokens: int | None = None,
     seed: int | None = None,
     stop: list[str] | str | None = None,
@@ -127,12 +132,18 @@ def sampling(
     logprobs: int | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if top_k is not None and not -1 <= top_k <= MAX_TOP_K:
+        # vLLM's convention: -1 (and 0) turn top-k off; any other value keeps that many tokens.
+        raise ApiError(
+            ErrorCode.bad_request, f"top_k must be -1 (off) or an integer from 1 to {MAX_TOP_K}, not {top_k}"
+        )
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise ApiError(ErrorCode.bad_request, f"seed must be an integer from 0 to {MAX_SEED} (2^63-1)")
     values: dict[str, Any] = {
         "temperature": settings.default_temperature if temperature is None else temperature,
         "top_p": 1.0 if top_p is None else top_p,
-        "top_k": top_k or 0,
+        "top_k": max(top_k or 0, 0),
+        "min_p": min_p or 0.0,
         # 0 is refused by the schema below, not taken for "the default".
         "max_tokens": settings.default_max_tokens if max_tokens is None else max_tokens,
         # Assigned when the client leaves it open, so every logged request replays exactly.
@@ -219,6 +230,7 @@ async def start_run(
     client_tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     rid: str | None = None,
+    parallel_tool_calls: bool = False,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
@@ -270,6 +282,7 @@ async def start_run(
             created_ms=run.started_ms,
             client_tools=client_tools or [],
             tool_choice=tool_choice,
+            parallel_tool_calls=parallel_tool_calls,
         )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)

@@ -148,6 +148,21 @@ async def test_5_sampling_params_validate_and_mean_what_we_mean(fake_trt, hf_dir
     await eng.stop()
 
 
+async def test_5b_top_k_and_min_p_reach_the_llm_api(fake_trt, hf_dir):
+    """The LLM API's SamplingParams has `top_k` and `min_p` (tensorrt_llm/sampling_params.py: min_p
+    "scale[s] the most likely token to determine the minimum token probability", as vLLM's)."""
+    eng = _engine(hf_dir)
+    await eng.start()
+    await _collect(eng, "k", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.7, top_k=5, min_p=0.1))
+    await _collect(eng, "off", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.7))
+    await _collect(eng, "greedy", [1, 2, 3], SamplingParams(max_tokens=2, min_p=0.1))
+    k, off, greedy = (r.sampling_params for r in LLM.instances[-1].requests)
+    assert (k.top_k, k.min_p) == (5, 0.1)
+    assert (off.top_k, off.min_p) == (None, None)  # the runtime's own defaults: off
+    assert greedy.greedy and greedy.min_p is None
+    await eng.stop()
+
+
 async def test_6_stop_strings_are_applied_here_once(fake_trt, hf_dir, tokenizer):
     llm = LLM(model=str(hf_dir))
     with pytest.raises(RuntimeError, match="not processed by tokenizer"):

@@ -148,6 +148,14 @@ async def test_choice_constraint_and_logprobs(engine, chat):
     assert lps and all(len(lp.top) == 2 and lp.logprob <= 0 for lp in lps)
 
 
+async def test_min_p_one_and_top_k_one_sample_the_greedy_answer(engine, chat):
+    prompt = chat("Tell me a story about a lighthouse.")
+    greedy = [c.text for c in await _run(engine, "mp-greedy", prompt, SamplingParams(max_tokens=12))]
+    for name, kw in (("mp", {"min_p": 1.0}), ("tk", {"top_k": 1})):
+        params = SamplingParams(temperature=1.5, seed=7, max_tokens=12, **kw)
+        assert [c.text for c in await _run(engine, name, prompt, params)] == greedy
+
+
 async def test_a_prompt_over_the_context_is_refused(engine):
     chunks = await _run(engine, "huge", [1] * (engine.max_model_len + 1), SamplingParams(max_tokens=4))
     assert [c.finish_reason for c in chunks] == ["error"]
