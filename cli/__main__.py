@@ -28,6 +28,7 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
         supervise=not args.no_restart,
         backoff=Backoff(initial_s=args.restart_delay, cap_s=args.restart_max_delay),
         echo_events=True,
+        pools=settings.extra_pools(),
     )
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -38,7 +39,8 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print(
-        f"starting nats-server and {len(services)} services (the first start converts the model; it takes a minute)..."
+        f"starting nats-server and {len(services)} services, one inference pool per model "
+        f"({', '.join(settings.registry.names())}); the first start converts the models: it takes a minute or two..."
     )
     try:
         stack.start(timeout_s=args.timeout)

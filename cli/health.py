@@ -11,23 +11,23 @@ from libs.telemetry import setup_tracing
 from schemas import HealthReply, HealthRequest, subjects
 
 
-async def _ready(bus: Bus, stage: str, timeout_s: float) -> bool:
+async def _ready(bus: Bus, subject: str, timeout_s: float) -> bool:
     try:
-        reply = await bus.request(subjects.health(stage), HealthRequest(), HealthReply, timeout=timeout_s)
+        reply = await bus.request(subject, HealthRequest(), HealthReply, timeout=timeout_s)
     except (BusError, TimeoutError):
         return False
     return reply.ok
 
 
-async def _wait(nats_url: str, stages: list[str], timeout_s: float, check: Callable[[], None]) -> None:
+async def _wait(nats_url: str, names: dict[str, str], timeout_s: float, check: Callable[[], None]) -> None:
     bus = await Bus.connect(nats_url, "cli", uuid.uuid4().hex[:6], setup_tracing("cli"))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     try:
-        missing = list(stages)
+        missing = list(names)
         while True:
             check()
-            oks = await asyncio.gather(*(_ready(bus, s, 1.0) for s in missing))
+            oks = await asyncio.gather(*(_ready(bus, names[s], 1.0) for s in missing))
             missing = [s for s, ok in zip(missing, oks, strict=True) if not ok]
             if not missing:
                 return
@@ -38,6 +38,15 @@ async def _wait(nats_url: str, stages: list[str], timeout_s: float, check: Calla
         await bus.close()
 
 
-def wait_stages_ready(nats_url: str, stages: list[str], timeout_s: float, check: Callable[[], None]) -> None:
-    """Until every stage answers `health.<stage>`; `check` is called between rounds and may raise to give up."""
-    asyncio.run(_wait(nats_url, stages, timeout_s, check))
+def wait_stages_ready(
+    nats_url: str,
+    stages: list[str],
+    timeout_s: float,
+    check: Callable[[], None],
+    replicas: list[tuple[str, str]] | None = None,
+) -> None:
+    """Until every stage answers `health.<stage>`, and each named (stage, replica) its own
+    `health.<stage>.<replica>`; `check` is called between rounds and may raise to give up."""
+    names = {s: subjects.health(s) for s in stages}
+    names.update({f"{s}-{r}": subjects.health_of(s, r) for s, r in replicas or []})
+    asyncio.run(_wait(nats_url, names, timeout_s, check))

@@ -78,6 +78,9 @@ class Stack:
     # The python a service runs with, where not this one's: a vLLM replica runs from vLLM's own
     # virtualenv (`make setup-vllm`), with PYTHONPATH at the checkout in `env`.
     interpreters: dict[str, str] = field(default_factory=dict)
+    # Registry models (libs/models) served by an inference pool of their own beside the default model's,
+    # each one process `inference-<pool>` with SWITCHYARD_INFERENCE_MODEL=<name>; `run` serves every model.
+    pools: dict[str, str] = field(default_factory=dict)  # model name -> its pool
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _changed: threading.Condition = field(init=False, repr=False)
     _stop: StopLatch = field(default_factory=StopLatch, repr=False)
@@ -132,6 +135,9 @@ class Stack:
             if self._stop.is_set():
                 raise StackStopping("asked to stop while starting")
             self.start_service(name, env)
+            if name == "inference":
+                for model, pool in self.pools.items():
+                    self.start_service(name, {**env, "SWITCHYARD_INFERENCE_MODEL": model}, replica=pool)
         self.wait_ready(timeout_s)
         with self._lock:
             self._state = "ready"
@@ -232,11 +238,16 @@ class Stack:
                     raise RuntimeError(f"service {tag} exited with {p.returncode}; see {self.data_dir}/logs/{tag}.log")
 
     def wait_ready(self, timeout_s: float) -> None:
-        if "gateway" not in self.services:
-            assert self.nats_url is not None
-            wait_stages_ready(self.nats_url, list(self.services), timeout_s, self._check_alive)
-            return
         deadline = time.monotonic() + timeout_s
+        # Each extra pool's own replica answers its health subject once its model is loaded; the stage's
+        # shared subject (what /readyz asks) is answered by any one inference process.
+        pools = [("inference", p) for p in self.pools.values()] if "inference" in self.services else []
+        if "gateway" not in self.services or pools:
+            assert self.nats_url is not None
+            stages = [s for s in self.services if s != "gateway"]
+            wait_stages_ready(self.nats_url, stages, timeout_s, self._check_alive, pools)
+            if "gateway" not in self.services:
+                return
         last = ""
         while time.monotonic() < deadline:
             self._check_alive()

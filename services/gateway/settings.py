@@ -5,8 +5,8 @@ from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
 from libs.constraints import GrammarLimits
+from libs.models import ModelRegistry
 from libs.store.db import database_url
-from libs.tokenizer.paths import DEFAULT_MODEL_NAME
 
 
 class TierLimits(BaseModel):
@@ -38,7 +38,9 @@ class GatewaySettings(ServiceSettings):
     # an OpenAI or Anthropic client sends): over either, 413 before any stage sees it (docs/security.md).
     max_messages: int = Field(512, ge=1)
     max_input_chars: int = Field(256_000, ge=1)
-    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_NAME])
+    # The served models, their aliases and capabilities (libs/models: SWITCHYARD_MODELS, SWITCHYARD_DEFAULT_MODEL,
+    # SWITCHYARD_MODEL_FALLBACKS); `GET /v1/models` lists them, and every API resolves a request's model here.
+    registry: ModelRegistry = Field(default_factory=ModelRegistry)
     default_max_tokens: int = 256
     # When the client gives none. The OpenAI and Anthropic APIs say 1.0; greedy suits a small model and makes
     # answers repeatable (a seed is assigned either way, so every request replays exactly).
@@ -86,6 +88,10 @@ class GatewaySettings(ServiceSettings):
     # A verified key is trusted this long without a database read; a key revoked on another gateway (or
     # with the CLI) is refused here within it, one revoked here at once. 0: every request reads the store.
     key_cache_s: float = Field(5.0, ge=0.0)
+
+    @property
+    def models(self) -> list[str]:
+        return self.registry.names()
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")
