@@ -135,7 +135,11 @@ def test_text_completions_on_gemma(oai: openai.OpenAI, stack: Stack, gemma: str)
         assert c.text and "." not in c.text and c.finish_reason == "stop", c
         assert c.logprobs is not None and len(c.logprobs.tokens or []) > 0
     rec = record(stack, raw.headers["x-request-id"])
-    assert (rec["route"]["model"], rec["route"]["pool"], rec["model"]) == (GEMMA_MODEL_NAME, GEMMA_POOL, GEMMA_MODEL_NAME)
+    assert (rec["route"]["model"], rec["route"]["pool"], rec["model"]) == (
+        GEMMA_MODEL_NAME,
+        GEMMA_POOL,
+        GEMMA_MODEL_NAME,
+    )
 
     echoed = oai.completions.create(model=gemma, prompt="Hello", max_tokens=3, echo=True)
     assert echoed.choices[0].text.startswith("Hello")
