@@ -165,7 +165,9 @@ class Inference:
         if s.seed is not None:
             attrs["gen_ai.request.seed"] = s.seed
         error: ErrorInfo | None = None
-        with self.bus.tracer.start_as_current_span(f"{operation} {model}", kind=SpanKind.CLIENT, attributes=attrs) as span:
+        with self.bus.tracer.start_as_current_span(
+            f"{operation} {model}", kind=SpanKind.CLIENT, attributes=attrs
+        ) as span:
             try:
                 if work.rid in self._cancelled:
                     gen.finish = "cancelled"
