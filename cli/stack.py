@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from cli.health import wait_stages_ready
+from cli.health import wait_pools_live, wait_stages_ready
 from cli.supervise import Backoff, ServiceStatus, StopLatch, SupervisorLog, describe_exit, write_status
 from libs.bus.embedded import NatsServer, free_port, start_nats_server
 
@@ -239,15 +239,17 @@ class Stack:
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        # Each extra pool's own replica answers its health subject once its model is loaded; the stage's
-        # shared subject (what /readyz asks) is answered by any one inference process.
-        pools = [("inference", p) for p in self.pools.values()] if "inference" in self.services else []
-        if "gateway" not in self.services or pools:
+        if self.pools and "inference" in self.services:
+            # One pool per model: ready once each has a live replica (the default model's pool included).
             assert self.nats_url is not None
-            stages = [s for s in self.services if s != "gateway"]
-            wait_stages_ready(self.nats_url, stages, timeout_s, self._check_alive, pools)
-            if "gateway" not in self.services:
-                return
+            pools = {*self.pools.values(), self.service_env.get("SWITCHYARD_INFERENCE_POOL", "default")}
+            wait_pools_live(self.nats_url, pools, timeout_s, self._check_alive)
+        if "gateway" not in self.services:
+            assert self.nats_url is not None
+            wait_stages_ready(
+                self.nats_url, list(self.services), max(deadline - time.monotonic(), 1.0), self._check_alive
+            )
+            return
         last = ""
         while time.monotonic() < deadline:
             self._check_alive()

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from cli.health import wait_stages_ready
+from cli.health import wait_pools_live
 from cli.stack import Stack
 from libs.models import GEMMA_MODEL_NAME, ModelRegistry
 from libs.tokenizer.paths import DEFAULT_MODEL_NAME
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 GEMMA_POOL = ModelRegistry().get(GEMMA_MODEL_NAME).pool
 
 
-def _check(_: None = None) -> None:
+def _check() -> None:
     return None
 
 
@@ -38,7 +38,7 @@ def gemma(stack: Stack) -> Iterator[str]:
     stack.start_service("inference", {**stack.service_env, "SWITCHYARD_INFERENCE_MODEL": GEMMA_MODEL_NAME}, GEMMA_POOL)
     assert stack.nats_url is not None
     try:
-        wait_stages_ready(stack.nats_url, [], 300, _check, [("inference", GEMMA_POOL)])
+        wait_pools_live(stack.nats_url, {GEMMA_POOL}, 300, _check)
         yield GEMMA_MODEL_NAME
     finally:
         if tag in stack.procs:
@@ -90,6 +90,17 @@ def test_text_completions_on_smollm2_n_stop_logprobs_echo(oai: openai.OpenAI, st
     rec = record(stack, raw.headers["x-request-id"])
     assert rec["prompt"] == prompt and rec["route"]["model"] == DEFAULT_MODEL_NAME, rec.get("route")
     assert rec["request"]["prompt_mode"] == "raw"
+    # Replayed, a text completion stays one (its prompt verbatim) and reproduces token for token.
+    admin = {"Authorization": f"Bearer {stack.admin_key}"}
+    for mode in ("inference", "pipeline"):
+        r = httpx.post(
+            f"{stack.url}/v1/admin/replay/{raw.headers['x-request-id']}",
+            json={"mode": mode},
+            headers=admin,
+            timeout=120,
+        )
+        assert r.status_code == 200 and r.json()["matched"], (mode, r.text[:800])
+        assert record(stack, r.json()["rid"])["prompt"] == prompt
 
     stopped = oai.completions.create(
         model=DEFAULT_MODEL_NAME, prompt="1, 2, 3, 4,", max_tokens=30, stop=[","], temperature=0
