@@ -111,3 +111,17 @@ async def test_a_consumer_a_step_behind_gets_every_token_once_in_order() -> None
     assert [t for c in merged for t in c.token_ids] == [t for c in alone for t in c.token_ids]
     assert "".join(c.text for c in merged) == "".join(c.text for c in alone)
     assert merged[-1].finished and merged[-1].usage is not None and merged[-1].usage.completion_tokens == 60
+
+
+async def test_a_stop_string_ends_the_answer_before_it() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        whole = "".join(c.text for c in await run(engine, "r-stop", 60))
+        chunks = await run(engine, "r-stop", 60, stop=["."])
+    finally:
+        await engine.stop()
+    text = "".join(c.text for c in chunks)
+    # The same request id starts at the same sentence: the answer is the text up to its first full stop.
+    assert "." in whole and text == whole[: whole.index(".")], (text, whole)
+    assert chunks[-1].finished and chunks[-1].finish_reason == "stop"
