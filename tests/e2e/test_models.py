@@ -100,7 +100,8 @@ def test_text_completions_on_smollm2_n_stop_logprobs_echo(oai: openai.OpenAI, st
             timeout=120,
         )
         assert r.status_code == 200 and r.json()["matched"], (mode, r.text[:800])
-        assert record(stack, r.json()["rid"])["prompt"] == prompt
+        if mode == "pipeline":  # context ran again, and passed the prompt verbatim again
+            assert record(stack, r.json()["rid"])["prompt"] == prompt
 
     stopped = oai.completions.create(
         model=DEFAULT_MODEL_NAME, prompt="1, 2, 3, 4,", max_tokens=30, stop=[","], temperature=0
