@@ -68,6 +68,8 @@ class Stack:
     api_key: str = ""
     admin_key: str = ""
     metrics_port: int = 0
+    # The /metrics port of each inference process started as a replica (`inference-<replica>`), by tag.
+    replica_metrics_ports: dict[str, int] = field(default_factory=dict)
     # The environment every service was started with, so one can be restarted alike.
     service_env: dict[str, str] = field(default_factory=dict)
     # Which services to start; a stack without the gateway is ready when each answers its health subject.
@@ -166,7 +168,8 @@ class Stack:
         if spec.replica:
             env = {**env, f"SWITCHYARD_{spec.name.upper()}_REPLICA": spec.replica}
             if spec.name == "inference":  # each replica serves its own /metrics
-                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(free_port())
+                self.replica_metrics_ports[tag] = free_port()
+                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(self.replica_metrics_ports[tag])
         try:
             proc = subprocess.Popen(
                 [self.interpreters.get(spec.name, sys.executable), "-m", f"services.{spec.name}"],

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -155,12 +156,22 @@ def test_text_completions_on_gemma(oai: openai.OpenAI, stack: Stack, gemma: str)
 
     echoed = oai.completions.create(model=gemma, prompt="Hello", max_tokens=3, echo=True)
     assert echoed.choices[0].text.startswith("Hello")
+    # The pool's own /metrics name its model (vLLM's `model_name` label).
+    port = stack.replica_metrics_ports[f"inference-{GEMMA_POOL}"]
+    scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    lines = [ln for ln in scraped.splitlines() if ln.startswith("vllm:generation_tokens_total{")]
+    assert lines and all(f'model_name="{GEMMA_MODEL_NAME}"' in ln for ln in lines), lines
 
 
-def test_a_chat_to_the_base_model_is_a_clear_400(oai: openai.OpenAI, gemma: str) -> None:
+def test_a_chat_to_the_base_model_is_a_clear_400(oai: openai.OpenAI, stack: Stack, gemma: str) -> None:
     with pytest.raises(openai.BadRequestError) as e:
         oai.chat.completions.create(model="gemma3-270m", messages=[{"role": "user", "content": "Hi"}])
     assert "no chat template" in str(e.value) and "/v1/completions" in str(e.value)
+    with pytest.raises(anthropic.BadRequestError) as a:
+        anthropic.Anthropic(base_url=stack.url, api_key=stack.api_key, max_retries=0).messages.create(
+            model=gemma, max_tokens=8, messages=[{"role": "user", "content": "Hi"}]
+        )
+    assert "no chat template" in str(a.value)
     # The chat model still chats, by its alias too.
     answer = oai.chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
