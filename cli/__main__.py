@@ -28,6 +28,7 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
         supervise=not args.no_restart,
         backoff=Backoff(initial_s=args.restart_delay, cap_s=args.restart_max_delay),
         echo_events=True,
+        pools=settings.extra_pools(),
     )
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -38,7 +39,8 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print(
-        f"starting nats-server and {len(services)} services (the first start converts the model; it takes a minute)..."
+        f"starting nats-server and {len(services)} services, one inference pool per model "
+        f"({', '.join(settings.registry.names())}); the first start converts the models: it takes a minute or two..."
     )
     try:
         stack.start(timeout_s=args.timeout)
@@ -46,7 +48,9 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
             print(
                 f"\nSwitchyard is ready:\n  chat     {stack.url}\n  console  {stack.url}/console\n"
                 f"  API key  {stack.api_key}\n  admin    {stack.admin_key}\n  logs     {stack.data_dir}/logs/\n"
-                f"  metrics  {stack.url}/metrics (gateway), http://127.0.0.1:{stack.metrics_port}/metrics (inference)\n"
+                f"  metrics  {stack.url}/metrics (gateway), http://127.0.0.1:{stack.metrics_port}/metrics (inference)"
+                + "".join(f", http://127.0.0.1:{p}/metrics ({t})" for t, p in stack.replica_metrics_ports.items())
+                + "\n"
                 f"\ntry:\n  curl -N {stack.url}/chat -H 'Authorization: Bearer {stack.api_key}' "
                 '-H \'content-type: application/json\' -d \'{"chatId":"demo","text":"Hello!"}\'\n\nCtrl-C stops.',
                 flush=True,

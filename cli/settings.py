@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from libs.models import ModelRegistry
+
 
 class CliSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWITCHYARD_", extra="ignore")
@@ -22,6 +24,13 @@ class CliSettings(BaseSettings):
     # The keys `run` hands the stack, and `replay` authenticates with; empty: the saved (or a new) one.
     api_key: str = ""
     admin_key: str = ""
+
+    # The served models (libs/models): `run` starts one inference pool per model.
+    registry: ModelRegistry = Field(default_factory=ModelRegistry)
+
+    def extra_pools(self) -> dict[str, str]:
+        """Model -> pool of every model but the default one, which the stack's own `inference` serves."""
+        return {c.name: c.pool for c in self.registry.models if c.name != self.registry.get(None).name}
 
     def gateway_url(self) -> str:
         return self.url.rstrip("/") if self.url else f"http://127.0.0.1:{self.port}"

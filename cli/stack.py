@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from cli.health import wait_stages_ready
+from cli.health import wait_pools_live, wait_stages_ready
 from cli.supervise import Backoff, ServiceStatus, StopLatch, SupervisorLog, describe_exit, write_status
 from libs.bus.embedded import NatsServer, free_port, start_nats_server
 
@@ -68,6 +68,8 @@ class Stack:
     api_key: str = ""
     admin_key: str = ""
     metrics_port: int = 0
+    # The /metrics port of each inference process started as a replica (`inference-<replica>`), by tag.
+    replica_metrics_ports: dict[str, int] = field(default_factory=dict)
     # The environment every service was started with, so one can be restarted alike.
     service_env: dict[str, str] = field(default_factory=dict)
     # Which services to start; a stack without the gateway is ready when each answers its health subject.
@@ -78,6 +80,9 @@ class Stack:
     # The python a service runs with, where not this one's: a vLLM replica runs from vLLM's own
     # virtualenv (`make setup-vllm`), with PYTHONPATH at the checkout in `env`.
     interpreters: dict[str, str] = field(default_factory=dict)
+    # Registry models (libs/models) served by an inference pool of their own beside the default model's,
+    # each one process `inference-<pool>` with SWITCHYARD_INFERENCE_MODEL=<name>; `run` serves every model.
+    pools: dict[str, str] = field(default_factory=dict)  # model name -> its pool
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _changed: threading.Condition = field(init=False, repr=False)
     _stop: StopLatch = field(default_factory=StopLatch, repr=False)
@@ -132,6 +137,9 @@ class Stack:
             if self._stop.is_set():
                 raise StackStopping("asked to stop while starting")
             self.start_service(name, env)
+            if name == "inference":
+                for model, pool in self.pools.items():
+                    self.start_service(name, {**env, "SWITCHYARD_INFERENCE_MODEL": model}, replica=pool)
         self.wait_ready(timeout_s)
         with self._lock:
             self._state = "ready"
@@ -160,7 +168,8 @@ class Stack:
         if spec.replica:
             env = {**env, f"SWITCHYARD_{spec.name.upper()}_REPLICA": spec.replica}
             if spec.name == "inference":  # each replica serves its own /metrics
-                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(free_port())
+                self.replica_metrics_ports[tag] = free_port()
+                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(self.replica_metrics_ports[tag])
         try:
             proc = subprocess.Popen(
                 [self.interpreters.get(spec.name, sys.executable), "-m", f"services.{spec.name}"],
@@ -232,11 +241,18 @@ class Stack:
                     raise RuntimeError(f"service {tag} exited with {p.returncode}; see {self.data_dir}/logs/{tag}.log")
 
     def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        if self.pools and "inference" in self.services:
+            # One pool per model: ready once each has a live replica (the default model's pool included).
+            assert self.nats_url is not None
+            pools = {*self.pools.values(), self.service_env.get("SWITCHYARD_INFERENCE_POOL", "default")}
+            wait_pools_live(self.nats_url, pools, timeout_s, self._check_alive)
         if "gateway" not in self.services:
             assert self.nats_url is not None
-            wait_stages_ready(self.nats_url, list(self.services), timeout_s, self._check_alive)
+            wait_stages_ready(
+                self.nats_url, list(self.services), max(deadline - time.monotonic(), 1.0), self._check_alive
+            )
             return
-        deadline = time.monotonic() + timeout_s
         last = ""
         while time.monotonic() < deadline:
             self._check_alive()

@@ -22,6 +22,9 @@ Mode = Literal["fast", "reasoning"]
 Api = Literal["chat", "openai", "anthropic", "replay"]
 TurnStatus = Literal["complete", "stopped", "error"]
 FinishReason = Literal["stop", "length", "cancelled", "error", "blocked"]
+# 'chat': the context stage renders history, system and message with the model's chat template; 'raw':
+# the text is the whole prompt, passed to the engine verbatim (OpenAI's legacy /v1/completions).
+PromptMode = Literal["chat", "raw"]
 
 
 class ChatMessage(BaseModel):
@@ -104,6 +107,8 @@ class RouteDecision(BaseModel):
     pool: str
     replica: str
     reason: str
+    # The model the request asked for, when the router sent it to that model's configured fallback instead.
+    fallback_from: str | None = None
 
 
 class ToolEvent(BaseModel):
@@ -140,6 +145,7 @@ class Work(BaseModel):
     system: str | None = None
     model: str | None = None
     mode: Mode | None = None
+    prompt_mode: PromptMode = "chat"
     sampling: Sampling = Field(default_factory=Sampling)
     created_ms: int = 0
     # False for replays and evaluations: the answer is logged but no conversation changes.

@@ -303,6 +303,7 @@ class LoggedRequest(OnlySet):
     chat_id: str | None = None
     model: str | None = None
     mode: str | None = None
+    prompt_mode: str = "chat"
     system: str | None = None
     messages: list[ChatMessage] = Field(default_factory=list)
     sampling: Sampling = Field(default_factory=Sampling)
@@ -420,6 +421,7 @@ class RecordedRequest(BaseModel):
     chat_id: str | None = None
     model: str | None = None
     mode: str | None = None
+    prompt_mode: str = "chat"
     system: Text | None = None
     # Each `ChatMessage`, its content possibly a digest.
     messages: list[dict[str, Any]] = Field(default_factory=list)

@@ -9,7 +9,7 @@ at a sentence picked from the request id, so output safety reads real sentences.
 almost no CPU of its own (one list lookup and one queue put per token), which is the point: the
 inference process's CPU under it is the pipeline's relay work, not the model's.
 
-Never a default. It honours max_tokens and logprobs (made-up values); it ignores stop strings, EOS and
+Never a default. It honours max_tokens, stop strings and logprobs (made-up values); it ignores EOS and
 grammars: its answers are for measuring, not reading.
 
 Default timing (docs/benchmarks.md cites it): NVIDIA NIM 1.8.0, Llama-3.1-8B-Instruct on one H100,
@@ -82,6 +82,7 @@ class _Seq:
     first_at: float | None = None
     made: int = 0
     last_at: float | None = None
+    text: str = ""  # what it has sent, for its stop strings
 
 
 class SimEngine:
@@ -196,11 +197,26 @@ class SimEngine:
             if seq.made == 1:  # an answer opens on a sentence, not on the space before it
                 text = text.lstrip()
             lps = self._logprobs(seq, pos)
-            if seq.made >= seq.params.max_tokens:
+            cut = self._stop_at(seq, text)
+            if cut is not None:  # a stop string completed: the text before it, and the answer ends there
+                del self._running[rid]
+                seq.queue.put_nowait(self._last(seq, now, "stop", ids, cut, lps))
+            elif seq.made >= seq.params.max_tokens:
                 del self._running[rid]
                 seq.queue.put_nowait(self._last(seq, now, "length", ids, text, lps))
             else:
                 seq.queue.put_nowait(StreamChunk(rid, text, ids, token_at=now, logprobs=lps))
+
+    @staticmethod
+    def _stop_at(seq: _Seq, text: str) -> str | None:
+        """None while no stop string is complete; else the part of `text` before the first one (what was
+        sent before this token is not taken back)."""
+        whole = seq.text + text
+        hits = [i for i in (whole.find(s) for s in seq.params.stop if s) if i >= 0]
+        seq.text = whole
+        if not hits:
+            return None
+        return whole[len(whole) - len(text) : max(min(hits), len(whole) - len(text))]
 
     def _logprobs(self, seq: _Seq, pos: int) -> list[TokenLogprobs] | None:
         k = seq.params.logprobs

@@ -15,6 +15,7 @@ from libs.store.conversations import ConversationStore
 from libs.store.db import make_engine
 from libs.store.knowledge import KnowledgeStore
 from schemas import (
+    ChatMessage,
     ContextPart,
     ConversationQuery,
     ConversationReply,
@@ -105,6 +106,8 @@ class Context:
         return await asyncio.to_thread(self.renderer.render_messages, messages, add_generation_prompt, parts.tools)
 
     async def assemble(self, work: Work) -> Forward:
+        if work.prompt_mode == "raw":
+            return await self.assemble_raw(work)
         parts, safety = await self._parts(work)
         try:
             # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
@@ -148,6 +151,25 @@ class Context:
         )
         if r.trimmed_turns:
             log.info("history trimmed", trimmed_turns=r.trimmed_turns, kept=r.history_turns)
+        return Forward(subject=subjects.ROUTE, work=out, decision=decision, part=part)
+
+    async def assemble_raw(self, work: Work) -> Forward:
+        """A text completion: the client's text is the whole prompt, verbatim (no template, history, memory,
+        files or instructions); the tenant's safety policy is still read, for the safety stages. Its token
+        count is the bundled tokenizer's (the router checks it against the pool's context length)."""
+        _instructions, safety = await self.knowledge.tenant_settings(work.tenant)
+        tokens = await asyncio.to_thread(self.renderer.template.count, work.text)
+        out = work.model_copy(
+            update={
+                "prompt_messages": [ChatMessage(role="user", content=work.text)],
+                "prompt": work.text,
+                "prompt_tokens": tokens,
+                "safety": safety,
+            }
+        )
+        trace.get_current_span().set_attribute("switchyard.prompt_tokens", tokens)
+        decision = {"prompt_mode": "raw", "prompt_tokens": tokens, "safety_policy": safety.model_dump(mode="json")}
+        part = ContextPart(prompt=work.text, chat_id=work.chat_id)
         return Forward(subject=subjects.ROUTE, work=out, decision=decision, part=part)
 
     async def open(self, q: ConversationQuery) -> ConversationReply:

@@ -18,6 +18,7 @@ from services.gateway import (
     admin_api,
     anthropic_api,
     chat_api,
+    completions_api,
     embeddings_api,
     errors,
     feedback_api,
@@ -113,6 +114,7 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
     app.include_router(chat_api.router)
     app.include_router(openai_api.router)
+    app.include_router(completions_api.router)
     app.include_router(anthropic_api.router)
     app.include_router(ops_api.router)
     app.include_router(feedback_api.router)

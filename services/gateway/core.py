@@ -16,6 +16,7 @@ from opentelemetry import context as otel_context
 from libs.bus import Bus, BusError
 from libs.bus import headers as H
 from libs.limits import Limiter
+from libs.models import Capability
 from libs.store.keys import ApiKey, KeyStore
 from schemas import (
     ChatMessage,
@@ -27,7 +28,7 @@ from schemas import (
     Work,
     subjects,
 )
-from schemas.messages import Api, Mode
+from schemas.messages import Api, Mode, PromptMode
 from services.gateway.errors import ApiError
 from services.gateway.key_policy import KeyPolicy
 from services.gateway.metrics import Metrics
@@ -94,8 +95,12 @@ def request_id(request: Request) -> str:
     return rid
 
 
-def resolve_model(settings: GatewaySettings, name: str | None) -> tuple[str | None, Mode | None]:
-    """`<model>[:fast|:reasoning]` → (model, mode); an unknown model is 404 as in the OpenAI API."""
+def resolve_model(
+    settings: GatewaySettings, name: str | None, need: Capability = "chat"
+) -> tuple[str | None, Mode | None]:
+    """`<model or alias>[:fast|:reasoning]` → (model, mode); an unknown model is 404 as in the OpenAI API, and
+    one that cannot serve `need` (a chat request to a base model without a chat template) is 400, unless the
+    operator configured a fallback for it, which the router then takes (and records)."""
     if not name:
         return None, None
     base, _, suffix = name.partition(":")
@@ -104,9 +109,18 @@ def resolve_model(settings: GatewaySettings, name: str | None) -> tuple[str | No
         if suffix not in MODES:
             raise ApiError(ErrorCode.bad_request, f"unknown mode suffix {suffix!r} (use :fast or :reasoning)")
         mode = "fast" if suffix == "fast" else "reasoning"
-    if base not in settings.models:
+    card = settings.registry.find(base)
+    if card is None:
         raise ApiError(ErrorCode.not_found, f"model {base!r} does not exist; GET /v1/models lists them")
-    return base, mode
+    if not card.can(need) and card.fallback is None:
+        if need == "chat" and not card.chat_template:
+            raise ApiError(
+                ErrorCode.bad_request,
+                f"model {card.name!r} is a base model with no chat template: it serves text completions only "
+                "(POST /v1/completions)",
+            )
+        raise ApiError(ErrorCode.bad_request, f"model {card.name!r} does not serve {need}")
+    return card.name, mode
 
 
 # Past any vocabulary (the largest are ~262k tokens): a bound, so no absurd integer reaches a record.
@@ -226,6 +240,7 @@ async def start_run(
     system: str | None = None,
     model: str | None = None,
     mode: Mode | None = None,
+    prompt_mode: PromptMode = "chat",
     sampling: Sampling,
     client_tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
@@ -278,6 +293,7 @@ async def start_run(
             system=system,
             model=model,
             mode=mode,
+            prompt_mode=prompt_mode,
             sampling=sampling,
             created_ms=run.started_ms,
             client_tools=client_tools or [],

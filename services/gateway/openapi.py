@@ -22,6 +22,7 @@ from schemas import ReplayRequest
 from services.gateway.anthropic_api import MessagesRequest
 from services.gateway.body import MAX_JSON_DEPTH
 from services.gateway.chat_api import ChatRequest
+from services.gateway.completions_api import TextCompletionRequest
 from services.gateway.conversations_api import CreateConversation, RenameConversation
 from services.gateway.embeddings_api import EmbeddingsRequest
 from services.gateway.feedback_api import PreferenceBody, ThumbsBody
@@ -35,6 +36,7 @@ JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjso
 BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/chat"): ChatRequest,
     ("post", "/v1/chat/completions"): CompletionRequest,
+    ("post", "/v1/completions"): TextCompletionRequest,
     ("post", "/v1/messages"): MessagesRequest,
     ("post", "/v1/conversations"): CreateConversation,
     ("patch", "/v1/conversations/{chat_id}"): RenameConversation,
@@ -60,6 +62,7 @@ SUCCESS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("get", "/v1/streams/{rid}"): ("200", (SSE,)),
     ("post", "/v1/streams/{rid}/cancel"): ("202", (JSON,)),
     ("post", "/v1/chat/completions"): ("200", (JSON, SSE)),
+    ("post", "/v1/completions"): ("200", (JSON, SSE)),
     ("post", "/v1/messages"): ("200", (JSON, SSE)),
     ("post", "/v1/conversations"): ("201", (JSON,)),
     ("post", "/v1/files"): ("201", (JSON,)),

@@ -10,7 +10,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from libs.bus import BusError
+from libs.models import ModelCard
 from schemas import (
+    ErrorCode,
     HealthReply,
     HealthRequest,
     RequestQuery,
@@ -22,6 +24,7 @@ from schemas import (
 )
 from services.gateway.auth import Principal
 from services.gateway.core import Gw
+from services.gateway.errors import ApiError
 from services.gateway.ids import RidPath
 
 router = APIRouter()
@@ -61,12 +64,32 @@ async def metrics(gw: Gw) -> Response:
     return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+def model_json(card: ModelCard) -> dict[str, Any]:
+    """OpenAI's model object, plus what a client needs to choose one: context length, capabilities, aliases."""
+    return {
+        "id": card.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": card.owner,
+        "context_length": card.context_length,
+        "capabilities": {c: card.can(c) for c in ("chat", "completion", "tools", "structured_outputs")},
+        "chat_template": card.chat_template,
+        "aliases": card.aliases,
+        "fallback": card.fallback,
+    }
+
+
 @router.get("/v1/models")
 async def models(gw: Gw, key: Principal) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": [{"id": m, "object": "model", "created": 0, "owned_by": "switchyard"} for m in gw.settings.models],
-    }
+    return {"object": "list", "data": [model_json(c) for c in gw.settings.registry.models]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(model_id: str, gw: Gw, key: Principal) -> dict[str, Any]:
+    card = gw.settings.registry.find(model_id[:256])
+    if card is None:
+        raise ApiError(ErrorCode.not_found, f"model {model_id[:80]!r} does not exist; GET /v1/models lists them")
+    return model_json(card)
 
 
 @router.get("/v1/tools")

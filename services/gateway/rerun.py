@@ -119,8 +119,10 @@ async def _work(gw: Gateway, key: ApiKey, rid: str, record: RequestRecord, req: 
         "replay_of": rid,
         "replay_mode": req.mode,
     }
-    if o.model is not None and o.model not in gw.settings.models:
+    if o.model is not None and gw.settings.registry.find(o.model) is None:
         raise ApiError(ErrorCode.not_found, f"model {o.model!r} does not exist; GET /v1/models lists them")
+    # A text completion replays as one: its text is the whole prompt, never templated.
+    common["prompt_mode"] = "raw" if getattr(request, "prompt_mode", "chat") == "raw" else "chat"
     if req.mode == "inference":
         if record.safety_action == "block" and "inference" not in record.stages:
             # An inference replay skips input safety: it must not hand the model a prompt that was never allowed.

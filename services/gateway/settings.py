@@ -5,8 +5,8 @@ from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
 from libs.constraints import GrammarLimits
+from libs.models import ModelRegistry
 from libs.store.db import database_url
-from libs.tokenizer.paths import DEFAULT_MODEL_NAME
 
 
 class TierLimits(BaseModel):
@@ -38,7 +38,9 @@ class GatewaySettings(ServiceSettings):
     # an OpenAI or Anthropic client sends): over either, 413 before any stage sees it (docs/security.md).
     max_messages: int = Field(512, ge=1)
     max_input_chars: int = Field(256_000, ge=1)
-    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_NAME])
+    # The served models, their aliases and capabilities (libs/models: SWITCHYARD_MODELS, SWITCHYARD_DEFAULT_MODEL,
+    # SWITCHYARD_MODEL_FALLBACKS); `GET /v1/models` lists them, and every API resolves a request's model here.
+    registry: ModelRegistry = Field(default_factory=ModelRegistry)
     # `POST /v1/embeddings` inputs: how many, and characters in each and in all (over any, 413; the encoder
     # reads at most 256 tokens of each, and all the vectors come back in one bus message).
     embeddings_max_inputs: int = Field(128, ge=1, le=512)
@@ -96,6 +98,10 @@ class GatewaySettings(ServiceSettings):
     key_cache_s: float = Field(5.0, ge=0.0)
     # Token budgets per key (day, month): the JetStream key-value bucket every gateway debits.
     key_budgets_bucket: str = "switchyard_key_budgets"
+
+    @property
+    def models(self) -> list[str]:
+        return self.registry.names()
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")

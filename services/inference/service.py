@@ -164,8 +164,9 @@ class Inference:
         s = work.sampling
         model = self.model
         reasoning = work.route is not None and work.route.mode == "reasoning"
+        operation = "text_completion" if work.prompt_mode == "raw" else "chat"
         attrs: dict[str, str | int | float] = {
-            "gen_ai.operation.name": "chat",
+            "gen_ai.operation.name": operation,
             "gen_ai.system": "switchyard",
             "gen_ai.request.model": model,
             "gen_ai.request.max_tokens": s.max_tokens,
@@ -178,7 +179,9 @@ class Inference:
         if s.seed is not None:
             attrs["gen_ai.request.seed"] = s.seed
         error: ErrorInfo | None = None
-        with self.bus.tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attrs) as span:
+        with self.bus.tracer.start_as_current_span(
+            f"{operation} {model}", kind=SpanKind.CLIENT, attributes=attrs
+        ) as span:
             try:
                 if work.rid in self._cancelled:
                     gen.finish = "cancelled"
@@ -304,6 +307,8 @@ class Inference:
 
 
 async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable[None]] | None:
+    # A registry model's file may need assembling first (Gemma's GGUF ships in chunk packages): seconds of I/O.
+    await asyncio.to_thread(settings.serve_card)
     engine = create_engine(settings.engine_config())
     await engine.start()
     service = Inference(bus, engine, settings)

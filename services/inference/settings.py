@@ -7,6 +7,7 @@ from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
 from libs.engine import EngineConfig, EngineSettings
+from libs.models import ModelCard, ModelRegistry, ensure_model_file
 
 
 class InferenceSettings(ServiceSettings):
@@ -45,6 +46,25 @@ class InferenceSettings(ServiceSettings):
     # The engine's own knobs, under their shared names (SWITCHYARD_ENGINE_THREADS, SWITCHYARD_MODEL_PATH,
     # SWITCHYARD_KV_CACHE_BYTES, SWITCHYARD_TOKENIZER_CACHE, SWITCHYARD_TRTLLM_MODEL): read with these settings.
     engine_env: EngineSettings = Field(default_factory=EngineSettings)
+    # SWITCHYARD_INFERENCE_MODEL: the registry model this process serves (libs/models); its entry sets the
+    # engine kind, pool, served name and file. None: the settings above as they are (the bundled model).
+    model: str | None = None
+    registry: ModelRegistry = Field(default_factory=ModelRegistry)
+
+    def card(self) -> ModelCard | None:
+        return None if self.model is None else self.registry.get(self.model)
+
+    def serve_card(self) -> None:
+        """Take the engine kind, pool, name and file from this process's registry entry (assembling the file
+        on first use). The simulated engine only needs a tokenizer: it keeps the bundled model's."""
+        card = self.card()
+        if card is None:
+            return
+        path = ensure_model_file(card)
+        self.engine, self.pool, self.model_name = card.engine, card.pool, card.name
+        self.max_model_len = min(self.max_model_len, card.context_length)
+        if card.engine != "sim":
+            self.model_path = path
 
     def engine_config(self) -> EngineConfig:
         """The engine these settings describe (the service's setup and the pipeline benchmark build it alike):

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from libs.bus import Bus, BusError
+from libs.models import Capability, ModelCard
 from schemas import ErrorCode, Forward, Heartbeat, RouteDecision, RoutePart, Work, subjects
 from services.router.replicas import ReplicaTable, rendezvous, sticky_key
 from services.router.settings import ModelSpec, RouterSettings
@@ -22,6 +23,10 @@ _REASONING = re.compile(
 
 def classify_mode(text: str) -> str:
     return "reasoning" if _REASONING.search(text) else "fast"
+
+
+def _need(work: Work) -> Capability:
+    return "completion" if work.prompt_mode == "raw" else "chat"
 
 
 class Router:
@@ -39,19 +44,56 @@ class Router:
             self.replicas.observe(beat)
             self.first_replica.set()
 
-    def _model(self, work: Work) -> ModelSpec:
-        name = (work.model or self.settings.default_model).split(":")[0]
+    def _spec(self, card: ModelCard) -> ModelSpec:
+        """The router's own knobs for a model (modes, reasoning budget): configured, else from its registry entry."""
         for spec in self.settings.models:
-            if spec.name == name:
+            if spec.name == card.name:
                 return spec
-        # Unknown model names (SDK defaults like "gpt-4o") fall back to the default model.
-        return next(s for s in self.settings.models if s.name == self.settings.default_model)
+        return ModelSpec(name=card.name, engine=card.engine, modes=list(card.modes))
+
+    def _card(self, work: Work) -> ModelCard:
+        name = (work.model or self.settings.registry.default_model).split(":")[0]
+        # Unknown model names (SDK defaults like "gpt-4o") go to the default model; the gateway has
+        # already refused them on the HTTP APIs (404), so only internal callers get here with one.
+        return self.settings.registry.find(name) or self.settings.registry.get(None)
+
+    def _able(self, card: ModelCard, work: Work) -> tuple[ModelCard, str | None]:
+        """The model that takes the request: `card` when it can serve the request's prompt mode, else its
+        operator-configured fallback (with the reason), else a 400."""
+        need = _need(work)
+        if card.can(need):
+            return card, None
+        what = "chat (it has no chat template)" if need == "chat" and not card.chat_template else need
+        fallback = self.settings.registry.find(card.fallback) if card.fallback else None
+        if fallback is None or not fallback.can(need):
+            raise BusError(ErrorCode.bad_request, f"model {card.name} does not serve {what}")
+        return fallback, f"fallback: {card.name} does not serve {what}; its configured fallback is {fallback.name}"
+
+    async def _live(self, card: ModelCard, work: Work) -> tuple[ModelCard, list[Heartbeat], str | None]:
+        """`card`'s live replicas, else (none within the wait) its configured fallback's, when that one can
+        serve the request's prompt mode."""
+        try:
+            return card, await self._wait_live(card.name), None
+        except BusError:
+            fallback = self.settings.registry.find(card.fallback) if card.fallback else None
+            if fallback is None or not fallback.can(_need(work)):
+                raise
+        live = self.replicas.live(fallback.name) or await self._wait_live(fallback.name)
+        return (
+            fallback,
+            live,
+            f"fallback: no replica of {card.name} is live; its configured fallback is {fallback.name}",
+        )
 
     async def route(self, work: Work) -> Forward:
-        spec = self._model(work)
-        reasons: list[str] = []
+        asked = self._card(work)
+        card, why_fallback = self._able(asked, work)
+        reasons: list[str] = [] if why_fallback is None else [why_fallback]
+        spec = self._spec(card)
         mode: str
-        if work.mode:
+        if work.prompt_mode == "raw":
+            mode, why = "fast", "text completion"
+        elif work.mode:
             mode, why = work.mode, "requested"
         elif work.model and ":" in work.model:
             mode, why = work.model.split(":", 1)[1], "model name"
@@ -64,7 +106,12 @@ class Router:
             work.sampling.max_tokens = max(work.sampling.max_tokens, spec.reasoning_max_tokens)
 
         need = work.prompt_tokens + work.sampling.max_tokens
-        live = await self._wait_live(spec.name)
+        served, live, why_down = await self._live(card, work)
+        if why_down is not None:
+            reasons.append(why_down)
+            card, spec = served, self._spec(served)
+            if mode not in spec.modes:
+                mode = "fast"
         fitting = sorted((r for r in live if r.max_model_len >= need), key=lambda r: r.max_model_len)
         if not fitting:
             raise BusError(
@@ -90,6 +137,7 @@ class Router:
             pool=pool,
             replica=chosen.replica,  # type: ignore[arg-type]
             reason="; ".join(reasons),
+            fallback_from=asked.name if card.name != asked.name else None,
         )
         work.mode = mode  # type: ignore[assignment]
         return Forward(subject=subjects.TOOLS, work=work, part=RoutePart(route=work.route))

@@ -4,6 +4,7 @@ from pydantic import BaseModel, Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
+from libs.models import ModelRegistry
 from libs.tokenizer.paths import DEFAULT_MODEL_NAME
 
 
@@ -26,6 +27,8 @@ class RouterSettings(ServiceSettings):
 
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(name=DEFAULT_MODEL_NAME)])
     default_model: str = DEFAULT_MODEL_NAME
+    # The served models: names, aliases, capabilities and fallbacks (libs/models; SWITCHYARD_MODELS, ...).
+    registry: ModelRegistry = Field(default_factory=ModelRegistry)
     # A replica whose last heartbeat is older than this is considered gone.
     replica_ttl_s: float = 6.0
     # How long a request waits for a first replica to appear (service start-up) before failing.

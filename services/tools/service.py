@@ -87,6 +87,9 @@ class ToolsStage:
                 fallback=anyone,
                 decision={"planned": [], "replay": "prompt as logged"},
             )
+        if work.prompt_mode == "raw":
+            # A text completion's prompt is passed verbatim: no tool runs, and nothing is added to it.
+            return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": [], "raw": True})
         ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.

@@ -123,3 +123,17 @@ async def test_top_k_and_min_p_are_accepted_and_change_nothing() -> None:
         await engine.stop()
     # The sim writes canned sentences: sampling parameters are taken and ignored, never refused.
     assert [c.text for c in filtered] == [c.text for c in plain] and filtered[-1].finish_reason == "length"
+
+
+async def test_a_stop_string_ends_the_answer_before_it() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        whole = "".join(c.text for c in await run(engine, "r-stop", 60))
+        chunks = await run(engine, "r-stop", 60, stop=["."])
+    finally:
+        await engine.stop()
+    text = "".join(c.text for c in chunks)
+    # The same request id starts at the same sentence: the answer is the text up to its first full stop.
+    assert "." in whole and text == whole[: whole.index(".")], (text, whole)
+    assert chunks[-1].finished and chunks[-1].finish_reason == "stop"

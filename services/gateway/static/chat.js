@@ -361,6 +361,7 @@ async function send(text, files = []) {
   state.streaming = { controller, view, rid: null };
   setBusy(true);
   const body = { chatId: state.chatId, text };
+  if ($("model").value) body.model = $("model").value;
   if (files.length) body.fileIds = files.map((f) => f.id);
   let ended = false;
   try {
@@ -633,6 +634,7 @@ function init() {
     e.preventDefault();
     saveKey($("api-key").value);
     refreshConversations();
+    refreshModels();
     if (state.chatId) openChat(state.chatId);
   });
   $("composer").addEventListener("submit", (e) => {
@@ -671,7 +673,25 @@ function init() {
   const id = location.hash.slice(1);
   if (id) openChat(id);
   refreshConversations();
+  refreshModels();
   $("input").focus();
+}
+
+// The model menu: every model that chats (GET /v1/models; a base model serves /v1/completions only).
+async function refreshModels() {
+  const menu = $("model");
+  const resp = await api("/v1/models");
+  if (!resp.ok) return;
+  const chat = (await resp.json()).data.filter((m) => !m.capabilities || m.capabilities.chat);
+  const chosen = menu.value;
+  menu.replaceChildren(...chat.map((m) => {
+    const o = document.createElement("option");
+    o.value = m.id;
+    o.textContent = m.id;
+    return o;
+  }));
+  if (chosen && chat.some((m) => m.id === chosen)) menu.value = chosen;
+  menu.disabled = chat.length < 2; // one model: named, nothing to choose
 }
 
 document.addEventListener("DOMContentLoaded", init);

@@ -4,6 +4,7 @@ import pytest
 
 from libs.bus import BusError
 from libs.bus.headers import now_ms
+from libs.models import ModelRegistry
 from schemas import ErrorCode, Heartbeat, Work
 from services.router.service import Router, classify_mode
 from services.router.settings import ModelSpec, PoolSpec, RouterSettings
@@ -84,3 +85,38 @@ async def test_the_same_chat_id_of_two_tenants_is_hashed_apart() -> None:
         assert routed is not None
         chosen.add(routed.replica)
     assert len(chosen) > 1
+
+
+def gemma_beat(replica: str = "g") -> Heartbeat:
+    return Heartbeat(replica=replica, pool="gemma", model="gemma-3-270m", max_model_len=32768, ts_ms=now_ms())
+
+
+async def test_the_pool_follows_the_model_or_its_alias_and_the_prompt_mode() -> None:
+    r = router()
+    r.replicas.observe(beat("a", "8k"))
+    r.replicas.observe(gemma_beat())
+    route = (await r.route(work(model="gemma3-270m", prompt_mode="raw"))).work.route
+    assert route is not None and (route.model, route.pool, route.mode) == ("gemma-3-270m", "gemma", "fast")
+    assert route.fallback_from is None
+    # A text completion never gets a thinking phase, whatever the classifier reads.
+    proof = work(model="smollm2", prompt_mode="raw").model_copy(update={"text": "Prove it step by step"})
+    raw = (await r.route(proof)).work.route
+    assert raw is not None and (raw.model, raw.mode) == ("SmolLM2-135M-Instruct", "fast")
+    # A chat to the base model, with no fallback configured: refused.
+    with pytest.raises(BusError) as e:
+        await r.route(work(model="gemma-3-270m"))
+    assert e.value.code == ErrorCode.bad_request and "no chat template" in e.value.message
+
+
+async def test_a_configured_fallback_takes_a_chat_the_model_cannot_serve_and_says_so() -> None:
+    r = router(registry=ModelRegistry(model_fallbacks={"gemma-3-270m": "SmolLM2-135M-Instruct"}))
+    r.replicas.observe(beat("a", "8k"))
+    r.replicas.observe(gemma_beat())
+    route = (await r.route(work(model="gemma-3-270m"))).work.route
+    assert route is not None and (route.model, route.fallback_from) == ("SmolLM2-135M-Instruct", "gemma-3-270m")
+    assert "no chat template" in route.reason and "configured fallback" in route.reason
+    # With its own replica gone, a text completion for Gemma goes to the fallback too, and says why.
+    r.replicas.forget("g")
+    route = (await r.route(work(model="gemma-3-270m", prompt_mode="raw"))).work.route
+    assert route is not None and (route.model, route.fallback_from) == ("SmolLM2-135M-Instruct", "gemma-3-270m")
+    assert "no replica of gemma-3-270m is live" in route.reason

@@ -180,6 +180,7 @@ async function renderRequest(rid) {
       kv("TTFT", fmt.ms(r.ttft_ms)), kv("TPOT", fmt.ms(r.tpot_ms)), kv("prompt tokens", fmt.n(u.prompt_tokens)),
       kv("cached tokens", fmt.n(u.cached_tokens)), kv("completion tokens", fmt.n(u.completion_tokens)),
       kv("duration", fmt.ms(r.latency_ms)), kv("created", fmt.datetime(r.created_ms)), kv("trace", h("code", {}, r.trace_id || "–")),
+      r.route && r.route.fallback_from ? kv("asked for", `${r.route.fallback_from} (fallback)`) : null,
       r.replay_of ? kv("replay of", h("a", { href: `#/r/${r.replay_of}` }, r.replay_of.slice(0, 12))) : null,
       r.replay_of ? kv("compare", h("a", { href: `#/compare/${r.replay_of}/${rid}` }, "side by side")) : null));
   const replays = (r.replays || []).length ? h("div", { class: "card", id: "replays" }, h("h2", {}, "Replays"),
