@@ -259,7 +259,7 @@ async def start_run(
         with run.activate():
             # The key's own models and budgets (issue 30) before the tenant's limits: a refused request
             # takes no lease.
-            debit = await gw.key_policy.admit(key, model or gw.settings.models[0])
+            debit = await gw.key_policy.admit(key, gw.settings.registry.get(model).name)
             if debit is not None:
 
                 async def debit_usage(r: Run, debit: Callable[[int], Awaitable[None]] = debit) -> None:
