@@ -33,6 +33,7 @@ from schemas import (
 from services.context.facts import fact_to_remember
 from services.context.file_check import FileChecks
 from services.context.manage import Manager
+from services.context.models import ModelTemplates
 from services.context.prompt import (
     ChatTemplate,
     PromptParts,
@@ -62,10 +63,13 @@ class Context:
         renderer: PromptRenderer,
         memory_items: int = 50,
         tools: list[dict[str, Any]] | None = None,
+        models: ModelTemplates | None = None,
     ):
         self.conversations = conversations
         self.knowledge = knowledge
+        # The default model's; another model's comes from `models` (its own template and vocabulary).
         self.renderer = renderer
+        self.models = models
         self.memory_items = memory_items
         # Tool definitions rendered first in every system block; none are defined yet.
         self.tools = tools or []
@@ -99,20 +103,25 @@ class Context:
         )
         return parts, safety
 
+    async def renderer_for(self, model: str | None) -> PromptRenderer:
+        return self.renderer if self.models is None else await self.models.renderer(model)
+
     async def render_for(self, work: Work, add_generation_prompt: bool = True) -> str:
         """The prompt `assemble` would render for `work`, untrimmed (for counting its tokens)."""
         parts, _ = await self._parts(work)
-        messages = self.renderer.messages(parts)
-        return await asyncio.to_thread(self.renderer.render_messages, messages, add_generation_prompt, parts.tools)
+        renderer = await self.renderer_for(work.model)
+        messages = renderer.messages(parts)
+        return await asyncio.to_thread(renderer.render_messages, messages, add_generation_prompt, parts.tools)
 
     async def assemble(self, work: Work) -> Forward:
         if work.prompt_mode == "raw":
             return await self.assemble_raw(work)
         parts, safety = await self._parts(work)
+        renderer = await self.renderer_for(work.model)
         try:
             # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
             r, file_verdicts = await asyncio.gather(
-                asyncio.to_thread(self.renderer.render, parts, work.sampling.max_tokens),
+                asyncio.to_thread(renderer.render, parts, work.sampling.max_tokens),
                 self.file_checks.check(parts.files, safety),
             )
         except PromptTooLong as e:
@@ -136,7 +145,7 @@ class Context:
             "history_turns": r.history_turns,
             "trimmed_turns": r.trimmed_turns,
             "prompt_tokens": r.tokens,
-            "budget": self.renderer.budget,
+            "budget": renderer.budget,
             "memory_items": len(parts.memory),
             "files": [info.id for info, _ in parts.files],
             "flagged_files": list(file_verdicts),
@@ -156,9 +165,11 @@ class Context:
     async def assemble_raw(self, work: Work) -> Forward:
         """A text completion: the client's text is the whole prompt, verbatim (no template, history, memory,
         files or instructions); the tenant's safety policy is still read, for the safety stages. Its token
-        count is the bundled tokenizer's (the router checks it against the pool's context length)."""
-        _instructions, safety = await self.knowledge.tenant_settings(work.tenant)
-        tokens = await asyncio.to_thread(self.renderer.template.count, work.text)
+        count is the model's own tokenizer's (the router checks it against the pool's context length)."""
+        (_instructions, safety), renderer = await asyncio.gather(
+            self.knowledge.tenant_settings(work.tenant), self.renderer_for(work.model)
+        )
+        tokens = await asyncio.to_thread(renderer.template.count, work.text)
         out = work.model_copy(
             update={
                 "prompt_messages": [ChatMessage(role="user", content=work.text)],
@@ -194,9 +205,13 @@ class Context:
         return SaveTurnAck(turn_id=turn_id)
 
 
-def load_template(settings: ContextSettings) -> ChatTemplate:
-    from libs.tokenizer import load_tokenizer
+def load_tokenizer(path: str, cache_dir: str | None) -> ChatTemplate:
+    from libs.tokenizer import load_tokenizer as load
 
+    return load(path, cache_dir)
+
+
+def load_template(settings: ContextSettings) -> ChatTemplate:
     tok = settings.tokenizer
     return load_tokenizer(tok.resolved_model_path(settings.model_path), tok.tokenizer_cache)
 
@@ -211,15 +226,22 @@ async def setup(
     if template is None:
         # Reading the GGUF metadata takes seconds; do not stall the loop (heartbeats, pings) meanwhile.
         template = await asyncio.to_thread(load_template, settings)
-    renderer = PromptRenderer(template, settings.context_budget, settings.prompt_file_chars)
-    ctx = Context(conversations, knowledge, renderer, settings.prompt_memory_items)
+    models = ModelTemplates(
+        template,
+        settings.registry,
+        lambda path: load_tokenizer(path, settings.tokenizer.tokenizer_cache),
+        settings.context_budget,
+        settings.prompt_file_chars,
+        default_file=settings.tokenizer.resolved_model_path(settings.model_path),
+    )
+    ctx = Context(conversations, knowledge, models.default_renderer, settings.prompt_memory_items, models=models)
     await bus.stage(subjects.CONTEXT, ctx.assemble)
     await bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, ctx.open, queue="context")
     await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")
     await bus.subscribe(subjects.SAVE_TURN, SaveTurn, ctx.save_turn, queue="context")
     await Manager(conversations, knowledge, settings.max_file_chars).subscribe(bus)
     if isinstance(template, TokenCodec):  # a tokenizer, not only a template: it can count and decode too
-        tokens = Tokens(ctx, template, settings.context_budget, settings.tokenize_max_ids)
+        tokens = Tokens(ctx, models.template, settings.context_budget, settings.tokenize_max_ids)
         await bus.subscribe(subjects.TOKENIZE, TokenizeQuery, tokens.tokenize, queue="context")
         await bus.subscribe(subjects.DETOKENIZE, DetokenizeQuery, tokens.detokenize, queue="context")
 

@@ -4,6 +4,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from libs.bus import ServiceSettings
+from libs.models import ModelRegistry
 from libs.store.db import database_url
 from libs.tokenizer import TokenizerSettings
 
@@ -17,6 +18,9 @@ class ContextSettings(ServiceSettings):
     model_path: str | None = None
     # SWITCHYARD_MODEL_PATH and SWITCHYARD_TOKENIZER_CACHE, shared with the engine: read with these settings.
     tokenizer: TokenizerSettings = Field(default_factory=TokenizerSettings)
+    # The served models (SWITCHYARD_MODELS): a request for another model than the default is rendered and
+    # counted with that model's own file (its template and vocabulary).
+    registry: ModelRegistry = Field(default_factory=ModelRegistry)
     # Prompt tokens plus sampling.max_tokens must fit here; history is trimmed to make them.
     context_budget: int = 2048
     # Token ids one `/tokenize` reply carries (a count alone is not bounded by it): more would not fit one

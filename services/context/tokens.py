@@ -9,6 +9,7 @@ refuse). Tool results the tools stage may add for a message are not known before
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from libs.bus import BusError
@@ -34,14 +35,28 @@ class Renders(Protocol):
 
 
 class Tokens:
-    def __init__(self, context: Renders, codec: TokenCodec, max_model_len: int, max_ids: int):
+    def __init__(
+        self,
+        context: Renders,
+        codec_of: Callable[[str | None], Awaitable[ChatTemplate]],
+        max_model_len: int,
+        max_ids: int,
+    ):
         self.context = context
-        self.codec = codec
+        # The model's own tokenizer, by the model a query names (the default model's for none).
+        self.codec_of = codec_of
         self.max_model_len = max_model_len
         # Ids carried back in one reply; more would not fit one bus message (a count alone has no bound).
         self.max_ids = max_ids
 
+    async def codec(self, model: str | None) -> TokenCodec:
+        codec = await self.codec_of(model)
+        if not isinstance(codec, TokenCodec):
+            raise BusError(ErrorCode.bad_request, f"model {model!r} has no tokenizer here")
+        return codec
+
     async def tokenize(self, q: TokenizeQuery) -> TokenizeReply:
+        codec = await self.codec(q.model)
         if q.prompt is not None:
             text = q.prompt
         else:
@@ -58,7 +73,7 @@ class Tokens:
                 tool_choice=q.tool_choice,
             )
             text = await self.context.render_for(work, q.add_generation_prompt)
-        ids = await asyncio.to_thread(self.codec.encode, text)
+        ids = await asyncio.to_thread(codec.encode, text)
         reply = TokenizeReply(count=len(ids), max_model_len=self.max_model_len)
         if q.ids:
             if len(ids) > self.max_ids:
@@ -68,11 +83,12 @@ class Tokens:
                 )
             reply.tokens = ids
             if q.token_strs:
-                reply.token_strs = [self.codec.id_to_token(i) or "" for i in ids]
+                reply.token_strs = [codec.id_to_token(i) or "" for i in ids]
         return reply
 
     async def detokenize(self, q: DetokenizeQuery) -> DetokenizeReply:
-        unknown = next((i for i in q.tokens if i < 0 or self.codec.id_to_token(i) is None), None)
+        codec = await self.codec(q.model)
+        unknown = next((i for i in q.tokens if i < 0 or codec.id_to_token(i) is None), None)
         if unknown is not None:
             raise BusError(ErrorCode.bad_request, f"token id {unknown} is not in the model's vocabulary")
-        return DetokenizeReply(prompt=await asyncio.to_thread(self.codec.decode, q.tokens))
+        return DetokenizeReply(prompt=await asyncio.to_thread(codec.decode, q.tokens))

