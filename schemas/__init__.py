@@ -25,6 +25,7 @@ from schemas.conversations import (
     MemoryQuery,
     SearchHit,
     SearchReply,
+    TurnDelete,
 )
 from schemas.errors import ErrorBody, ErrorCode, ErrorInfo, http_status
 from schemas.messages import (
@@ -206,6 +207,7 @@ __all__ = [
     "ToolsPart",
     "TopLogprob",
     "Turn",
+    "TurnDelete",
     "Usage",
     "Work",
     "WorkAccepted",

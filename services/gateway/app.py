@@ -25,6 +25,7 @@ from services.gateway import (
     openai_api,
     openapi,
     ops_api,
+    responses_api,
     web,
 )
 from services.gateway.auth import require_admin
@@ -111,6 +112,7 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(chat_api.router)
     app.include_router(openai_api.router)
     app.include_router(anthropic_api.router)
+    app.include_router(responses_api.router)
     app.include_router(ops_api.router)
     app.include_router(feedback_api.router)
     # Every admin route, wherever it is written, behind one guard.

@@ -215,6 +215,7 @@ async def start_run(
     client_tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     rid: str | None = None,
+    persist: bool = True,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
@@ -257,6 +258,7 @@ async def start_run(
             created_ms=run.started_ms,
             client_tools=client_tools or [],
             tool_choice=tool_choice,
+            persist=persist,
         )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)
