@@ -26,6 +26,7 @@ from services.gateway.feedback_api import PreferenceBody, ThumbsBody
 from services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
 from services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
 from services.gateway.openai_api import CompletionRequest
+from services.gateway.responses_input import ResponsesRequest
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
 
@@ -33,6 +34,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/chat"): ChatRequest,
     ("post", "/v1/chat/completions"): CompletionRequest,
     ("post", "/v1/messages"): MessagesRequest,
+    ("post", "/v1/responses"): ResponsesRequest,
     ("post", "/v1/conversations"): CreateConversation,
     ("patch", "/v1/conversations/{chat_id}"): RenameConversation,
     ("post", "/v1/feedback"): ThumbsBody,
@@ -52,6 +54,7 @@ SUCCESS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("post", "/v1/streams/{rid}/cancel"): ("202", (JSON,)),
     ("post", "/v1/chat/completions"): ("200", (JSON, SSE)),
     ("post", "/v1/messages"): ("200", (JSON, SSE)),
+    ("post", "/v1/responses"): ("200", (JSON, SSE)),
     ("post", "/v1/conversations"): ("201", (JSON,)),
     ("post", "/v1/files"): ("201", (JSON,)),
     ("post", "/v1/memory"): ("201", (JSON,)),
