@@ -81,11 +81,12 @@ def kept(request: Request) -> Kept:
 
 
 def _local(gw: Gateway, request: Request, response_id: str, tenant: str) -> tuple[Run, ResponseEncoder] | None:
-    """The run of a response this gateway started (another tenant's is absent), with a fresh encoder."""
+    """The run of a response still in progress on this gateway (another tenant's is absent), with a fresh
+    encoder. A finished one is read from the store, where its turn was saved before its last event."""
     _, rid = chain_ids(response_id)
     run = gw.runs.by_rid.get(rid)
     entry = kept(request).by_rid.get(rid)
-    if run is None or entry is None or run.tenant != tenant or entry[0]["id"] != response_id:
+    if run is None or entry is None or run.tenant != tenant or entry[0]["id"] != response_id or not run.live:
         return None
     return run, ResponseEncoder(entry[0], entry[1])
 
@@ -192,8 +193,7 @@ async def _stored(gw: Gateway, tenant: str, user: str, response_id: str) -> tupl
 
 async def _chain(gw: Gateway, request: Request, tenant: str, user: str, previous: str) -> str:
     """The conversation a response continues; its previous response must be its conversation's latest."""
-    local = _local(gw, request, previous, tenant)
-    if local is not None and local[0].live:
+    if _local(gw, request, previous, tenant) is not None:
         raise ApiError(ErrorCode.bad_request, f"previous_response_id {previous!r} is still in progress")
     conv, turn = await _stored(gw, tenant, user, previous)
     if conv.turns[-1].rid != turn.rid:
@@ -312,9 +312,8 @@ async def cancel_response(response_id: ResponseIdPath, request: Request, gw: Gw,
     """Stop a response still running on this gateway (a background one, or a stream): the answer so far is
     kept, and the response is `cancelled`. A finished response cannot be cancelled."""
     local = _local(gw, request, response_id, key.tenant)
-    if local is None or not local[0].live:
-        if local is None:
-            await _stored(gw, key.tenant, key.user, response_id)  # 404 when there is no such response
+    if local is None:
+        await _stored(gw, key.tenant, key.user, response_id)  # 404 when there is no such response
         raise ApiError(ErrorCode.bad_request, f"response {response_id!r} is not in progress: it cannot be cancelled")
     run, encoder = local
     await gw.runs.cancel(run, "stopped")

@@ -230,7 +230,8 @@ class ResponseEncoder(Encoder):
         item = {
             "id": f"fc_{self.id}_{index}",
             "type": "function_call",
-            "call_id": call["id"],
+            # From the response's rid, not random: the response read back later names the same call.
+            "call_id": "call_" + self.id.rsplit("_", 1)[-1][:24],
             "name": fn["name"],
             "arguments": "",
             "status": "in_progress",
