@@ -10,8 +10,20 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from services.gateway.params import Strict
+from services.gateway.responses_input import (
+    FunctionChoice,
+    FunctionTool,
+    InputItem,
+    InputPart,
+    ReasoningConfig,
+    ResponsesRequest,
+    TextConfig,
+    TextFormat,
+)
 from tests.services.gateway.harness import Gateway, Responder
 from tests.services.gateway.sse_client import parse
+from tests.services.gateway.test_gateway_params import _documented_ignored
 
 MODEL = "SmolLM2-135M-Instruct"
 EVENTS: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
@@ -176,3 +188,13 @@ async def test_refusals_in_the_one_error_shape(gw: Gateway) -> None:
         )
         r = await c.get("/v1/responses/not-an-id", headers=gw.auth())
         assert r.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "model",
+    [ResponsesRequest, InputItem, InputPart, FunctionTool, FunctionChoice, TextFormat, TextConfig, ReasoningConfig],
+)
+def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> None:
+    documented = _documented_ignored()
+    missing = {k for k in model.IGNORED if k not in documented}
+    assert not missing, f"{model.__name__}: {missing} ignored but not listed in docs/product.md"
