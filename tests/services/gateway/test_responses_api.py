@@ -7,6 +7,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+from anthropic.types import Message as AnthropicMessage
+from openai.types.chat import ChatCompletion
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -198,3 +200,43 @@ def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> Non
     documented = _documented_ignored()
     missing = {k for k in model.IGNORED if k not in documented}
     assert not missing, f"{model.__name__}: {missing} ignored but not listed in docs/product.md"
+
+
+async def test_every_protocols_whole_body_is_the_fold_of_its_stream(gw: Gateway) -> None:
+    """Chat Completions and Messages bodies are folds of their own frames too: each validates against the
+    SDK's type and says what the stream said, for a plain answer and a function call."""
+    tools = [{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}]
+    async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
+        for text, extra in (("hello", {}), ("call it", {"tools": tools})):
+            body = {"model": MODEL, "messages": [{"role": "user", "content": text}], **extra}
+            whole = (await c.post("/v1/chat/completions", json=body, headers=gw.auth())).json()
+            ChatCompletion.model_validate(whole)
+            chunks = parse(
+                (await c.post("/v1/chat/completions", json={**body, "stream": True}, headers=gw.auth())).text
+            )
+            streamed = "".join(
+                ch.data["choices"][0]["delta"].get("content") or ""
+                for ch in chunks
+                if isinstance(ch.data, dict) and ch.data["choices"]
+            )
+            choice = whole["choices"][0]
+            assert (choice["message"]["content"] or "") == streamed
+            assert choice["finish_reason"] == ("tool_calls" if extra else "stop")
+            if extra:
+                assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+            else:
+                assert choice["message"]["reasoning_content"] == "thinking..." and whole["usage"]["total_tokens"] == 45
+
+            anthropic_tools = [{"name": "get_weather", "input_schema": WEATHER["parameters"]}]
+            body = {"model": MODEL, "max_tokens": 20, "messages": [{"role": "user", "content": text}]}
+            if extra:
+                body["tools"] = anthropic_tools
+            msg = (await c.post("/v1/messages", json=body, headers=gw.auth())).json()
+            AnthropicMessage.model_validate(msg)
+            kinds = [b["type"] for b in msg["content"]]
+            if extra:
+                assert kinds == ["tool_use"] and msg["content"][0]["input"] == {"city": "Paris"}
+                assert msg["stop_reason"] == "tool_use"
+            else:
+                assert kinds == ["thinking", "text"] and msg["content"][1]["text"] == "Hello"
+                assert msg["usage"]["output_tokens"] == 3 and msg["stop_reason"] == "end_turn"
