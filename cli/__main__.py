@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--restart-max-delay", type=float, default=30.0, help="the longest restart delay")
     p_status = sub.add_parser("status", help="what `run` started: each service's state, pid and restart count")
     p_status.add_argument("--json", action="store_true")
-    sub.add_parser("keys", help="create, list and revoke API keys", add_help=False)
+    sub.add_parser("keys", help="create, list, show, update, rotate and revoke API keys", add_help=False)
     sub.add_parser("replay", help="replay logged requests and report changed outputs", add_help=False)
     sub.add_parser("export", help="write logged requests or preference pairs as JSONL", add_help=False)
     sub.add_parser("export-hf", help="write a Hugging Face checkpoint directory from the GGUF", add_help=False)

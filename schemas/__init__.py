@@ -27,6 +27,7 @@ from schemas.conversations import (
     SearchReply,
     TurnDelete,
 )
+from schemas.embeddings import EmbedReply, EmbedRequest
 from schemas.errors import ErrorBody, ErrorCode, ErrorInfo, http_status
 from schemas.messages import (
     CancelNotice,
@@ -68,6 +69,7 @@ from schemas.messages import (
 from schemas.records import (
     ContextPart,
     DiffSegment,
+    EmbeddingsPart,
     Feedback,
     FeedbackList,
     FeedbackQuery,
@@ -109,6 +111,7 @@ from schemas.safety import (
     TenantSafety,
     ThresholdOverride,
 )
+from schemas.tokens import DetokenizeQuery, DetokenizeReply, TokenizeQuery, TokenizeReply
 
 __all__ = [
     "AnswerRelease",
@@ -124,7 +127,12 @@ __all__ = [
     "ConversationSearch",
     "ConversationSummary",
     "DeleteAck",
+    "DetokenizeQuery",
+    "DetokenizeReply",
     "DiffSegment",
+    "EmbedReply",
+    "EmbedRequest",
+    "EmbeddingsPart",
     "ErrorBody",
     "ErrorCode",
     "ErrorInfo",
@@ -201,6 +209,8 @@ __all__ = [
     "TextDigest",
     "ThresholdOverride",
     "TokenLogprob",
+    "TokenizeQuery",
+    "TokenizeReply",
     "ToolEvent",
     "ToolSpecs",
     "ToolSpecsQuery",

@@ -58,7 +58,9 @@ class ResponseFormat(BaseModel):
 class Sampling(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
+    top_k: int = Field(0, ge=0)  # 0: off
+    # vLLM's min_p: drop tokens less likely than min_p times the most likely one (0: off).
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
     # Always set by the gateway when the client leaves it open, so every logged request replays exactly.
     seed: int | None = None
     max_tokens: int = Field(256, ge=1, le=8192)
@@ -80,6 +82,8 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    # Of completion_tokens, those reasoning mode's thinking phase made (OpenAI's reasoning_tokens).
+    reasoning_tokens: int = 0
     ttft_ms: float | None = None
     tpot_ms: float | None = None
 
@@ -144,6 +148,8 @@ class Work(BaseModel):
     # and the choice: None/'auto', 'none', 'required', or 'function:<name>' to force one.
     client_tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | None = None
+    # The answer may carry several calls (OpenAI's parallel_tool_calls); False: at most one.
+    parallel_tool_calls: bool = False
     # Replays: the original request, and 'inference' (the logged prompt as it was) or 'pipeline'.
     replay_of: str | None = None
     replay_mode: Literal["inference", "pipeline"] | None = None
@@ -203,7 +209,8 @@ class ChatEvent(BaseModel):
     model: str | None = None
     stage: str | None = None
     replica: str | None = None
-    # On `done`, when asked for and output safety left the answer as the model wrote it.
+    # When asked for and output safety left the text as the model wrote it: on `done`, every answer
+    # token's; on a `delta`, the tokens of its own text (until a redaction, after which deltas carry none).
     logprobs: list[TokenLogprob] | None = None
 
 

@@ -334,6 +334,22 @@ class GatewayPart(OnlySet):
     gateway: GatewayOutcome = Field(default_factory=GatewayOutcome)
 
 
+class EmbeddingsPart(OnlySet):
+    """The gateway's part of an embeddings request's record. No other stage reports on one, so this part
+    also says how it ended (`status`), which model served it and what it used."""
+
+    kind: Literal["embeddings"] = "embeddings"
+    api: Literal["embeddings"] = "embeddings"
+    # The inputs, one user message each (so they are scrubbed like any other text).
+    request: LoggedRequest = Field(default_factory=LoggedRequest)
+    client_status: str = ""
+    key_id: str | None = None
+    status: str | None = None
+    model: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    gateway: GatewayOutcome = Field(default_factory=GatewayOutcome)
+
+
 class ReplayPart(OnlySet):
     """The gateway's part of a replay's record."""
 
@@ -353,7 +369,15 @@ class ReplayPart(OnlySet):
 
 
 StagePart = Annotated[
-    ContextPart | SafetyInPart | RoutePart | ToolsPart | InferencePart | SafetyOutPart | GatewayPart | ReplayPart,
+    ContextPart
+    | SafetyInPart
+    | RoutePart
+    | ToolsPart
+    | InferencePart
+    | SafetyOutPart
+    | GatewayPart
+    | ReplayPart
+    | EmbeddingsPart,
     Field(discriminator="kind"),
 ]
 

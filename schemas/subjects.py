@@ -31,6 +31,12 @@ REPLICAS_TTL_S = 10.0
 
 ADMIN_REQUEST_GET = "admin.requests.get"
 
+# request/reply: sentence embeddings from the service that hosts the encoder (schemas/embeddings.py)
+EMBEDDINGS = "tools.embeddings"
+# request/reply: a prompt rendered and encoded as the context stage does it, and ids decoded (schemas/tokens.py)
+TOKENIZE = "context.tokenize"
+DETOKENIZE = "context.detokenize"
+
 # Key standing (abuse detection): the logger suspends, an admin reinstates, every gateway enforces.
 STANDING_BUCKET = "key_standing"
 

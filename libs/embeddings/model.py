@@ -74,6 +74,11 @@ class Embedder:
         tok.enable_truncation(max_length=MAX_TOKENS)
         tok.enable_padding(pad_id=0, pad_token="[PAD]")
         self._tok = tok
+        # Counting reads the whole text: the truncating tokenizer above would say every long text is 256.
+        counter = Tokenizer.from_file(str(self.path / "tokenizer.json"))
+        counter.no_truncation()
+        counter.no_padding()
+        self._counter = counter
         model: Any = AutoModel.from_pretrained(str(self.path), local_files_only=True)
         model.eval()
         if weight_deltas:
@@ -101,6 +106,10 @@ class Embedder:
     def n_layers(self) -> int:
         """Number of transformer layers; layer ``n_layers`` is the output ``embed`` pools."""
         return int(self._model.config.num_hidden_layers)
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Tokens the model reads for each text, [CLS] and [SEP] included, before any truncation."""
+        return [len(e.ids) for e in self._counter.encode_batch(texts)] if texts else []
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Return an ``(n, dim)`` float32 array of L2-normalized embeddings."""

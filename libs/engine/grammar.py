@@ -76,9 +76,39 @@ def _tools_grammar(spec: dict[str, Any]) -> xgr.Grammar:
         return xgr.Grammar.from_structural_tag(tags, [CALL_OPEN])
     calls = [_json(_call_schema(t["name"], t.get("parameters") or {}, first)) for t in tools]
     body = calls[0] if len(calls) == 1 else xgr.Grammar.union(*calls)
-    return xgr.Grammar.concat(
+    call = xgr.Grammar.concat(
         xgr.Grammar.from_ebnf(f"root ::= {_literal(CALL_OPEN)}"),
         body,
+        xgr.Grammar.from_ebnf(f"root ::= {_literal(CALL_CLOSE)}"),
+    )
+    if not spec.get("parallel"):
+        return call
+    # Parallel calls: one call, then any number more, each on its own line (the model ends the answer
+    # after any complete call). Only the first call's forced opening is in the prompt.
+    rest = xgr.Grammar.concat(
+        xgr.Grammar.from_ebnf(f"root ::= {_literal(chr(10))}"),  # a newline
+        _any_calls(tools),
+    )
+    return xgr.Grammar.from_structural_tag(
+        {
+            "type": "structural_tag",
+            "format": {
+                "type": "sequence",
+                "elements": [
+                    {"type": "grammar", "grammar": str(call)},
+                    {"type": "star", "content": {"type": "grammar", "grammar": str(rest)}},
+                ],
+            },
+        }
+    )
+
+
+def _any_calls(tools: list[dict[str, Any]]) -> xgr.Grammar:
+    """One call of any of the tools, no argument forced first (a later call's opening is the model's)."""
+    calls = [_json(_call_schema(t["name"], t.get("parameters") or {})) for t in tools]
+    return xgr.Grammar.concat(
+        xgr.Grammar.from_ebnf(f"root ::= {_literal(CALL_OPEN)}"),
+        calls[0] if len(calls) == 1 else xgr.Grammar.union(*calls),
         xgr.Grammar.from_ebnf(f"root ::= {_literal(CALL_CLOSE)}"),
     )
 
@@ -103,12 +133,18 @@ def build_grammar(c: Constraint) -> xgr.Grammar:
 
 
 def tokenizer_info(tokenizer: Tokenizer, vocab_size: int) -> xgr.TokenizerInfo:
-    """Byte-level BPE vocabulary as the GGUF lists it; control tokens are empty, so no grammar ever
-    admits them as text (xgrammar's rule for special tokens)."""
+    """The vocabulary as the GGUF lists it (byte-level BPE, or SentencePiece with U+2581 and <0xXX>
+    byte tokens); control tokens are empty, so no grammar ever admits them as text (xgrammar's rule
+    for special tokens)."""
     special = tokenizer.special_ids
     vocab = ["" if i in special else (tokenizer.id_to_token(i) or "") for i in range(tokenizer.vocab_size)]
+    kind = xgr.VocabType.BYTE_FALLBACK if tokenizer.vocab_type == "spm" else xgr.VocabType.BYTE_LEVEL
     return xgr.TokenizerInfo(
-        vocab, xgr.VocabType.BYTE_LEVEL, vocab_size=vocab_size, stop_token_ids=sorted(tokenizer.eos_token_ids)
+        vocab,
+        kind,
+        vocab_size=vocab_size,
+        stop_token_ids=sorted(tokenizer.eos_token_ids),
+        add_prefix_space=tokenizer.add_space_prefix,
     )
 
 

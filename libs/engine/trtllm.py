@@ -157,6 +157,8 @@ class TrtLlmEngine:
             kw["top_p"] = p.top_p
             if p.top_k > 0:
                 kw["top_k"] = p.top_k
+            if p.min_p > 0:
+                kw["min_p"] = p.min_p  # the LLM API's SamplingParams.min_p, scaled by the top token as ours
             # None would be the runtime's fixed default seed: every unseeded request would sample alike.
             kw["seed"] = p.seed if p.seed is not None else secrets.randbits(63)
         else:

@@ -38,6 +38,7 @@ class SamplingParams:
     temperature: float = 0.0  # 0 => greedy
     top_p: float = 1.0
     top_k: int = 0  # 0 => off
+    min_p: float = 0.0  # 0 => off; else keep tokens at least min_p times as likely as the most likely
     seed: int | None = None
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)

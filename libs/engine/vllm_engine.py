@@ -172,7 +172,7 @@ class VllmEngine:
         if self._eos and not p.ignore_eos:
             kw["stop_token_ids"] = list(self._eos)  # every one of ours, not only the checkpoint's
         if p.temperature > 0:
-            kw.update(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k)
+            kw.update(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p)
             # None would seed from the engine's global generator; a drawn seed keeps requests independent.
             kw["seed"] = p.seed if p.seed is not None else secrets.randbits(63)
         else:

@@ -75,6 +75,7 @@ def summarize(record: dict[str, Any]) -> dict[str, Any]:
         "model": rec.model[:200] if rec.model else None,
         "api": rec.api[:32] if rec.api else None,
         "replay_of": rec.replay_of or None,
+        "key_id": rec.key_id[:64] if rec.key_id else None,
         "mode": mode[:16] if mode else None,
         "safety_action": action[:16] if action else None,
         "created_ms": int(created),

@@ -43,6 +43,7 @@ from libs.store.db import add_missing_columns, create_all
 from libs.store.record_merge import merge_stage, summarize
 from libs.store.record_stats import Row, aggregate, pick_bucket_s
 from libs.store.record_text import answer_text, dataset_row, digest, scrub
+from libs.store.record_usage import key_usage
 from libs.store.sql import decode_cursor, encode_cursor, insert_ignore, now_ms, upsert
 from schemas import (
     Feedback,
@@ -56,6 +57,7 @@ from schemas import (
     Stats,
     StatsQuery,
 )
+from schemas.keys import KeyUsage, KeyUsageQuery
 
 metadata = MetaData()
 
@@ -83,10 +85,13 @@ requests = Table(
     # Raw text removed (retention): the purge skips these rows.
     Column("text_purged", Boolean, nullable=False, default=False),
     Column("record", JSON, nullable=False),
+    # The API key that sent it (gateway record key `key_id`): usage per key (issue 30).
+    Column("key_id", String(64)),
     Index("ix_requests_created", "created_ms"),
     Index("ix_requests_replay_of", "replay_of"),
     Index("ix_requests_tenant_created", "tenant", "created_ms"),
     Index("ix_requests_trace", "trace_id"),
+    Index("ix_requests_key_created", "key_id", "created_ms"),
 )
 
 spans = Table(
@@ -139,6 +144,11 @@ def _span(row: Any) -> SpanRecord:
     return SpanRecord(**{k: m[k] for k in SpanRecord.model_fields})
 
 
+def _create_indexes(sync_conn: Any) -> None:
+    for index in requests.indexes:
+        index.create(sync_conn, checkfirst=True)
+
+
 class RecordStore:
     def __init__(self, engine: AsyncEngine, no_raw_text_tenants: Sequence[str] = ()):
         self.engine = engine
@@ -149,6 +159,8 @@ class RecordStore:
         async with self.engine.begin() as conn:
             # A logger.db from an older version lacks the newer columns.
             await conn.run_sync(add_missing_columns, requests, {"text_purged": "false"})
+            # create_all makes indexes only with their table; an older table gets the newer ones here.
+            await conn.run_sync(_create_indexes)
 
     async def apply(self, items: Sequence[Item]) -> None:
         """Write a batch in one transaction: after it returns, every item is durable (ack then)."""
@@ -301,6 +313,17 @@ class RecordStore:
             buckets=buckets,
             requests_per_minute=total.requests / (q.window_s / 60),
         )
+
+    async def key_usage(self, q: KeyUsageQuery) -> KeyUsage:
+        """One key's requests and tokens in [since, until), by model and by UTC day (replays excluded:
+        they carry the operator's key, not this one)."""
+        c = requests.c
+        sel = select(c.created_ms, c.model, c.prompt_tokens, c.completion_tokens).where(
+            c.key_id == q.key_id, c.created_ms >= q.since_ms, c.created_ms < q.until_ms
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(sel)).all()
+        return key_usage(q, [tuple(r) for r in rows])
 
     async def purge_text(self, before_ms: int, batch: int = 500) -> int:
         """Scrub the raw text of records created before `before_ms` (retention); returns how many."""

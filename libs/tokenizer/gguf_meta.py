@@ -12,7 +12,7 @@ from typing import Any
 from gguf import GGUFReader
 
 log = logging.getLogger(__name__)
-_CACHE_VERSION = 1
+_CACHE_VERSION = 3
 
 
 @dataclass
@@ -29,6 +29,11 @@ class TokenizerMeta:
     chat_template: str | None
     model_name: str
     context_length: int
+    # SentencePiece vocabularies rank merges by these; empty for byte-level BPE (it has merges).
+    scores: list[float] = field(default_factory=list)
+    unk_token_id: int | None = None
+    add_space_prefix: bool = False
+    architecture: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -47,21 +52,36 @@ def read_tokenizer_meta(path: str) -> TokenizerMeta:
     eot = _field(reader, "tokenizer.ggml.eot_token_id")
     if eot is not None:
         extra["eot_token_id"] = int(eot)
+    model = _field(reader, "tokenizer.ggml.model", "gpt2")
+    pre = _field(reader, "tokenizer.ggml.pre")
+    # llama.cpp's defaults where the file is silent: SentencePiece adds BOS and a leading space,
+    # Llama 3's BPE adds BOS, other BPE vocabularies add neither.
+    spm = model == "llama"
+    bos_default = spm or pre in ("llama3", "llama-v3", "llama-bpe", "falcon3")
     return TokenizerMeta(
-        model=_field(reader, "tokenizer.ggml.model", "gpt2"),
-        pre=_field(reader, "tokenizer.ggml.pre"),
+        model=model,
+        pre=pre,
         tokens=list(_field(reader, "tokenizer.ggml.tokens", [])),
         token_types=[int(t) for t in _field(reader, "tokenizer.ggml.token_type", [])],
         merges=list(_field(reader, "tokenizer.ggml.merges", [])),
         bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id"),
         eos_token_id=eos,
         pad_token_id=_field(reader, "tokenizer.ggml.padding_token_id"),
-        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", bos_default)),
         chat_template=_field(reader, "tokenizer.chat_template"),
         model_name=str(_field(reader, "general.name", "model")),
         context_length=int(_field(reader, f"{arch}.context_length", 2048)),
         extra=extra,
+        scores=[float(x) for x in _field(reader, "tokenizer.ggml.scores", [])] if spm else [],
+        unk_token_id=_field(reader, "tokenizer.ggml.unknown_token_id"),
+        add_space_prefix=bool(_field(reader, "tokenizer.ggml.add_space_prefix", spm)),
+        architecture=str(arch),
     )
+
+
+def cache_file(path: str, cache_dir: str, suffix: str = "") -> str:
+    """Where something parsed from `path` is kept: keyed by the file's path, size and mtime."""
+    return _cache_file(path, cache_dir).removesuffix(".json") + suffix + ".json"
 
 
 def _cache_file(path: str, cache_dir: str) -> str:

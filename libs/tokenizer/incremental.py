@@ -12,8 +12,8 @@ class _Decodes(Protocol):
 class IncrementalDecoder:
     """Feed token ids as they arrive; get back only text that is final.
 
-    Byte-level BPE can split one character over several tokens, and decoding a partial
-    character yields U+FFFD. We therefore decode a short window (``prefix_offset`` onward) and
+    Byte-level BPE and SentencePiece's byte fallback (<0xXX> tokens) can split one character over
+    several tokens, and decoding a partial character yields U+FFFD. We therefore decode a short window (``prefix_offset`` onward) and
     only emit once the tail no longer ends in a replacement char.  Decoding a window rather
     than the whole sequence keeps each call O(window), and starting the window a few tokens
     back keeps merge-dependent spacing right.

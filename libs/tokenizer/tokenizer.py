@@ -1,114 +1,62 @@
-"""Byte-level BPE tokenizer and chat template, built only from a GGUF file's metadata."""
+"""Tokenizer (byte-level BPE or SentencePiece) and chat template, built only from a GGUF file's metadata."""
 
 from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
-
-_CONTROL = 3
-_USER_DEFINED = 4
-
-# llama.cpp's pre-tokenizer regexes, by `tokenizer.ggml.pre`. Unlisted names fall back to GPT-2's.
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_SPLITS = {
-    "llama-bpe": _LLAMA3_SPLIT,
-    "llama3": _LLAMA3_SPLIT,
-    "smaug-bpe": _LLAMA3_SPLIT,
-    "qwen2": _QWEN2_SPLIT,
-}
-# Vocabularies trained with every digit as its own pre-token (SmolLM's HF tokenizer does this).
-_INDIVIDUAL_DIGITS = {"smollm"}
-
-
-def _build_backend(meta: TokenizerMeta) -> HFTokenizer:
-    if meta.model != "gpt2":
-        raise ValueError(f"only byte-level BPE (gpt2) GGUF tokenizers are supported, got {meta.model!r}")
-    vocab = {tok: i for i, tok in enumerate(meta.tokens)}
-    merges = [tuple(m.split(" ", 1)) for m in meta.merges]
-    bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False)  # type: ignore[arg-type]
-    tk = HFTokenizer(bpe)
-    pre: list[Any] = []
-    if meta.pre in _INDIVIDUAL_DIGITS:
-        pre.append(pre_tokenizers.Digits(individual_digits=True))
-    pre.append(pre_tokenizers.Split(Regex(_SPLITS.get(meta.pre or "", _GPT2_SPLIT)), behavior="isolated"))
-    pre.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
-    tk.pre_tokenizer = pre_tokenizers.Sequence(pre)
-    tk.decoder = decoders.ByteLevel()
-    specials = [
-        AddedToken(t, special=True, normalized=False)
-        for t, ty in zip(meta.tokens, meta.token_types, strict=False)
-        if ty == _CONTROL
-    ]
-    user = [
-        AddedToken(t, special=False, normalized=False)
-        for t, ty in zip(meta.tokens, meta.token_types, strict=False)
-        if ty == _USER_DEFINED
-    ]
-    tk.add_special_tokens(specials)
-    if user:
-        tk.add_tokens(user)
-    return tk
-
-
-def _raise(msg: str) -> None:
-    raise ValueError(msg)
+from libs.tokenizer.backends import BACKEND_VERSION, CONTROL, build_backend, load_backend
+from libs.tokenizer.gguf_meta import TokenizerMeta, cache_file, load_tokenizer_meta
+from libs.tokenizer.template import model_template, render_prompt
 
 
 class Tokenizer:
     """Encode/decode and chat-template rendering for one GGUF model."""
 
-    def __init__(self, meta: TokenizerMeta) -> None:
+    def __init__(self, meta: TokenizerMeta, backend: HFTokenizer | None = None) -> None:
         self._meta = meta
-        self._backend = _build_backend(meta)
+        self._backend = backend or build_backend(meta)
+        # "bpe": byte-level BPE (tokens spelled in GPT-2's byte alphabet); "spm": SentencePiece
+        # (U+2581 for spaces, <0xXX> byte tokens).
+        self.vocab_type = "bpe" if meta.model == "gpt2" else "spm"
         self.vocab_size = len(meta.tokens)
         self.model_name = meta.model_name
         self.context_length = meta.context_length
         self.bos_token_id = meta.bos_token_id
         self.eos_token_id = meta.eos_token_id
         self.add_bos = meta.add_bos
+        self.add_space_prefix = meta.add_space_prefix
         self.bos_token = meta.tokens[meta.bos_token_id] if meta.bos_token_id is not None else ""
         self.eos_token = meta.tokens[meta.eos_token_id] if meta.eos_token_id is not None else ""
+        # The file's chat template, or the named fallback for its architecture (template.py).
+        self.template = model_template(
+            meta.chat_template, meta.architecture, self.bos_token, self.eos_token, tokenizer_adds_bos=meta.add_bos
+        )
+        # Only a file's own template makes a chat model; a fallback is a best effort for base models.
+        self.has_chat_template = self.template.from_file
         eos: set[int] = set()
         if meta.eos_token_id is not None:
             eos.add(int(meta.eos_token_id))
         if "eot_token_id" in meta.extra:
             eos.add(int(meta.extra["eot_token_id"]))
         # Chat models end a turn with their template's end marker; treat it as EOS too.
-        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
             tid = self._backend.token_to_id(marker)
-            if tid is not None and meta.chat_template and marker in meta.chat_template:
+            if tid is not None and marker in self.template.source:
                 eos.add(tid)
         self.eos_token_ids: set[int] = eos
-        self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == _CONTROL}
-        self._template = None
-        if meta.chat_template:
-            env = ImmutableSandboxedEnvironment(
-                trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-            )
-            env.globals["raise_exception"] = _raise
-            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-            self._template = env.from_string(meta.chat_template)
+        self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == CONTROL}
         self._lock = threading.Lock()
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        """Token ids of `text`, special tokens written in it parsed as tokens (llama.cpp's
+        parse_special); BOS first where the file says so, or where `add_bos` asks."""
         ids: list[int] = self._backend.encode(text, add_special_tokens=False).ids
-        if self.add_bos and self.bos_token_id is not None:
+        if (self.add_bos if add_bos is None else add_bos) and self.bos_token_id is not None:
             ids = [int(self.bos_token_id), *ids]
         return ids
 
@@ -124,17 +72,14 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        if self._template is None:
-            # No template in the file: a plain transcript still gives the model something usable.
-            body = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-            return body + ("assistant: " if add_generation_prompt else "")
-        return self._template.render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-        )
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """`render_prompt` with this model's template."""
+        return render_prompt(self.template, messages, tools, add_generation_prompt)
 
 
 _CACHE: dict[str, Tokenizer] = {}
@@ -146,7 +91,7 @@ DEFAULT_CACHE_DIR = os.path.join("var", "cache", "tokenizer")
 
 def load_tokenizer(gguf_path: str | None = None, cache_dir: str | None = None) -> Tokenizer:
     """The tokenizer of a GGUF file (default: the bundled SmolLM2), built once per path. Its parsed
-    metadata is kept under `cache_dir` (None: var/cache/tokenizer; "": not kept)."""
+    metadata and built pipeline are kept under `cache_dir` (None: var/cache/tokenizer; "": not kept)."""
     if gguf_path is None:
         from libs.tokenizer.paths import default_model_path
 
@@ -155,6 +100,8 @@ def load_tokenizer(gguf_path: str | None = None, cache_dir: str | None = None) -
         tok = _CACHE.get(gguf_path)
         if tok is None:
             cache = DEFAULT_CACHE_DIR if cache_dir is None else cache_dir
-            tok = Tokenizer(load_tokenizer_meta(gguf_path, cache or None))
+            meta = load_tokenizer_meta(gguf_path, cache or None)
+            backend_file = cache_file(gguf_path, cache, f"-hf{BACKEND_VERSION}") if cache else None
+            tok = Tokenizer(meta, load_backend(meta, backend_file))
             _CACHE[gguf_path] = tok
         return tok

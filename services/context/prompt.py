@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from libs.tokenizer import ModelTemplate, render_prompt
+from libs.tokenizer.template import with_tool_section
 from schemas import ChatMessage, FileInfo, MemoryItem, Turn
 
 FILES_OPEN, FILES_CLOSE = "<files>", "</files>"
@@ -27,9 +29,10 @@ _FILE_TAG = re.compile(r"<(\s*/?\s*)(files?)\b", re.IGNORECASE)
 
 
 class ChatTemplate(Protocol):
-    """The part of `libs.tokenizer.Tokenizer` a renderer needs."""
+    """The part of `libs.tokenizer.Tokenizer` a renderer needs: the model's template, and its token count."""
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+    @property
+    def template(self) -> ModelTemplate: ...
 
     def count(self, text: str) -> int: ...
 
@@ -117,14 +120,10 @@ def files_block(files: Sequence[tuple[FileInfo, str]], file_chars: int) -> str:
 
 
 def system_block(parts: PromptParts, file_chars: int) -> str:
-    """Tools, instructions, memory, files: always in this order, and each list in storage order."""
+    """Instructions, memory, files: always in this order, and each list in storage order. Tools are
+    the template's business (`libs.tokenizer.render_prompt`): laid out by the template where it
+    renders tools, else our tool section heads this block."""
     sections: list[str] = []
-    if parts.tools:
-        sections.append(
-            "# Tools\nYou may call one of these functions. To call one, reply with only "
-            '<tool_call>{"name": <function name>, "arguments": <JSON object>}</tool_call>\n'
-            + "\n".join(json.dumps(t, sort_keys=True) for t in parts.tools)
-        )
     if parts.instructions.strip():
         sections.append(parts.instructions.strip())
     if parts.client_system.strip():
@@ -162,15 +161,27 @@ class PromptRenderer:
         self.file_chars = file_chars
 
     def messages(self, parts: PromptParts, cut: int = 0) -> list[ChatMessage]:
+        """The messages the template renders: where it does not lay tools out itself, our tool
+        section already heads the system message (so re-rendering these, as the tools stage does,
+        gives the same prompt)."""
         system = system_block(parts, self.file_chars)
         out = [ChatMessage(role="system", content=system)] if system else []
         for turn in parts.history[cut:]:
             out.extend(turn)
         out.append(ChatMessage(role="user", content=parts.user_text))
-        return out
+        dicts = with_tool_section(self.template.template, [m.model_dump() for m in out], parts.tools)
+        return [ChatMessage(role=m["role"], content=m["content"]) for m in dicts]
 
-    def render_messages(self, messages: list[ChatMessage]) -> str:
-        return self.template.apply_chat_template([m.model_dump() for m in messages], add_generation_prompt=True)
+    def render_messages(
+        self,
+        messages: list[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """`messages` from `messages()`; `tools` reach the template only where it renders them."""
+        tpl = self.template.template
+        msgs = [m.model_dump() for m in messages]
+        return render_prompt(tpl, msgs, tools if tpl.renders_tools else None, add_generation_prompt)
 
     def render(self, parts: PromptParts, max_tokens: int) -> Rendered:
         """Render within `budget` (prompt + max_tokens); raises PromptTooLong when even no history is too long."""
@@ -179,7 +190,7 @@ class PromptRenderer:
         def attempt(cut: int) -> tuple[list[ChatMessage], str, int]:
             if cut not in cache:
                 msgs = self.messages(parts, cut)
-                text = self.render_messages(msgs)
+                text = self.render_messages(msgs, tools=parts.tools)
                 cache[cut] = (msgs, text, self.template.count(text))
             return cache[cut]
 

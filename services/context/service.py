@@ -18,12 +18,14 @@ from schemas import (
     ContextPart,
     ConversationQuery,
     ConversationReply,
+    DetokenizeQuery,
     ErrorCode,
     FileVerdict,
     Forward,
     SaveTurn,
     SaveTurnAck,
     TenantSafety,
+    TokenizeQuery,
     Work,
     subjects,
 )
@@ -39,6 +41,7 @@ from services.context.prompt import (
     turns_to_history,
 )
 from services.context.settings import ContextSettings
+from services.context.tokens import TokenCodec, Tokens
 
 log = structlog.get_logger()
 
@@ -96,6 +99,12 @@ class Context:
             tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
         )
         return parts, safety
+
+    async def render_for(self, work: Work, add_generation_prompt: bool = True) -> str:
+        """The prompt `assemble` would render for `work`, untrimmed (for counting its tokens)."""
+        parts, _ = await self._parts(work)
+        messages = self.renderer.messages(parts)
+        return await asyncio.to_thread(self.renderer.render_messages, messages, add_generation_prompt, parts.tools)
 
     async def assemble(self, work: Work) -> Forward:
         parts, safety = await self._parts(work)
@@ -189,6 +198,10 @@ async def setup(
     await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")
     await bus.subscribe(subjects.SAVE_TURN, SaveTurn, ctx.save_turn, queue="context")
     await Manager(conversations, knowledge, settings.max_file_chars).subscribe(bus)
+    if isinstance(template, TokenCodec):  # a tokenizer, not only a template: it can count and decode too
+        tokens = Tokens(ctx, template, settings.context_budget, settings.tokenize_max_ids)
+        await bus.subscribe(subjects.TOKENIZE, TokenizeQuery, tokens.tokenize, queue="context")
+        await bus.subscribe(subjects.DETOKENIZE, DetokenizeQuery, tokens.detokenize, queue="context")
 
     async def cleanup() -> None:
         await engine.dispose()

@@ -19,6 +19,9 @@ class ContextSettings(ServiceSettings):
     tokenizer: TokenizerSettings = Field(default_factory=TokenizerSettings)
     # Prompt tokens plus sampling.max_tokens must fit here; history is trimmed to make them.
     context_budget: int = 2048
+    # Token ids one `/tokenize` reply carries (a count alone is not bounded by it): more would not fit one
+    # bus message.
+    tokenize_max_ids: int = 100_000
     # Largest uploaded file kept, and how much of one attached file goes into a prompt.
     max_file_chars: int = 200_000
     prompt_file_chars: int = 8_000

@@ -18,14 +18,17 @@ from services.gateway import (
     admin_api,
     anthropic_api,
     chat_api,
+    embeddings_api,
     errors,
     feedback_api,
     files_api,
+    keys_api,
     knowledge_api,
     openai_api,
     openapi,
     ops_api,
     responses_api,
+    tokens_api,
     web,
 )
 from services.gateway.auth import require_admin
@@ -115,9 +118,12 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(responses_api.router)
     app.include_router(ops_api.router)
     app.include_router(feedback_api.router)
+    app.include_router(embeddings_api.router)
+    app.include_router(tokens_api.router)
     # Every admin route, wherever it is written, behind one guard.
     admin = APIRouter(dependencies=[Depends(require_admin)])
-    for router in (admin_api.router, ops_api.admin_router, knowledge_api.admin_router):
+    # admin_api first: its /v1/admin/keys/standing is not a key id.
+    for router in (admin_api.router, ops_api.admin_router, knowledge_api.admin_router, keys_api.admin_router):
         admin.include_router(router)
     app.include_router(admin)
     openapi.install(app)

@@ -8,6 +8,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from libs.bus.headers import now_ms
+from libs.store.key_admin import iso
 from libs.store.keys import ApiKey
 from schemas import ErrorCode
 from services.gateway.core import Gw
@@ -27,10 +29,14 @@ async def authenticate(request: Request, gw: Gw) -> ApiKey:
     raw = presented_key(request)
     if raw is None:
         raise ApiError(ErrorCode.unauthorized, "missing API key: send Authorization: Bearer <key> or x-api-key")
+    await gw.key_policy.listen()  # before the cache is trusted: other gateways' revocations reach it
     key = await gw.keys.verify(raw)
     if key is None:
         # One message for unknown and revoked keys: the answer must not tell an attacker which it was.
         raise ApiError(ErrorCode.unauthorized, "invalid API key")
+    if key.expired(now_ms()):
+        # Only the holder of a once-valid key reads this, and knowing it expired tells them what to do.
+        raise ApiError(ErrorCode.unauthorized, f"this API key expired at {iso(key.expires)}")
     if not key.admin:
         standing = await gw.standings.get(key.id)
         if standing is not None and standing.state == "suspended":

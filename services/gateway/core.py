@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -28,6 +29,7 @@ from schemas import (
 )
 from schemas.messages import Api, Mode
 from services.gateway.errors import ApiError
+from services.gateway.key_policy import KeyPolicy
 from services.gateway.metrics import Metrics
 from services.gateway.pdf import PdfReader
 from services.gateway.resume import mark_owner
@@ -50,6 +52,7 @@ class Gateway:
     metrics: Metrics = field(default_factory=Metrics)
     runs: Runs = field(init=False)
     standings: Standings = field(init=False)
+    key_policy: KeyPolicy = field(init=False)
     pdf: PdfReader = field(init=False)
     _limiter: Limiter | None = None
     _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -58,6 +61,7 @@ class Gateway:
     def __post_init__(self) -> None:
         self.runs = Runs(self.bus, self.settings, self.metrics)
         self.standings = Standings(self.bus)
+        self.key_policy = KeyPolicy(self.bus, self.keys, self.settings)
         self.pdf = PdfReader(self.settings)
 
     async def limiter(self) -> Limiter | None:
@@ -105,12 +109,17 @@ def resolve_model(settings: GatewaySettings, name: str | None) -> tuple[str | No
     return base, mode
 
 
+# Past any vocabulary (the largest are ~262k tokens): a bound, so no absurd integer reaches a record.
+MAX_TOP_K = 1 << 20
+
+
 def sampling(
     settings: GatewaySettings,
     *,
     temperature: float | None = None,
     top_p: float | None = None,
     top_k: int | None = None,
+    min_p: float | None = None,
     max_tokens: int | None = None,
     seed: int | None = None,
     stop: list[str] | str | None = None,
@@ -123,12 +132,18 @@ def sampling(
     logprobs: int | None = None,
 ) -> Sampling:
     stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if top_k is not None and not -1 <= top_k <= MAX_TOP_K:
+        # vLLM's convention: -1 (and 0) turn top-k off; any other value keeps that many tokens.
+        raise ApiError(
+            ErrorCode.bad_request, f"top_k must be -1 (off) or an integer from 1 to {MAX_TOP_K}, not {top_k}"
+        )
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise ApiError(ErrorCode.bad_request, f"seed must be an integer from 0 to {MAX_SEED} (2^63-1)")
     values: dict[str, Any] = {
         "temperature": settings.default_temperature if temperature is None else temperature,
         "top_p": 1.0 if top_p is None else top_p,
-        "top_k": top_k or 0,
+        "top_k": max(top_k or 0, 0),
+        "min_p": min_p or 0.0,
         # 0 is refused by the schema below, not taken for "the default".
         "max_tokens": settings.default_max_tokens if max_tokens is None else max_tokens,
         # Assigned when the client leaves it open, so every logged request replays exactly.
@@ -216,6 +231,7 @@ async def start_run(
     tool_choice: str | None = None,
     rid: str | None = None,
     persist: bool = True,
+    parallel_tool_calls: bool = False,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
@@ -227,6 +243,15 @@ async def start_run(
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
     async with gw.runs.starting(run):
         with run.activate():
+            # The key's own models and budgets (issue 30) before the tenant's limits: a refused request
+            # takes no lease.
+            debit = await gw.key_policy.admit(key, model or gw.settings.models[0])
+            if debit is not None:
+
+                async def debit_usage(r: Run, debit: Callable[[int], Awaitable[None]] = debit) -> None:
+                    await debit(r.usage.prompt_tokens + r.usage.completion_tokens)
+
+                run.on_finish.append(debit_usage)
             limiter = await gw.limiter()
             if limiter is not None:
                 limits = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
@@ -259,6 +284,7 @@ async def start_run(
             client_tools=client_tools or [],
             tool_choice=tool_choice,
             persist=persist,
+            parallel_tool_calls=parallel_tool_calls,
         )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)

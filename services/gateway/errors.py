@@ -19,10 +19,20 @@ class ApiError(BusError):
     is not the one it wants, its own; `Retry-After` when the client should wait. A `BusError` from a stage
     needs no mapping: the one handler answers both."""
 
-    def __init__(self, code: ErrorCode, message: str, *, status: int | None = None, retry_after: float | None = None):
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        details: dict[str, Any] | None = None,
+    ):
         super().__init__(code, message)
         self.status = status or http_status(code)
         self.retry_after = retry_after
+        # Fields added to the error object next to type, code and message (a spent budget's numbers).
+        self.details = details or {}
 
 
 def status_of(e: BusError) -> int:
@@ -41,9 +51,10 @@ def error_response(e: BusError, path: str = "", headers: dict[str, str] | None =
     headers = dict(headers or {})
     if isinstance(e, ApiError) and e.retry_after is not None:
         headers["Retry-After"] = str(max(1, int(e.retry_after + 0.999)))
-    return JSONResponse(
-        error_body(e.info(), anthropic=path.startswith("/v1/messages")), status_code=status_of(e), headers=headers
-    )
+    body = error_body(e.info(), anthropic=path.startswith("/v1/messages"))
+    if isinstance(e, ApiError) and e.details:
+        body["error"] = {**e.details, **body["error"]}
+    return JSONResponse(body, status_code=status_of(e), headers=headers)
 
 
 _BY_STATUS = {

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from sse_starlette import ServerSentEvent
 
-from schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from schemas import ChatEvent, ChatMessage, ErrorCode, TokenLogprob, Usage
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import (
@@ -32,7 +32,7 @@ from services.gateway.tool_calls import (
     ToolDef,
     check_tool_grammars,
     choice_of,
-    parse_call,
+    parse_calls,
     render_call,
     specs,
 )
@@ -62,13 +62,14 @@ class StreamOptions(Strict):
 
 
 class CompletionRequest(Strict):
-    IGNORED = frozenset(
-        {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
-    )
+    IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
     model: str = Field(min_length=1)
     messages: list[OpenAIMessage] = Field(min_length=1)
     temperature: float | None = None
     top_p: float | None = None
+    # vLLM's extensions (the SDK sends them in extra_body): -1 or 0 is off; strict, so 2.5 or "5" is a 400.
+    top_k: int | None = Field(None, strict=True)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     seed: int | None = None
@@ -82,6 +83,8 @@ class CompletionRequest(Strict):
     reasoning_effort: str | None = None
     tools: list[ToolDef] | None = None
     tool_choice: str | NamedChoice | None = None
+    # OpenAI's default: an answer may carry several calls; false: at most one.
+    parallel_tool_calls: bool | None = Field(None, strict=True)
     ignore_eos: bool = False  # vLLM's extension: decode to max_tokens (benchmarks)
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
@@ -138,15 +141,33 @@ def usage_json(usage: Usage) -> dict[str, Any]:
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
     }
+
+
+def answers_usage(usages: list[Usage]) -> Usage:
+    """The usage of `n` answers to one prompt: the prompt counted once, the answers' tokens summed."""
+    return usages[0].model_copy(
+        update={
+            "completion_tokens": sum(u.completion_tokens for u in usages),
+            "reasoning_tokens": sum(u.reasoning_tokens for u in usages),
+        }
+    )
 
 
 class ChunkEncoder(Encoder):
     """The chunks of one or several (`n`) answers (choice `index` each), then the usage chunk (the prompt
     counted once) and `[DONE]`; a comment keeps the line alive."""
 
-    def __init__(self, rid: str, model: str, include_usage: bool, answers: int, tool_names: set[str] | None = None):
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        include_usage: bool,
+        answers: int,
+        tool_names: set[str] | None = None,
+        max_calls: int | None = None,
+    ):
         self.base = {
             "id": f"chatcmpl-{rid}",
             "object": "chat.completion.chunk",
@@ -157,8 +178,11 @@ class ChunkEncoder(Encoder):
         self.include_usage = include_usage
         self.answers = answers
         self.tool_names = tool_names or set()
+        self.max_calls = max_calls
         # With client tools an answer may turn out to be a call: its text is held until it is complete.
         self.held: list[list[str]] = [[] for _ in range(answers)]
+        # Whether an answer's log probabilities came with its text chunks (then not again at its end).
+        self.lp_streamed = [False] * answers
         self.usages: list[Usage] = []
 
     def choice(
@@ -180,6 +204,9 @@ class ChunkEncoder(Encoder):
             if self.tool_names:
                 self.held[index].append(event.text)
                 return []
+            if event.logprobs is not None:  # the text's own tokens: output safety released them unchanged
+                self.lp_streamed[index] = True
+                return [self.choice({"content": event.text}, None, entries_json(event.logprobs), index=index)]
             return [self.choice({"content": event.text}, index=index)]
         if event.type == "thinking":
             # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
@@ -194,15 +221,18 @@ class ChunkEncoder(Encoder):
         out = []
         finish = FINISH.get(event.finish_reason or "stop", "stop")
         held = "".join(self.held[index])
-        call = parse_call(held, self.tool_names) if self.tool_names else None
-        if call is not None:
-            out.append(self.choice({"tool_calls": [{"index": 0, **call}]}, index=index))
+        calls = parse_calls(held, self.tool_names, self.max_calls) if self.tool_names else []
+        if calls:
+            # One chunk per call, each naming its place in the message's `tool_calls`.
+            out += [self.choice({"tool_calls": [{"index": i, **call}]}, index=index) for i, call in enumerate(calls)]
             finish = "tool_calls"
         elif held:
-            out.append(self.choice({"content": held}, index=index))
-        if event.logprobs is not None:
-            # The answer's log probabilities come whole, after its text (output safety releases
-            # text at its own cuts, not at token boundaries).
+            # Held until the answer turned out to be prose: its log probabilities come with it.
+            out.append(self.choice({"content": held}, None, logprobs_json(event), index=index))
+            self.lp_streamed[index] = True
+        if event.logprobs is not None and not self.lp_streamed[index]:
+            # Not streamed with the text (a tool call's, or a producer that sends them only at the end):
+            # whole, after the text.
             out.append(self.choice({}, None, logprobs_json(event), index=index))
         out.append(self.choice({}, finish, index=index))
         self.usages.append(event.usage or Usage())
@@ -211,16 +241,16 @@ class ChunkEncoder(Encoder):
     def closing(self) -> list[ServerSentEvent]:
         out = []
         if self.include_usage and self.usages:
-            first = self.usages[0]
-            usage = first.model_copy(update={"completion_tokens": sum(u.completion_tokens for u in self.usages)})
-            out.append(sse({**self.base, "choices": [], "usage": usage_json(usage)}))
+            out.append(sse({**self.base, "choices": [], "usage": usage_json(answers_usage(self.usages))}))
         return [*out, sse("[DONE]")]
 
 
+def entries_json(entries: list[TokenLogprob]) -> dict[str, Any]:
+    return {"content": [t.model_dump() for t in entries], "refusal": None}
+
+
 def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
-    if done.logprobs is None:
-        return None
-    return {"content": [t.model_dump() for t in done.logprobs], "refusal": None}
+    return None if done.logprobs is None else entries_json(done.logprobs)
 
 
 def fold_chunks(chunks: list[Any]) -> dict[str, Any]:
@@ -245,11 +275,14 @@ def fold_chunks(chunks: list[Any]) -> dict[str, Any]:
                 message["content"] += delta["content"]
             if delta.get("reasoning_content"):
                 message["reasoning_content"] = message.get("reasoning_content", "") + delta["reasoning_content"]
-            if delta.get("tool_calls"):
+            if delta.get("tool_calls"):  # one chunk per call, in order
                 message["content"] = None
-                message["tool_calls"] = [{k: v for k, v in t.items() if k != "index"} for t in delta["tool_calls"]]
-            if c.get("logprobs") is not None:
-                choice["logprobs"] = c["logprobs"]
+                calls = message.setdefault("tool_calls", [])
+                calls += [{k: v for k, v in t.items() if k != "index"} for t in delta["tool_calls"]]
+            if c.get("logprobs") is not None:  # with their tokens' chunks, or whole after the text
+                if choice["logprobs"] is None:
+                    choice["logprobs"] = {"content": [], "refusal": None}
+                choice["logprobs"]["content"] += c["logprobs"]["content"]
             if c.get("finish_reason") is not None:
                 choice["finish_reason"] = c["finish_reason"]
     return {
@@ -281,6 +314,8 @@ async def chat_completions(
     system, earlier, text = split_messages(body.messages)
     tool_choice = choice_of(body.tools, body.tool_choice)
     tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()
+    parallel = body.parallel_tool_calls is not False
+    max_calls = None if parallel else 1
     check_tool_grammars(
         [(f"tools[{i}].function.parameters", t.function.parameters) for i, t in enumerate(body.tools or [])],
         gw.settings.grammar,
@@ -290,6 +325,8 @@ async def chat_completions(
         gw.settings,
         temperature=body.temperature,
         top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
         max_tokens=body.max_tokens if body.max_completion_tokens is None else body.max_completion_tokens,
         seed=body.seed,
         stop=body.stop,
@@ -320,6 +357,7 @@ async def chat_completions(
                     client_tools=specs(body.tools),
                     tool_choice=tool_choice,
                     rid=None if i == 0 else f"{request_id(request)}-{i}",
+                    parallel_tool_calls=parallel,
                 )
             )
     except ApiError:
@@ -335,7 +373,8 @@ async def chat_completions(
         if err is not None:
             return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(gw, follow(gw, runs), ChunkEncoder(run.rid, model, include_usage, len(runs), tool_names))
+        encoder = ChunkEncoder(run.rid, model, include_usage, len(runs), tool_names, max_calls)
+        return sse_response(gw, follow(gw, runs), encoder)
     answers = await collect(gw, runs, request)
     for events in answers:
         if not events or events[-1].type not in ("done", "error"):
@@ -343,5 +382,5 @@ async def chat_completions(
         err = terminal_error(events)
         if err is not None:
             return error_response(err, request.url.path)
-    encoder = ChunkEncoder(run.rid, model, True, len(runs), tool_names)
+    encoder = ChunkEncoder(run.rid, model, True, len(runs), tool_names, max_calls)
     return JSONResponse(fold_chunks(frames_of(encoder, answers)))

@@ -17,16 +17,19 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from libs.store.key_admin import KeyUpdate, NewKey
 from schemas import ReplayRequest
 from services.gateway.anthropic_api import MessagesRequest
 from services.gateway.body import MAX_JSON_DEPTH
 from services.gateway.chat_api import ChatRequest
 from services.gateway.conversations_api import CreateConversation, RenameConversation
+from services.gateway.embeddings_api import EmbeddingsRequest
 from services.gateway.feedback_api import PreferenceBody, ThumbsBody
 from services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
 from services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
 from services.gateway.openai_api import CompletionRequest
 from services.gateway.responses_input import ResponsesRequest
+from services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
 
@@ -43,6 +46,12 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("put", "/v1/admin/instructions"): SetInstructions,
     ("put", "/v1/admin/safety-policy"): SetSafetyPolicy,
     ("post", "/v1/admin/replay/{rid}"): ReplayRequest,
+    ("post", "/v1/embeddings"): EmbeddingsRequest,
+    ("post", "/tokenize"): TokenizeRequest,
+    ("post", "/detokenize"): DetokenizeRequest,
+    ("post", "/v1/messages/count_tokens"): CountTokensRequest,
+    ("post", "/v1/admin/keys"): NewKey,
+    ("patch", "/v1/admin/keys/{key_id}"): KeyUpdate,
 }
 # Bodies a client may leave out.
 OPTIONAL_BODIES = {("post", "/v1/conversations"), ("post", "/v1/admin/replay/{rid}")}
@@ -58,6 +67,7 @@ SUCCESS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("post", "/v1/conversations"): ("201", (JSON,)),
     ("post", "/v1/files"): ("201", (JSON,)),
     ("post", "/v1/memory"): ("201", (JSON,)),
+    ("post", "/v1/admin/keys"): ("201", (JSON,)),
     ("post", "/v1/feedback"): ("202", (JSON,)),
     ("post", "/v1/feedback/preference"): ("202", (JSON,)),
     ("get", "/metrics"): ("200", ("text/plain",)),
@@ -81,6 +91,8 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     ("get", "/v1/admin/export/requests"): {**_FILTERS, "since": _TIME, "until": _TIME, "max": {"type": "integer"}},
     ("get", "/v1/admin/export/preferences"): {"tenant": _STRING},
+    ("get", "/v1/admin/keys"): {"tenant": {"type": "string", "maxLength": 128}},
+    ("get", "/v1/admin/keys/{key_id}/usage"): {"since": _TIME, "until": _TIME},
     ("get", "/v1/admin/stats"): {
         "window": {"type": "string", "pattern": r"^\d+(\.\d+)?[smhdw]?$", "description": "90, 15m, 1h, 7d"},
         "bucket": {"type": "string", "pattern": r"^\d+(\.\d+)?[smhdw]?$"},
@@ -93,12 +105,12 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
 ERRORS = {
     "400": "bad input: malformed or over-deep JSON, a missing or invalid field",
     "401": "missing or invalid API key",
-    "403": "the key may not do this (an admin route, a suspended key)",
+    "403": "the key may not do this (an admin route, a suspended key, a model its key may not use)",
     "404": "no such resource, or another tenant's",
     "405": "method not allowed (the `Allow` header names the allowed ones)",
     "413": "body, text or file over its limit",
     "415": "wrong Content-Type",
-    "429": "rate limited (`Retry-After` says when to retry)",
+    "429": "rate limited, or the key's token budget spent (`Retry-After` says when to retry)",
     "500": "internal error",
     "503": "overloaded or a stage is unavailable (`Retry-After`)",
     "504": "the request's deadline passed",

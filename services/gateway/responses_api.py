@@ -116,8 +116,7 @@ def template_of(
         "metadata": body.metadata or {},
         "model": body.model,
         "output": [],
-        # At most one function call per answer.
-        "parallel_tool_calls": False,
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
         "store": body.store,
@@ -144,7 +143,7 @@ def _stored_template(response_id: str, turn: Turn, model: str) -> dict[str, Any]
         "metadata": {},
         "model": turn.model or model,
         "output": [],
-        "parallel_tool_calls": False,
+        "parallel_tool_calls": True,  # every call the stored answer made
         "store": True,
         "tool_choice": "auto",
         "tools": [],
@@ -260,6 +259,7 @@ async def create_response(
         client_tools=specs(tools),
         tool_choice=tool_choice,
         persist=body.store,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
     )
     kept(request).put(rid, template, tool_names)
     encoder = ResponseEncoder(template, tool_names)

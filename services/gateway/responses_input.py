@@ -89,7 +89,6 @@ class ResponsesRequest(Strict):
         {
             "user",
             "service_tier",
-            "parallel_tool_calls",
             "prompt_cache_key",
             "safety_identifier",
             "truncation",
@@ -101,6 +100,8 @@ class ResponsesRequest(Strict):
     instructions: str | None = None
     tools: list[FunctionTool] | None = Field(None, max_length=128)
     tool_choice: Literal["auto", "none", "required"] | FunctionChoice | None = None
+    # OpenAI's default: an answer may carry several calls; false: at most one.
+    parallel_tool_calls: bool | None = Field(None, strict=True)
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
     max_output_tokens: int | None = None

@@ -18,7 +18,7 @@ from sse_starlette import ServerSentEvent
 
 from schemas import ChatEvent, ErrorCode, ErrorInfo, ToolEvent, Usage
 from services.gateway.relay import Encoder, sse
-from services.gateway.tool_calls import parse_call
+from services.gateway.tool_calls import parse_calls
 
 # What OpenAI names our error codes in a failed response's `error.code` (the SDK knows only its own).
 ERROR_CODES = {ErrorCode.rate_limited: "rate_limit_exceeded", ErrorCode.bad_request: "invalid_prompt"}
@@ -32,7 +32,7 @@ def usage_json(usage: Usage) -> dict[str, Any]:
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     }
 
@@ -217,31 +217,35 @@ class ResponseEncoder(Encoder):
         return out
 
     def _held(self) -> list[dict[str, Any]]:
-        """The held answer, now complete: a function call if it is one, else the message it is."""
+        """The held answer, now complete: its function calls if it makes any, else the message it is."""
         held = "".join(self.held)
         self.held = []
-        call = parse_call(held, self.tool_names) if self.tool_names else None
-        if call is None:
+        # `parallel_tool_calls: false` keeps the first call only.
+        limit = None if self.template.get("parallel_tool_calls", True) else 1
+        calls = parse_calls(held, self.tool_names, limit) if self.tool_names else []
+        if not calls:
             return [*self._switch("message"), self._delta("response.output_text.delta", held)] if held else []
         out = self._close()
-        index = self.items
-        self.items += 1
-        fn = call["function"]
-        item = {
-            "id": f"fc_{self.id}_{index}",
-            "type": "function_call",
-            # From the response's rid, not random: the response read back later names the same call.
-            "call_id": "call_" + self.id.rsplit("_", 1)[-1][:24],
-            "name": fn["name"],
-            "arguments": "",
-            "status": "in_progress",
-        }
-        ids = {"item_id": item["id"], "output_index": index}
-        out.append(self._emit("response.output_item.added", output_index=index, item=item))
-        out.append(self._emit("response.function_call_arguments.delta", **ids, delta=fn["arguments"]))
-        out.append(self._emit("response.function_call_arguments.done", **ids, arguments=fn["arguments"]))
-        done = {**item, "arguments": fn["arguments"], "status": "completed"}
-        out.append(self._emit("response.output_item.done", output_index=index, item=done))
+        rid = self.id.rsplit("_", 1)[-1]
+        for n, call in enumerate(calls):
+            index = self.items
+            self.items += 1
+            fn = call["function"]
+            item = {
+                "id": f"fc_{self.id}_{index}",
+                "type": "function_call",
+                # From the response's rid, not random: the response read back later names the same calls.
+                "call_id": f"call_{rid[:24]}" + (f"_{n}" if n else ""),
+                "name": fn["name"],
+                "arguments": "",
+                "status": "in_progress",
+            }
+            ids = {"item_id": item["id"], "output_index": index}
+            out.append(self._emit("response.output_item.added", output_index=index, item=item))
+            out.append(self._emit("response.function_call_arguments.delta", **ids, delta=fn["arguments"]))
+            out.append(self._emit("response.function_call_arguments.done", **ids, arguments=fn["arguments"]))
+            done = {**item, "arguments": fn["arguments"], "status": "completed"}
+            out.append(self._emit("response.output_item.done", output_index=index, item=done))
         return out
 
     def _done(self, event: ChatEvent) -> list[dict[str, Any]]:

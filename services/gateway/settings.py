@@ -39,6 +39,13 @@ class GatewaySettings(ServiceSettings):
     max_messages: int = Field(512, ge=1)
     max_input_chars: int = Field(256_000, ge=1)
     models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_NAME])
+    # `POST /v1/embeddings` inputs: how many, and characters in each and in all (over any, 413; the encoder
+    # reads at most 256 tokens of each, and all the vectors come back in one bus message).
+    embeddings_max_inputs: int = Field(128, ge=1, le=512)
+    embeddings_max_input_chars: int = Field(8_000, ge=1)
+    embeddings_max_total_chars: int = Field(64_000, ge=1)
+    # `POST /detokenize`: token ids in one request.
+    max_detokenize_tokens: int = Field(32_768, ge=1)
     default_max_tokens: int = 256
     # When the client gives none. The OpenAI and Anthropic APIs say 1.0; greedy suits a small model and makes
     # answers repeatable (a seed is assigned either way, so every request replays exactly).
@@ -83,9 +90,12 @@ class GatewaySettings(ServiceSettings):
     # Parses at once per gateway process; more uploads wait their turn.
     pdf_max_parallel: int = Field(2, ge=1)
 
-    # A verified key is trusted this long without a database read; a key revoked on another gateway (or
-    # with the CLI) is refused here within it, one revoked here at once. 0: every request reads the store.
+    # A verified key is trusted this long without a database read. A key revoked, rotated or changed over
+    # the admin API (or the CLI, when it reaches the bus) is dropped from every gateway's cache at once
+    # (`keys.changed`); otherwise within this. 0: every request reads the store.
     key_cache_s: float = Field(5.0, ge=0.0)
+    # Token budgets per key (day, month): the JetStream key-value bucket every gateway debits.
+    key_budgets_bucket: str = "switchyard_key_budgets"
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "gateway")

@@ -77,8 +77,24 @@ def render_call(name: str, arguments: str) -> str:
     return OPEN + json.dumps({"name": name, "arguments": args}) + CLOSE
 
 
+def parse_calls(text: str, names: set[str], limit: int | None = None) -> list[dict[str, Any]]:
+    """Every tool call in an answer, in order, as OpenAI `tool_calls` items (at most `limit`); empty
+    when the answer is prose. A call whose name is not a tool's is left out, and so is an unclosed call
+    after the first (`max_tokens` cut it); the first may be unclosed (the one-call stop string ends it)."""
+    calls: list[dict[str, Any]] = []
+    for i, piece in enumerate(text.split(OPEN)[1:]):
+        if i > 0 and CLOSE not in piece:
+            break
+        call = parse_call(OPEN + piece, names)
+        if call is not None:
+            calls.append(call)
+        if limit is not None and len(calls) >= limit:
+            break
+    return calls
+
+
 def parse_call(text: str, names: set[str]) -> dict[str, Any] | None:
-    """The tool call in an answer, as an OpenAI `tool_calls` item; None when the answer is prose.
+    """The (first) tool call in an answer, as an OpenAI `tool_calls` item; None when the answer is prose.
 
     A small model may stop before closing its JSON, or ramble on after a complete value, so the call
     is the longest prefix that closes into valid JSON: cut after a string or number value, then
@@ -86,7 +102,7 @@ def parse_call(text: str, names: set[str]) -> dict[str, Any] | None:
     start = text.find(OPEN)
     if start < 0:
         return None
-    body = text[start + len(OPEN) :].split(CLOSE, 1)[0].strip()
+    body = text[start + len(OPEN) :].split(CLOSE, 1)[0].split(OPEN, 1)[0].strip()
     call: Any = None
     cuts = [len(body), *sorted((i + 1 for i, ch in enumerate(body) if ch in '"}0123456789'), reverse=True)]
     for cut in cuts:

@@ -23,6 +23,7 @@ def params_of(
         temperature=s.temperature,
         top_p=s.top_p,
         top_k=s.top_k,
+        min_p=s.min_p,
         seed=s.seed,
         max_tokens=max_tokens or s.max_tokens,
         stop=[*s.stop, *(extra_stop or [])],
@@ -97,6 +98,8 @@ def answer_constraint(work: Work, prefill: str = "") -> Constraint | None:
     choice = work.tool_choice
     if tools and choice not in ("none", None, "auto"):
         spec: dict[str, object] = {"mode": "required", "tools": tools}
+        if work.parallel_tool_calls:
+            spec["parallel"] = True
         if choice.startswith("function:"):
             name = choice.removeprefix("function:")
             spec["tools"] = [t for t in tools if t["name"] == name]

@@ -69,6 +69,7 @@ class Generation:
     completion_tokens: int = 0
     ttft_s: float | None = None
     decode_s: float = 0.0
+    reasoning_tokens: int = 0  # the thinking phase's share of completion_tokens
     finish: str = "error"
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # the answer's tokens, when asked for
 
@@ -78,6 +79,7 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             cached_tokens=self.cached_tokens,
             completion_tokens=self.completion_tokens,
+            reasoning_tokens=self.reasoning_tokens,
             ttft_ms=None if self.ttft_s is None else self.ttft_s * 1000,
             tpot_ms=None if tpot is None else tpot * 1000,
         )
@@ -116,21 +118,33 @@ class Inference:
         out = gen.thinking if kind == "thinking" else gen.answer
         finish = "error"
         first_ns: int | None = None
+        # With logprobs asked for, each answer frame carries its tokens' entries; tokens whose text the
+        # engine still holds (half a character, a possible stop string) go with the next frame's text.
+        framed: list[TokenLogprobs] | None = [] if kind == "delta" and params.logprobs is not None else None
         async for chunk in self.engine.generate(request_id, prompt, params):
             if first_ns is None:
                 first_ns = time.time_ns()  # the span event sits where the first token came out, not at the end
             if chunk.logprobs and kind == "delta":
                 gen.logprobs.extend(chunk.logprobs)
+                if framed is not None:
+                    framed.extend(chunk.logprobs)
             if chunk.text:
                 out.append(chunk.text)
+                lps = None
+                if framed is not None:
+                    lps = [t.model_dump() for t in to_openai(self.engine.tokenizer, framed)]
+                    framed.clear()
                 # One frame per chunk: the engine merged what this stream made since the last one.
-                await self.bus.publish_frame(raw, encode_raw(gen.seq, kind, chunk.text, len(chunk.token_ids)))  # type: ignore[arg-type]
+                frame = encode_raw(gen.seq, kind, chunk.text, len(chunk.token_ids), lps)  # type: ignore[arg-type]
+                await self.bus.publish_frame(raw, frame)
                 gen.seq += 1
             if chunk.finished:
                 finish = chunk.finish_reason or "stop"
                 if chunk.usage is not None:
                     u = chunk.usage
                     gen.completion_tokens += u.completion_tokens
+                    if kind == "thinking":
+                        gen.reasoning_tokens += u.completion_tokens
                     if first_phase:
                         gen.prompt_tokens, gen.cached_tokens, gen.ttft_s = u.prompt_tokens, u.cached_tokens, u.ttft_s
                         if gen.ttft_s is not None:
@@ -193,7 +207,8 @@ class Inference:
                             subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0)
                         )
                         gen.seq += 1
-                    stops = [TOOL_CALL_CLOSE] if work.client_tools else []
+                    # One call at most: the answer ends where the first call does. Parallel calls: the model ends it.
+                    stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
                     params = params_of(s, extra_stop=stops, constraint=answer_constraint(work, prefill))
                     gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
             except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit

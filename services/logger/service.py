@@ -29,6 +29,7 @@ from schemas import (
     StatsQuery,
     subjects,
 )
+from schemas.keys import ADMIN_KEY_USAGE, KeyUsage, KeyUsageQuery
 from schemas.records import (
     ADMIN_FEEDBACK_LIST,
     ADMIN_PREFERENCES_EXPORT,
@@ -80,6 +81,9 @@ class Admin:
                 last = items[i - 1]
                 return RequestExport(items=items[:i], next_cursor=encode_cursor(last["created_ms"], last["rid"]))
         return RequestExport(items=items, next_cursor=nxt)
+
+    async def key_usage(self, q: KeyUsageQuery) -> KeyUsage:
+        return await self.store.key_usage(q)
 
     async def stats(self, q: StatsQuery) -> Stats:
         return await self.store.stats(q)
@@ -139,6 +143,7 @@ async def setup(bus: Bus, settings: LoggerSettings) -> Callable[[], Awaitable[No
         (ADMIN_REQUESTS_LIST, RequestListQuery, admin.list_requests),
         (ADMIN_REQUESTS_EXPORT, RequestListQuery, admin.export),
         (ADMIN_STATS, StatsQuery, admin.stats),
+        (ADMIN_KEY_USAGE, KeyUsageQuery, admin.key_usage),
         (ADMIN_FEEDBACK_LIST, FeedbackQuery, admin.feedback),
         (ADMIN_PREFERENCES_EXPORT, PreferenceQuery, admin.preferences),
     ):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,13 +69,19 @@ class Stream:
     judging: set[asyncio.Task[None]] = field(default_factory=set)
     # Nothing is shown before input safety admitted the request; what the model wrote meanwhile waits here.
     admitted: bool = False
-    held: list[tuple[TextKind, str]] = field(default_factory=list)
+    held: list[tuple[TextKind, str, list[dict[str, Any]] | None]] = field(default_factory=list)
     admission: asyncio.Task[None] | None = None
     # Releases and the end go out in the order the guard produced them, whichever task produced them.
     emit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sub: Any = None
     events_subject: str = ""  # chat.events.<rid>, built once: every released word goes there
     watchdog: asyncio.Task[None] | None = None
+    # Log probabilities go out with their own text: each answer frame's (characters, entries) in order,
+    # and released text held until it covers whole frames. Off when not asked for, and from the first
+    # redaction on (the entries would spell what was redacted).
+    lp_on: bool = False
+    lp_frames: deque[tuple[int, list[dict[str, Any]]]] = field(default_factory=deque)
+    lp_pending: str = ""
 
     @property
     def answer(self) -> str:
@@ -119,6 +126,7 @@ class SafetyOut:
             started_ms=now_ms(),
             t0=time.perf_counter(),
             events_subject=subjects.chat_events(work.rid),
+            lp_on=work.sampling.logprobs is not None,
         )
 
         async def on_frame(frame: RawFrame | RawChunk) -> None:
@@ -167,16 +175,36 @@ class SafetyOut:
         async with st.emit_lock:
             work.verdicts += verdict.verdicts
             st.admitted = True
-            for kind, text in st.held:
+            for kind, text, lps in st.held:
                 if not st.closed:
-                    await self.bus.publish_frame(st.events_subject, encode_text(kind, text))
+                    await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
             st.held.clear()
 
-    async def _show(self, st: Stream, kind: TextKind, text: str) -> None:
+    async def _show(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None = None) -> None:
         if st.admitted:
-            await self.bus.publish_frame(st.events_subject, encode_text(kind, text))
+            await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
         else:
-            st.held.append((kind, text))
+            st.held.append((kind, text, lps))
+
+    @staticmethod
+    def _with_logprobs(st: Stream, rel: Release) -> tuple[str, list[dict[str, Any]] | None]:
+        """The released answer text that covers whole frames, with those frames' log probabilities; the
+        rest waits for the next release. A redaction (or a block) ends this: all of it goes out bare."""
+        pending = st.lp_pending + rel.text
+        if rel.redactions or rel.blocked is not None:
+            st.lp_on, st.lp_pending = False, ""
+            return pending, None
+        used, lps = 0, []
+        while st.lp_frames and used + st.lp_frames[0][0] <= len(pending):
+            n, entries = st.lp_frames.popleft()
+            used += n
+            lps += entries
+        st.lp_pending = pending[used:]
+        return pending[:used], lps
+
+    def _frame_logprobs(self, st: Stream, text: str, lps: list[dict[str, Any]] | None) -> None:
+        if st.lp_on:
+            st.lp_frames.append((len(text), lps or []))
 
     async def _producer_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
         st = self.streams.get(rid)
@@ -203,8 +231,11 @@ class SafetyOut:
     async def _send(self, st: Stream, rel: Release, kind: TextKind, usage: Usage | None = None) -> None:
         """Emit what the guard released; a block ends the stream; hand new sentences to the classifier."""
         st.redactions += [r.__dict__ for r in rel.redactions]
-        if rel.text and not st.closed and st.delivered_chars is None:
-            await self._show(st, kind, rel.text)
+        text, lps = rel.text, None
+        if kind == "delta" and st.lp_on:
+            text, lps = self._with_logprobs(st, rel)
+        if text and not st.closed and st.delivered_chars is None:
+            await self._show(st, kind, text, lps)
         if rel.blocked is not None:
             await self._block(st, rel, usage)
             return
@@ -250,6 +281,7 @@ class SafetyOut:
             if st.thinking.full_text:  # the answer began: thinking is over (finish() is idempotent)
                 await self._send(st, st.thinking.finish(), "thinking")
             if not st.closed:
+                self._frame_logprobs(st, frame.text, frame.logprobs)
                 await self._send(st, st.guard.feed(frame.text), "delta")
 
     async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
@@ -261,12 +293,18 @@ class SafetyOut:
         async with st.emit_lock:
             if chunk.text:  # a producer may end on text (one that sends no separate frames)
                 guard = st.thinking if chunk.kind == "thinking" else st.guard
+                if chunk.kind == "delta":
+                    self._frame_logprobs(st, chunk.text, None)
                 await self._send(st, guard.feed(chunk.text), chunk.kind, chunk.usage)
             if st.closed:
                 return
             if st.thinking.full_text:
                 await self._send(st, st.thinking.finish(), "thinking", chunk.usage)
             await self._send(st, st.guard.finish(), "delta", chunk.usage)
+            if st.lp_pending and not st.closed and st.delivered_chars is None:
+                # Released text the frames never covered (they should have): out, without entries.
+                text, st.lp_pending = st.lp_pending, ""
+                await self._show(st, "delta", text)
         if st.admission is not None:
             await asyncio.wait({st.admission})
         # The last sentences' verdicts decide between `done` and `content_blocked`.

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from libs.bus import Bus, BusError
+from libs.embeddings import get_embedder
 from libs.embeddings.batcher import PassBatcher
 from libs.safety import InputGuard
 from libs.tokenizer import Tokenizer, load_tokenizer
@@ -15,6 +16,7 @@ from libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results
 from schemas import (
     ChatEvent,
     ChatMessage,
+    EmbedRequest,
     ErrorCode,
     Forward,
     InputDecision,
@@ -26,6 +28,7 @@ from schemas import (
     Work,
     subjects,
 )
+from services.tools.embeddings import Embeddings
 from services.tools.settings import ToolsSettings
 
 # The classifier is batched; under load a verdict can queue behind a pass or two.
@@ -128,7 +131,10 @@ class ToolsStage:
         if work.prompt_messages:
             work.prompt_messages = with_tool_results(work.prompt_messages, work.tool_prompt)
             msgs = [m.model_dump() for m in work.prompt_messages]
-            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+            # As context rendered them: a template that lays tools out itself gets them again (for
+            # any other, our tool section is already in the system message).
+            tools = work.client_tools if work.tool_choice != "none" and self.tokenizer.template.renders_tools else None
+            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tools=tools)
             work.prompt_tokens = self.tokenizer.count(work.prompt)
         part = ToolsPart(
             tools=work.tools,
@@ -155,6 +161,10 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
         return ToolSpecs(tools=runner.specs())
 
     await bus.subscribe(subjects.TOOLS_SPECS, ToolSpecsQuery, specs, queue="tools", span=False)
+    if settings.use_embeddings and planner.use_embeddings:  # the encoder loaded (warmup above)
+        # get_embedder() is the one instance the planner loaded: no second copy of the model.
+        served = Embeddings(get_embedder(), planning.run_many)
+        await bus.subscribe(subjects.EMBEDDINGS, EmbedRequest, served.handle, queue="tools")
 
     async def close() -> None:
         await planning.close()

@@ -17,7 +17,7 @@ instead. It was written from the signatures and checks read in NVIDIA/TensorRT-L
   `return_perf_metrics=False`, `enable_iter_perf_stats=False`.
 - tensorrt_llm/sampling_params.py (the stored version whose `_validate` checks ranges; commit
   000a01de66f0eab4ab05640711f0253f50f5209c predates those checks): `@dataclass(slots=True, kw_only=True)`,
-  `max_tokens=32`, `temperature`/`top_p`/`top_k`/`seed` default None (None: the runtime's default, a
+  `max_tokens=32`, `temperature`/`top_p`/`top_k`/`min_p`/`seed` default None (None: the runtime's default, a
   fixed seed 0), `ignore_eos`, `detokenize`; `_validate` raises for top_p outside [0, 1], top_k < 0,
   temperature < 0, best_of < n, and greedy with best_of > 1; stop strings left unencoded (end_id
   given, so `_setup` never ran) raise RuntimeError when the request is built. The real library builds
@@ -155,6 +155,7 @@ class SamplingParams:
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    min_p: float | None = None
     logprobs: int | None = None
     return_perf_metrics: bool = False
     guided_decoding: GuidedDecodingParams | None = None

@@ -134,3 +134,25 @@ async def test_a_bad_constraint_is_refused_before_any_chunk(engine, tokenizer) -
     params = SamplingParams(max_tokens=4, constraint=Constraint("regex", "(unclosed"))
     with pytest.raises(ConstraintError, match="unclosed"):
         await asyncio.wait_for(_run(engine, "bad", _chat(tokenizer, "hi"), params), 60)
+
+
+def test_a_sentencepiece_vocabulary_takes_its_own_grammar_kind() -> None:
+    """Gemma's SentencePiece vocabulary (U+2581, <0xXX> byte tokens) goes to xgrammar as BYTE_FALLBACK:
+    its tokens for a schema-valid answer are all accepted, and the answer's end with them."""
+    import xgrammar as xgr
+
+    from libs.engine.grammar import tokenizer_info
+    from libs.tokenizer import load_tokenizer
+    from tests.tokenizer.models import gemma3_path
+
+    try:
+        tok = load_tokenizer(gemma3_path())
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    compiled = xgr.GrammarCompiler(tokenizer_info(tok, tok.vocab_size)).compile_json_schema(SCHEMA)
+    matcher = xgr.GrammarMatcher(compiled)
+    answer = '{"city": "Oslo", "days": 3, "rain": true}'
+    assert all(matcher.accept_token(i) for i in tok.encode(answer, add_bos=False))
+    assert matcher.accept_token(tok.eos_token_id) and matcher.is_terminated()
+    bad = xgr.GrammarMatcher(compiled)
+    assert not all(bad.accept_token(i) for i in tok.encode('{"city": "Rome"', add_bos=False))

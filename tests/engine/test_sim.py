@@ -111,3 +111,15 @@ async def test_a_consumer_a_step_behind_gets_every_token_once_in_order() -> None
     assert [t for c in merged for t in c.token_ids] == [t for c in alone for t in c.token_ids]
     assert "".join(c.text for c in merged) == "".join(c.text for c in alone)
     assert merged[-1].finished and merged[-1].usage is not None and merged[-1].usage.completion_tokens == 60
+
+
+async def test_top_k_and_min_p_are_accepted_and_change_nothing() -> None:
+    engine = sim()
+    await engine.start()
+    try:
+        plain = await run(engine, "r", 12, temperature=0.9, seed=4)
+        filtered = await run(engine, "r", 12, temperature=0.9, seed=4, top_k=5, min_p=0.2)
+    finally:
+        await engine.stop()
+    # The sim writes canned sentences: sampling parameters are taken and ignored, never refused.
+    assert [c.text for c in filtered] == [c.text for c in plain] and filtered[-1].finish_reason == "length"

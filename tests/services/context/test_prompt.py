@@ -164,3 +164,54 @@ def test_a_stored_tool_turn_renders_back_byte_identical(tokenizer: Tokenizer) ->
     # A turn without tools renders as before: user and assistant only.
     plain = turns_to_history([turn.model_copy(update={"tools": [], "tool_prompt": ""})])
     assert [m.role for m in plain[0]] == ["user", "assistant"]
+
+
+def test_prompts_follow_the_models_template_and_stay_prefix_stable() -> None:
+    """Gemma 3 base (no template in its file: the "gemma" fallback) through the same renderer: its own
+    turn format, tools in its system text, and turn N+1 still extends turn N plus its answer, tool
+    turns included."""
+    from libs.tokenizer import load_tokenizer
+    from schemas import ToolEvent, Turn
+    from services.context.prompt import turns_to_history
+    from services.tools.service import with_tool_results
+    from tests.tokenizer.models import gemma3_path
+
+    try:
+        gemma = load_tokenizer(gemma3_path())
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    r = PromptRenderer(gemma, budget=8192)
+    tools = [{"name": "orders_lookup", "parameters": {"a": 1}}]
+    first = r.render(PromptParts(user_text="where is order 42?", instructions="Be brief.", tools=tools), 128)
+    assert first.prompt.startswith("<start_of_turn>user\n# Tools\n")
+    assert first.prompt.endswith("Be brief.\n\nwhere is order 42?<end_of_turn>\n<start_of_turn>model\n")
+    # The tools stage re-renders with its results block and gets the same template's text.
+    block = "<tool_results>\nshipped\n</tool_results>"
+    prompt1 = gemma.apply_chat_template([m.model_dump() for m in with_tool_results(first.messages, block)])
+    assert prompt1.endswith("Be brief.\n\n" + block + "\n\nwhere is order 42?<end_of_turn>\n<start_of_turn>model\n")
+    answer = "It has shipped."
+    turn = Turn(
+        id="t1",
+        rid="r1",
+        user_text="where is order 42?",
+        answer=answer,
+        status="complete",
+        tools=[ToolEvent(id="c1", name="orders_lookup", arguments={"order": 42}, status="ok", output="shipped")],
+        tool_prompt=block,
+    )
+    history = turns_to_history([turn])
+    second = r.render(PromptParts(user_text="thanks", history=history, instructions="Be brief.", tools=tools), 128)
+    assert second.prompt.startswith(prompt1 + answer)
+    third = r.render(
+        PromptParts(
+            user_text="bye",
+            history=[
+                *history,
+                [ChatMessage(role="user", content="thanks"), ChatMessage(role="assistant", content="ok")],
+            ],
+            instructions="Be brief.",
+            tools=tools,
+        ),
+        128,
+    )
+    assert third.prompt.startswith(second.prompt + "ok")

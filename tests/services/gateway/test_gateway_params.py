@@ -14,9 +14,11 @@ import pytest
 
 from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
 from services.gateway.anthropic_tools import AnthropicTool, AnthropicToolChoice
+from services.gateway.embeddings_api import EmbeddingsRequest
 from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
 from services.gateway.params import Strict
 from services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs
+from services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 from services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
 from services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder
@@ -170,6 +172,10 @@ def _documented_ignored() -> set[str]:
         Block,
         AnthropicTool,
         AnthropicToolChoice,
+        EmbeddingsRequest,
+        TokenizeRequest,
+        DetokenizeRequest,
+        CountTokensRequest,
     ],
 )
 def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> None:

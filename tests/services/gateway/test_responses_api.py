@@ -126,15 +126,23 @@ async def test_function_call_item_streamed_and_not(gw: Gateway, responder: Respo
     assert resp.output_text == ""
     work = next(w for w in responder.works if w.rid == resp.id.removeprefix("resp_"))
     assert work.tool_choice == "required" and work.client_tools[0]["name"] == "get_weather"
+    assert work.parallel_tool_calls and resp.parallel_tool_calls  # OpenAI's default
 
     events = await _raw_stream(
-        gw, input="call it", tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"}, store=False
+        gw,
+        input="call it",
+        tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"},
+        parallel_tool_calls=False,
+        store=False,
     )
     kinds = [e["type"] for e in events]
     assert "response.function_call_arguments.delta" in kinds and "response.function_call_arguments.done" in kinds
     assert "response.output_text.delta" not in kinds  # the call's text is never shown as text
     final = Response.model_validate(events[-1]["response"])
     assert final.output[0].type == "function_call" and final.tool_choice.type == "function"  # type: ignore[union-attr]
+    assert final.parallel_tool_calls is False
+    assert not next(w for w in responder.works if w.rid == final.id.removeprefix("resp_")).parallel_tool_calls
 
     # The client runs it and sends the output back (here with the call echoed, as stateless clients do).
     back = await client.responses.create(

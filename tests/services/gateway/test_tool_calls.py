@@ -3,7 +3,7 @@ import json
 import pytest
 
 from services.gateway.errors import ApiError
-from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, render_call
+from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, parse_calls, render_call
 
 TOOLS = [ToolDef.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": {}}})]
 
@@ -38,3 +38,19 @@ def test_choice_of() -> None:
         choice_of(TOOLS, NamedChoice.model_validate({"type": "function", "function": {"name": "nope"}}))
     with pytest.raises(ApiError):
         choice_of(TOOLS, "sometimes")
+
+
+def test_parse_calls_reads_every_call_and_drops_a_cut_one() -> None:
+    one = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    two = '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>'
+    text = f'{one}\n{two}\n<tool_call>{{"name": "get_weather", "argu'
+    calls = parse_calls(text, {"get_weather", "get_time"})
+    assert [c["function"]["name"] for c in calls] == ["get_weather", "get_time"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert len({c["id"] for c in calls}) == 2
+    assert [c["function"]["name"] for c in parse_calls(text, {"get_weather", "get_time"}, limit=1)] == ["get_weather"]
+    # A name that is not a tool's is left out; the rest stay.
+    assert [c["function"]["name"] for c in parse_calls(f"{one}\n{two}", {"get_time"})] == ["get_time"]
+    # The first call may be unclosed (the one-call stop string cut its closing tag).
+    assert len(parse_calls('<tool_call>{"name": "get_time", "arguments": {}}', {"get_time"})) == 1
+    assert parse_calls("It is sunny.", {"get_time"}) == []

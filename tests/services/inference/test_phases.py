@@ -80,3 +80,29 @@ def test_response_formats_become_constraints(fmt: ResponseFormat, kind: str, spe
 def test_nothing_asked_is_unconstrained() -> None:
     assert answer_constraint(_work(tools=False)) is None
     assert answer_constraint(_work("none")) is None
+
+
+@pytest.mark.parametrize(
+    ("choice", "first", "second"),
+    [
+        ("required", 'get_weather", "arguments": {"city": "Paris"}}', '{"name": "get_time", "arguments": {}}'),
+        ("function:get_weather", 'Paris"}}', '{"name": "get_weather", "arguments": {"city": "Oslo"}}'),
+    ],
+)
+def test_parallel_calls_get_a_grammar_that_takes_more_calls(
+    grammars: Grammars, choice: str, first: str, second: str
+) -> None:
+    work = _work(choice)
+    work.parallel_tool_calls = True
+    prefill = tool_prefill(work.client_tools, choice)
+    c = answer_constraint(work, prefill)
+    assert c is not None and json.loads(c.spec)["parallel"] is True
+    m = grammars.matcher(c)
+    assert m.accept_string(first + "</tool_call>")
+    assert m.accept_string(f"\n<tool_call>{second}</tool_call>")
+    assert not m.accept_string("\nand some prose")
+    # Not parallel: the grammar ends with the first call.
+    one = answer_constraint(_work(choice), prefill)
+    assert one is not None and "parallel" not in json.loads(one.spec)
+    m = grammars.matcher(one)
+    assert m.accept_string(first + "</tool_call>") and not m.accept_string("\n")

@@ -61,7 +61,9 @@ class Rig:
     bus: Bus
     saved: dict[str, SaveTurn]
 
-    async def open(self, policy: TenantSafety | None = None, text: str = "q") -> tuple[str, Client, list[int]]:
+    async def open(
+        self, policy: TenantSafety | None = None, text: str = "q", logprobs: int | None = None
+    ) -> tuple[str, Client, list[int]]:
         rid = uuid.uuid4().hex
         client = Client()
 
@@ -76,6 +78,7 @@ class Rig:
         work = Work(rid=rid, tenant="t", user="u", key_id="k", chat_id="c-" + rid, text=text, persist=True)
         if policy is not None:
             work.safety = policy
+        work.sampling.logprobs = logprobs
         await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck)
         return rid, client, [0]
 
@@ -85,7 +88,9 @@ class Rig:
             await self.bus.publish(subjects.stream_raw(rid), RawChunk(rid=rid, seq=seq[0], text=text, **kw))  # type: ignore[arg-type]
         else:
             kind = kw.get("kind", "delta")
-            await self.bus.publish_frame(subjects.stream_raw(rid), encode_raw(seq[0], kind, text))  # type: ignore[arg-type]
+            lps = kw.get("logprobs")
+            frame = encode_raw(seq[0], kind, text, 1, lps)  # type: ignore[arg-type]
+            await self.bus.publish_frame(subjects.stream_raw(rid), frame)
         seq[0] += 1
 
     async def end(self, rid: str, seq: list[int], reason: str = "stop") -> None:
@@ -227,6 +232,44 @@ async def test_logprobs_go_out_only_with_an_answer_left_as_written(rig: Rig) -> 
     await rig.chunk(rid, seq, finished=True, finish_reason="stop", usage=usage, logprobs=secret)
     done = await client.until_end()
     assert done.type == "done" and done.logprobs is None and "555" not in client.text
+
+
+def _entries(*tokens: str) -> list[dict[str, object]]:
+    return [TokenLogprob(token=t, logprob=-0.5).model_dump() for t in tokens]
+
+
+async def test_logprobs_go_out_with_their_own_text(rig: Rig) -> None:
+    """Released text waits until it covers whole frames, and goes out with those frames' entries: every
+    delta's entries spell exactly its text, though the guard cuts at words, not at tokens."""
+    frames = [["Wat", "er"], [" tom"], ["atoes", " deep"], ["ly", " twice", "."], [" Then"], [" rest", "."]]
+    rid, client, seq = await rig.open(logprobs=2)
+    for tokens in frames:
+        await rig.chunk(rid, seq, "".join(tokens), logprobs=_entries(*tokens))
+    everything = [TokenLogprob(token=t, logprob=-0.5) for f in frames for t in f]
+    await rig.chunk(
+        rid, seq, finished=True, finish_reason="stop", usage=Usage(completion_tokens=11), logprobs=everything
+    )
+    done = await client.until_end()
+    deltas = [e for e in client.events if e.type == "delta"]
+    assert len(deltas) > 1 and client.text == "Water tomatoes deeply twice. Then rest."
+    for d in deltas:
+        assert d.logprobs is not None and "".join(t.token for t in d.logprobs) == d.text, d
+    assert done.logprobs == everything  # the whole list still ends the answer (the non-streaming body)
+
+
+async def test_a_redaction_ends_streamed_logprobs(rig: Rig) -> None:
+    rid, client, seq = await rig.open(logprobs=0)
+    tokens = ["Hello", " there", ".", " Call", " +1", " (555)", " 123-4567", " now", "."]
+    for t in tokens:
+        await rig.chunk(rid, seq, t, logprobs=_entries(t))
+    await rig.chunk(rid, seq, finished=True, finish_reason="stop", usage=Usage(completion_tokens=9))
+    done = await client.until_end()
+    assert done.type == "done" and done.logprobs is None and "555" not in client.text
+    deltas = [e for e in client.events if e.type == "delta"]
+    spelled = "".join(t.token for d in deltas for t in d.logprobs or [])
+    assert spelled and "555" not in spelled  # what went out before the redaction, and nothing after
+    for d in deltas:
+        assert d.logprobs is None or "".join(t.token for t in d.logprobs) == d.text
 
 
 @pytest.mark.parametrize("frame_chars", [7, 23, 61])

@@ -308,7 +308,7 @@ function strikeList(strikes) {
     h("a", { class: "strike", href: `#/r/${st.rid}` }, h("code", {}, st.rid.slice(0, 12))), " ", badge(st.action),
     (st.categories || []).length ? ` ${st.categories.join(", ")}` : "", h("span", { class: "muted" }, ` ${fmt.time(st.at_ms)}`))));
 }
-async function renderKeys() {
+async function standingCard() {
   const got = await api("/v1/admin/keys/standing");
   const body = h("tbody");
   for (const k of got.data) {
@@ -324,10 +324,107 @@ async function renderKeys() {
       h("td", {}, k.state === "suspended" ? h("button", { class: "secondary reinstate", onclick: reinstate }, "Reinstate") : null)));
   }
   if (!got.data.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No key has been blocked or flagged.")));
-  view.replaceChildren(h("div", { class: "card" }, h("h2", {}, "Key standing"),
+  return h("div", { class: "card" }, h("h2", {}, "Key standing"),
     h("p", { class: "muted" }, "A key is suspended after enough strikes in the window: blocked requests, and flagged ones only where the tenant's safety policy makes a flag a strike."),
     h("table", { id: "keys" }, h("thead", {}, h("tr", {}, ["key", "state", "since", "blocked", "flagged", "reason", "requests", ""]
-      .map((c, i) => h("th", { class: i === 3 || i === 4 ? "num" : "" }, c)))), body)));
+      .map((c, i) => h("th", { class: i === 3 || i === 4 ? "num" : "" }, c)))), body));
+}
+
+
+// ---- API keys (issue 30) ---------------------------------------------------------------------------
+// Over /v1/admin/keys, as any client would. A secret (create, rotate) is shown once, in #new-secret,
+// until the operator leaves the page; the list never holds one.
+let shownSecret = null;
+const budgetText = (k) => `${k.budget_tokens_per_day ?? "–"} / ${k.budget_tokens_per_month ?? "–"}`;
+function secretCard() {
+  if (!shownSecret) return null;
+  return h("div", { class: "card secret", id: "new-secret" }, h("h2", {}, `${shownSecret.what}: ${shownSecret.id}`),
+    h("p", {}, "Copy this key now: it is shown this once and cannot be read again."),
+    h("pre", { id: "secret-value" }, shownSecret.key));
+}
+function createKeyForm() {
+  const f = h("form", { class: "filters card", id: "create-key" },
+    h("label", {}, "tenant", h("input", { name: "tenant", required: true, maxlength: 128 })),
+    h("label", {}, "tier", h("select", { name: "tier" }, ["free", "pro"].map((t) => h("option", { value: t }, t)))),
+    h("label", {}, "name", h("input", { name: "name", maxlength: 128 })),
+    h("label", {}, "models (comma-separated; empty: all)", h("input", { name: "models" })),
+    h("label", {}, "tokens / day", h("input", { name: "budget_tokens_per_day", type: "number", min: 1 })),
+    h("label", {}, "tokens / month", h("input", { name: "budget_tokens_per_month", type: "number", min: 1 })),
+    h("label", {}, "expires", h("input", { name: "expires_at", type: "datetime-local" })),
+    h("button", { type: "submit" }, "Create key"));
+  f.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const v = Object.fromEntries(new FormData(f).entries()), body = { tenant: v.tenant, tier: v.tier, name: v.name };
+    const models = (v.models || "").split(",").map((m) => m.trim()).filter(Boolean);
+    if (models.length) body.models = models;
+    for (const b of ["budget_tokens_per_day", "budget_tokens_per_month"]) if (v[b]) body[b] = Number(v[b]);
+    if (v.expires_at) body.expires_at = new Date(v.expires_at).getTime();
+    try {
+      const k = await api("/v1/admin/keys", { method: "POST", body: JSON.stringify(body) });
+      shownSecret = { id: k.id, key: k.key, what: "New key" };
+      toast(`key ${k.id} created`);
+    } catch (err) { toast(`create failed: ${err.message}`); return; }
+    route();
+  });
+  return f;
+}
+async function keyAction(k, action) {
+  if (action === "revoke" && !confirm(`Revoke ${k.id}? Every gateway refuses it at once.`)) return;
+  try {
+    const got = await api(`/v1/admin/keys/${encodeURIComponent(k.id)}/${action}`, { method: "POST" });
+    if (action === "rotate") shownSecret = { id: k.id, key: got.key, what: "Rotated key (the old one no longer works)" };
+    toast(`key ${k.id} ${action === "rotate" ? "rotated" : "revoked"}`);
+  } catch (e) { toast(`${action} failed: ${e.message}`); }
+  route();
+}
+async function renderKeys(params) {
+  const q = params.tenant ? `?tenant=${encodeURIComponent(params.tenant)}` : "";
+  const [got, standing] = await Promise.all([api(`/v1/admin/keys${q}`), standingCard()]);
+  const filter = h("form", { class: "row", id: "key-filter" }, h("input", { name: "tenant", placeholder: "tenant", value: params.tenant || "" }),
+    h("button", { type: "submit", class: "secondary" }, "Filter"));
+  filter.addEventListener("submit", (e) => {
+    e.preventDefault(); const t = new FormData(filter).get("tenant");
+    location.hash = t ? `#/keys?tenant=${encodeURIComponent(t)}` : "#/keys";
+  });
+  const body = h("tbody");
+  for (const k of got.data) {
+    const live = k.state === "active";
+    body.append(h("tr", { class: "api-key-row", "data-key": k.id, "data-state": k.state },
+      h("td", {}, h("a", { href: `#/keys/${k.id}` }, h("code", {}, k.id)), h("br"), h("code", { class: "muted" }, `${k.prefix}…`)),
+      h("td", {}, k.name || "–"), h("td", {}, k.tenant), h("td", {}, k.tier, k.admin ? " (admin)" : ""),
+      h("td", {}, k.models ? k.models.join(", ") : "all"), h("td", { class: "num" }, budgetText(k)),
+      h("td", {}, k.expires_at || "never"), h("td", {}, h("span", { class: `badge ${live ? "ok" : "block"}` }, k.state)),
+      h("td", {}, k.created_at || "–"),
+      h("td", {}, h("a", { class: "usage", href: `#/keys/${k.id}` }, "Usage"), " ",
+        live ? h("button", { class: "secondary rotate", onclick: () => keyAction(k, "rotate") }, "Rotate") : null, " ",
+        live ? h("button", { class: "secondary revoke", onclick: () => keyAction(k, "revoke") }, "Revoke") : null)));
+  }
+  if (!got.data.length) body.append(h("tr", {}, h("td", { colspan: 10, class: "muted" }, "No keys.")));
+  view.replaceChildren(...[secretCard(), createKeyForm(),
+    h("div", { class: "card" }, h("div", { class: "row" }, h("h2", { style: "margin:0" }, "API keys"), filter),
+      h("table", { id: "api-keys" }, h("thead", {}, h("tr", {}, ["key", "name", "tenant", "tier", "models",
+        "budget day / month", "expires", "state", "created", ""].map((c) => h("th", {}, c)))), body)),
+    standing].filter(Boolean));
+}
+function usageTable(id, first, rows) {
+  return h("table", { id }, h("thead", {}, h("tr", {}, [first, "requests", "prompt tokens", "completion tokens", "total"]
+    .map((c, i) => h("th", { class: i ? "num" : "" }, c)))),
+  h("tbody", {}, rows.map((r) => h("tr", { "data-row": r[first] }, h("td", {}, r[first] || "–"),
+    ["requests", "prompt_tokens", "completion_tokens", "total_tokens"].map((f) => h("td", { class: "num" }, fmt.n(r[f])))))));
+}
+async function renderKeyUsage(id) {
+  const [k, u] = await Promise.all([api(`/v1/admin/keys/${encodeURIComponent(id)}`),
+    api(`/v1/admin/keys/${encodeURIComponent(id)}/usage`)]);
+  const t = u.total;
+  view.replaceChildren(h("div", { class: "card", id: "key-usage" },
+    h("h2", {}, "Usage of ", h("code", {}, k.id), k.name ? ` (${k.name})` : ""),
+    h("p", { class: "muted" }, `from the request records, ${u.since_at} to ${u.until_at}`),
+    h("div", { class: "grid", id: "usage-total" }, kv("requests", t.requests), kv("prompt tokens", t.prompt_tokens),
+      kv("completion tokens", t.completion_tokens), kv("total tokens", t.total_tokens), kv("state", k.state),
+      Object.entries(u.budgets).map(([p, b]) => kv(`budget per ${p}`, `${b.spent} of ${b.limit} (resets ${b.resets_at})`)))),
+  h("div", { class: "cols" }, h("div", { class: "card" }, h("h2", {}, "By model"), usageTable("usage-by-model", "model", u.by_model)),
+    h("div", { class: "card" }, h("h2", {}, "By day (UTC)"), usageTable("usage-by-day", "day", u.by_day))),
+  h("p", {}, h("a", { href: "#/keys" }, "← all keys")));
 }
 
 // ---- Routing --------------------------------------------------------------------------------------
@@ -340,7 +437,8 @@ async function route() {
   if (!adminKey()) { view.replaceChildren(h("p", { class: "muted" }, "Enter the admin key to begin.")); return; }
   try {
     if (parts[0] === "dashboard") await renderDashboard(params);
-    else if (parts[0] === "keys") await renderKeys();
+    else if (parts[0] === "keys" && parts[1]) await renderKeyUsage(parts[1]);
+    else if (parts[0] === "keys") await renderKeys(params);
     else if (parts[0] === "r" && parts[1]) await renderRequest(parts[1]);
     else if (parts[0] === "compare" && parts[2]) await renderCompare(parts[1], parts[2]);
     else await renderRequests(params);
@@ -357,6 +455,6 @@ async function route() {
   document.getElementById("keyform").addEventListener("submit", (e) => {
     e.preventDefault(); localStorage.setItem(KEY, document.getElementById("adminkey").value.trim()); toast("key saved"); route();
   });
-  window.addEventListener("hashchange", () => { delete document.body.dataset.ready; route(); });
+  window.addEventListener("hashchange", () => { delete document.body.dataset.ready; shownSecret = null; route(); });
   route();
 })();

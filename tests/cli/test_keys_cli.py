@@ -1,0 +1,67 @@
+"""`keys` runs the same key management as `/v1/admin/keys`: policy on create, update, rotate, and the
+revocation announced on the bus (what every gateway's cache listens to)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cli import keys as keys_cli
+from libs.bus import Bus, NatsServer
+from libs.store.keys import KeyStore
+from libs.telemetry import setup_tracing
+from schemas.keys import KEYS_CHANGED, KeyChanged
+
+
+async def run(*argv: str) -> int:
+    return await keys_cli._run(keys_cli._parser().parse_args(list(argv)))
+
+
+async def test_cli_policy_rotate_and_announced_revoke(
+    tmp_path: Path, nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = ["--database-url", f"sqlite+aiosqlite:///{tmp_path / 'k.db'}", "--nats-url", nats_server.url]
+    bus = await Bus.connect(nats_server.url, "test", uuid.uuid4().hex[:6], setup_tracing("test"))
+    heard: asyncio.Queue[KeyChanged] = asyncio.Queue()
+
+    async def on_change(msg: KeyChanged) -> None:
+        await heard.put(msg)
+
+    await bus.subscribe(KEYS_CHANGED, KeyChanged, on_change)
+    await bus.flush()
+    try:
+        args = ["--tenant", "acme", "--tier", "free", "--name", "bot", "--models", "m1,m2", "--budget-day", "500"]
+        assert await run(*db, "create", *args, "--expires", "2031-01-01") == 0
+        raw = capsys.readouterr().out.strip()
+        store = await KeyStore.open(f"sqlite+aiosqlite:///{tmp_path / 'k.db'}")
+        key = await store.verify(raw)
+        assert key is not None and key.models == ("m1", "m2") and key.budget_day == 500 and key.name == "bot"
+
+        assert await run(*db, "update", key.id, "--tier", "pro", "--clear", "models", "--budget-month", "9000") == 0
+        assert (await heard.get()).change == "updated"
+        assert "pro" in capsys.readouterr().out
+        assert await run(*db, "show", key.id) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert (shown["tier"], shown["models"], shown["budget_tokens_per_month"]) == ("pro", None, 9000)
+        assert shown["expires_at"] == "2031-01-01T00:00:00Z" and "key" not in shown
+
+        assert await run(*db, "rotate", key.id) == 0
+        new = capsys.readouterr().out.strip()
+        rotated = await heard.get()
+        assert new != raw and (rotated.key_id, rotated.change) == (key.id, "rotated")
+        assert await store.verify(raw) is None and await store.verify(new) is not None
+
+        assert await run(*db, "revoke", key.id) == 0
+        assert (await heard.get()).change == "revoked"
+        assert await run(*db, "revoke", key.id) == 1
+        assert await run(*db, "list", "--tenant", "acme") == 0
+        out = capsys.readouterr().out
+        assert "revoked" in out and raw not in out and new not in out
+        assert await run(*db, "create", "--tenant", "a", "--tier", "free", "--budget-day", "0") == 2  # refused
+        await store.close()
+    finally:
+        await bus.close()
