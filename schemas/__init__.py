@@ -25,6 +25,7 @@ from schemas.conversations import (
     MemoryQuery,
     SearchHit,
     SearchReply,
+    TurnDelete,
 )
 from schemas.embeddings import EmbedReply, EmbedRequest
 from schemas.errors import ErrorBody, ErrorCode, ErrorInfo, http_status
@@ -216,6 +217,7 @@ __all__ = [
     "ToolsPart",
     "TopLogprob",
     "Turn",
+    "TurnDelete",
     "Usage",
     "Work",
     "WorkAccepted",

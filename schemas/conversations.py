@@ -14,6 +14,7 @@ CONVERSATIONS_LIST = "context.conversations.list"
 CONVERSATIONS_RENAME = "context.conversations.rename"
 CONVERSATIONS_DELETE = "context.conversations.delete"
 CONVERSATIONS_SEARCH = "context.conversations.search"
+TURN_DELETE = "context.turn.delete"
 MEMORY_LIST = "context.memory.list"
 MEMORY_ADD = "context.memory.add"
 MEMORY_DELETE = "context.memory.delete"
@@ -70,6 +71,15 @@ class SearchHit(BaseModel):
 
 class SearchReply(BaseModel):
     hits: list[SearchHit] = Field(default_factory=list)
+
+
+class TurnDelete(BaseModel):
+    """One turn of a tenant's conversation, named by the request that made it (a stored Responses API
+    response); a conversation left without turns goes with it."""
+
+    tenant: str
+    chat_id: str
+    rid: str
 
 
 class DeleteAck(BaseModel):

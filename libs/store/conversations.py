@@ -283,6 +283,22 @@ class ConversationStore:
             await conn.execute(delete(conversations).where(conversations.c.id == conv.key))
             return True
 
+    async def delete_turn(self, tenant: str, chat_id: str, rid: str) -> bool:
+        """Delete the turn `rid` made; the conversation too when no turn is left. False when the tenant has
+        no such turn."""
+        async with self.engine.begin() as conn:
+            conv = await self._find(conn, tenant, chat_id)
+            if conv is None:
+                return False
+            t = turns.c
+            res = await conn.execute(delete(turns).where(t.conversation_id == conv.key, t.rid == rid))
+            if res.rowcount == 0:
+                return False
+            left = (await conn.execute(select(func.count()).where(t.conversation_id == conv.key))).scalar_one()
+            if left == 0:
+                await conn.execute(delete(conversations).where(conversations.c.id == conv.key))
+            return True
+
     async def search(self, tenant: str, q: str, user: str = "", limit: int = 20) -> list[SearchHit]:
         """Case-insensitive substring search over titles, questions and answers; newest first."""
         pat = like_pattern(q)

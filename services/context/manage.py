@@ -35,6 +35,7 @@ from schemas import (
     SafetyPolicyEntry,
     SafetyPolicyQuery,
     SearchReply,
+    TurnDelete,
 )
 from schemas import conversations as subj
 from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
@@ -57,6 +58,7 @@ class Manager:
         await bus.subscribe(subj.CONVERSATIONS_RENAME, ConversationRename, self.rename, queue=QUEUE)
         await bus.subscribe(subj.CONVERSATIONS_DELETE, ConversationQuery, self.delete, queue=QUEUE)
         await bus.subscribe(subj.CONVERSATIONS_SEARCH, ConversationSearch, self.search, queue=QUEUE)
+        await bus.subscribe(subj.TURN_DELETE, TurnDelete, self.delete_turn, queue=QUEUE)
         await bus.subscribe(subj.MEMORY_LIST, MemoryQuery, self.memory_list, queue=QUEUE)
         await bus.subscribe(subj.MEMORY_ADD, MemoryAdd, self.memory_add, queue=QUEUE)
         await bus.subscribe(subj.MEMORY_DELETE, MemoryDelete, self.memory_delete, queue=QUEUE)
@@ -88,6 +90,11 @@ class Manager:
             raise _missing("conversation", q.chat_id)
         await self.knowledge.delete_chat_files(q.tenant, q.chat_id)
         return DeleteAck(id=q.chat_id)
+
+    async def delete_turn(self, q: TurnDelete) -> DeleteAck:
+        if not await self.conversations.delete_turn(q.tenant, q.chat_id, q.rid):
+            raise _missing("turn", q.rid)
+        return DeleteAck(id=q.rid)
 
     async def search(self, q: ConversationSearch) -> SearchReply:
         return SearchReply(hits=await self.conversations.search(q.tenant, q.q, q.user, q.limit))

@@ -85,8 +85,10 @@ class Context:
                 memory_q,
                 settings_q,
             )
-            history = turns_to_history(turns)
-            client_system = ""
+            # A stored conversation's turns, then what the client sent with this message (a Responses API
+            # request chained by previous_response_id may carry earlier items of its own).
+            client_system, client_history = group_client_messages(work.messages)
+            history = turns_to_history(turns) + client_history
         else:
             memory, (instructions, safety) = await asyncio.gather(memory_q, settings_q)
             chat_files = []

@@ -3,6 +3,7 @@ non-streaming message. Thinking events become a thinking content block before th
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Annotated, Any, Literal
 
@@ -26,8 +27,7 @@ from services.gateway.body import json_body
 from services.gateway.core import Gw, check_text, resolve_model, sampling, start_run
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
-from services.gateway.run import Run
+from services.gateway.relay import Encoder, collect, follow, frames_of, sse, sse_response, terminal_error
 from services.gateway.tool_calls import check_tool_grammars, parse_call
 
 router = APIRouter()
@@ -212,30 +212,30 @@ class MessageEncoder(Encoder):
         return _event("ping")
 
 
-def message(run: Run, model: str, events: list[ChatEvent], tool_names: set[str] | None = None) -> dict[str, Any]:
-    thinking = "".join(e.text for e in events if e.type == "thinking")
-    content: list[dict[str, Any]] = []
-    if thinking:
-        content.append({"type": "thinking", "thinking": thinking, "signature": ""})
-    text = "".join(e.text for e in events if e.type == "delta")
-    done = events[-1]
-    stop = STOP.get(done.finish_reason or "stop", "end_turn")
-    call = parse_call(text, tool_names) if tool_names else None
-    if call is not None:
-        content.append(tool_use_block(call))
-        stop = "tool_use"
-    else:
-        content.append({"type": "text", "text": text})
-    return {
-        "id": f"msg_{run.rid}",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop,
-        "stop_sequence": None,
-        "usage": usage_json(done.usage or Usage()),
-    }
+def fold_message(frames: list[Any]) -> dict[str, Any]:
+    """The whole message: the fold of the events `MessageEncoder` streams (pings and errors carry nothing)."""
+    msg: dict[str, Any] = {}
+    partial: dict[int, str] = {}  # a tool_use block's input, as its JSON arrives
+    for frame in frames:
+        kind = frame.get("type") if isinstance(frame, dict) else None
+        if kind == "message_start":
+            msg = copy.deepcopy(frame["message"])
+        elif kind == "content_block_start":
+            msg["content"].insert(frame["index"], copy.deepcopy(frame["content_block"]))
+        elif kind == "content_block_delta":
+            block, delta = msg["content"][frame["index"]], frame["delta"]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "thinking_delta":
+                block["thinking"] += delta["thinking"]
+            elif delta["type"] == "input_json_delta":
+                partial[frame["index"]] = partial.get(frame["index"], "") + delta["partial_json"]
+        elif kind == "content_block_stop" and frame["index"] in partial:
+            msg["content"][frame["index"]]["input"] = json.loads(partial.pop(frame["index"]))
+        elif kind == "message_delta":
+            msg.update(frame["delta"])
+            msg["usage"] = {**msg["usage"], **frame["usage"]}
+    return msg
 
 
 @router.post("/v1/messages")
@@ -291,4 +291,4 @@ async def messages(
     err = terminal_error(events)
     if err is not None:
         return error_response(err, request.url.path)
-    return JSONResponse(message(run, model, events, tool_names))
+    return JSONResponse(fold_message(frames_of(MessageEncoder(run.rid, model, tool_names), [events])))

@@ -28,6 +28,7 @@ from services.gateway import (
     openai_api,
     openapi,
     ops_api,
+    responses_api,
     tokens_api,
     web,
 )
@@ -116,6 +117,7 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     app.include_router(openai_api.router)
     app.include_router(completions_api.router)
     app.include_router(anthropic_api.router)
+    app.include_router(responses_api.router)
     app.include_router(ops_api.router)
     app.include_router(feedback_api.router)
     app.include_router(embeddings_api.router)

@@ -245,6 +245,7 @@ async def start_run(
     client_tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     rid: str | None = None,
+    persist: bool = True,
     parallel_tool_calls: bool = False,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
@@ -298,6 +299,7 @@ async def start_run(
             created_ms=run.started_ms,
             client_tools=client_tools or [],
             tool_choice=tool_choice,
+            persist=persist,
             parallel_tool_calls=parallel_tool_calls,
         )
         if gw.settings.resume_stream:

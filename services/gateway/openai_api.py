@@ -24,7 +24,7 @@ from services.gateway.core import (
 )
 from services.gateway.errors import ApiError, error_response
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
+from services.gateway.relay import Encoder, collect, follow, frames_of, sse, sse_response, terminal_error
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
 from services.gateway.run import Run
 from services.gateway.tool_calls import (
@@ -253,38 +253,46 @@ def logprobs_json(done: ChatEvent) -> dict[str, Any] | None:
     return None if done.logprobs is None else entries_json(done.logprobs)
 
 
-def _choice(
-    index: int, events: list[ChatEvent], tool_names: set[str] | None, max_calls: int | None = None
-) -> dict[str, Any]:
-    text = "".join(e.text for e in events if e.type == "delta")
-    thinking = "".join(e.text for e in events if e.type == "thinking")
-    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-    finish = FINISH.get(events[-1].finish_reason or "stop")
-    calls = parse_calls(text, tool_names, max_calls) if tool_names else []
-    if calls:
-        message["content"], message["tool_calls"], finish = None, calls, "tool_calls"
-    if thinking:
-        message["reasoning_content"] = thinking
-    return {"index": index, "message": message, "logprobs": logprobs_json(events[-1]), "finish_reason": finish}
-
-
-def completion(
-    run: Run,
-    model: str,
-    answers: list[list[ChatEvent]],
-    tool_names: set[str] | None = None,
-    max_calls: int | None = None,
-) -> dict[str, Any]:
-    """The response to `run`, with one choice per answer (several with `n`); the prompt is counted once."""
-    usage = answers_usage([a[-1].usage or Usage() for a in answers])
+def fold_chunks(chunks: list[Any]) -> dict[str, Any]:
+    """The `chat.completion` body: the fold of the chunks `ChunkEncoder` streams (with the usage chunk), one
+    choice per answer (several with `n`)."""
+    body: dict[str, Any] = {}
+    choices: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        if not isinstance(chunk, dict) or "choices" not in chunk:
+            continue  # `[DONE]`
+        if not body:
+            body = {k: chunk[k] for k in ("id", "created", "model", "system_fingerprint")}
+        if chunk.get("usage") is not None:
+            body["usage"] = chunk["usage"]
+        for c in chunk["choices"]:
+            message = {"role": "assistant", "content": "", "refusal": None}
+            choice = choices.setdefault(
+                c["index"], {"index": c["index"], "message": message, "logprobs": None, "finish_reason": None}
+            )
+            delta, message = c["delta"], choice["message"]
+            if delta.get("content"):
+                message["content"] += delta["content"]
+            if delta.get("reasoning_content"):
+                message["reasoning_content"] = message.get("reasoning_content", "") + delta["reasoning_content"]
+            if delta.get("tool_calls"):  # one chunk per call, in order
+                message["content"] = None
+                calls = message.setdefault("tool_calls", [])
+                calls += [{k: v for k, v in t.items() if k != "index"} for t in delta["tool_calls"]]
+            if c.get("logprobs") is not None:  # with their tokens' chunks, or whole after the text
+                if choice["logprobs"] is None:
+                    choice["logprobs"] = {"content": [], "refusal": None}
+                choice["logprobs"]["content"] += c["logprobs"]["content"]
+            if c.get("finish_reason") is not None:
+                choice["finish_reason"] = c["finish_reason"]
     return {
-        "id": f"chatcmpl-{run.rid}",
+        "id": body["id"],
         "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "system_fingerprint": None,
-        "choices": [_choice(i, a, tool_names, max_calls) for i, a in enumerate(answers)],
-        "usage": usage_json(usage),
+        "created": body["created"],
+        "model": body["model"],
+        "system_fingerprint": body["system_fingerprint"],
+        "choices": [choices[i] for i in sorted(choices)],
+        "usage": body["usage"],
     }
 
 
@@ -374,4 +382,5 @@ async def chat_completions(
         err = terminal_error(events)
         if err is not None:
             return error_response(err, request.url.path)
-    return JSONResponse(completion(run, model, answers, tool_names, max_calls))
+    encoder = ChunkEncoder(run.rid, model, True, len(runs), tool_names, max_calls)
+    return JSONResponse(fold_chunks(frames_of(encoder, answers)))

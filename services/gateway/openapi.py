@@ -29,6 +29,7 @@ from services.gateway.feedback_api import PreferenceBody, ThumbsBody
 from services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
 from services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
 from services.gateway.openai_api import CompletionRequest
+from services.gateway.responses_input import ResponsesRequest
 from services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
@@ -38,6 +39,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/chat/completions"): CompletionRequest,
     ("post", "/v1/completions"): TextCompletionRequest,
     ("post", "/v1/messages"): MessagesRequest,
+    ("post", "/v1/responses"): ResponsesRequest,
     ("post", "/v1/conversations"): CreateConversation,
     ("patch", "/v1/conversations/{chat_id}"): RenameConversation,
     ("post", "/v1/feedback"): ThumbsBody,
@@ -64,6 +66,7 @@ SUCCESS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("post", "/v1/chat/completions"): ("200", (JSON, SSE)),
     ("post", "/v1/completions"): ("200", (JSON, SSE)),
     ("post", "/v1/messages"): ("200", (JSON, SSE)),
+    ("post", "/v1/responses"): ("200", (JSON, SSE)),
     ("post", "/v1/conversations"): ("201", (JSON,)),
     ("post", "/v1/files"): ("201", (JSON,)),
     ("post", "/v1/memory"): ("201", (JSON,)),

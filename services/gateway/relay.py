@@ -32,6 +32,7 @@ Item = tuple[int, int, ChatEvent]
 
 
 _json = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
 
 
 def sse(data: Any, event: str | None = None, id: int | None = None) -> ServerSentEvent:
@@ -96,6 +97,24 @@ async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator
     finally:
         for t in tasks:
             t.cancel()
+
+
+def frames_of(encoder: Encoder, answers: list[list[ChatEvent]]) -> list[Any]:
+    """The data of every frame the encoder would stream for these answers (each JSON payload decoded): what a
+    protocol folds into its whole, non-streaming body, so that body is never a second derivation."""
+    frames = [*encoder.opening()]
+    for index, events in enumerate(answers):
+        for seq, event in enumerate(events):
+            frames += encoder.encode(index, seq, event)
+    frames += encoder.closing()
+    return [_decode(str(f.data)) for f in frames if f.data is not None]
+
+
+def _decode(data: str) -> Any:
+    try:
+        return _json_decode(data)
+    except msgspec.DecodeError:
+        return data  # OpenAI's `[DONE]`
 
 
 async def encoded(items: AsyncIterator[Item], encoder: Encoder) -> AsyncIterator[ServerSentEvent]:

@@ -39,6 +39,9 @@ ID_ROUTES = [
     ("GET", "/v1/files/{id}"),
     ("DELETE", "/v1/files/{id}"),
     ("DELETE", "/v1/memory/{id}"),
+    ("GET", "/v1/responses/{id}"),
+    ("DELETE", "/v1/responses/{id}"),
+    ("POST", "/v1/responses/{id}/cancel"),
 ]
 CHAT_ROUTES = [
     ("GET", "/v1/conversations/{id}"),

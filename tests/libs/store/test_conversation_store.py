@@ -192,3 +192,17 @@ async def test_turns_keep_tool_steps_and_thinking_and_older_tables_gain_the_colu
     ours = await store.turns("acme", "c1")
     assert ours is not None and [t.rid for t in ours[1]] == ["r0", "r1"]
     assert await store.delete("acme", "c1") is True and await store.get("zeta", "c1") is not None
+
+
+async def test_delete_turn_is_tenant_scoped_and_takes_an_emptied_conversation(engine: AsyncEngine) -> None:
+    store = ConversationStore(engine)
+    await store.init()
+    await store.save_turn("acme", "alice", "chain", _turn("r1", "q1", "a1", ms=1))
+    await store.save_turn("acme", "alice", "chain", _turn("r2", "q2", "a2", ms=2))
+    assert not await store.delete_turn("zeta", "chain", "r1")  # another tenant's turn is absent
+    assert not await store.delete_turn("acme", "chain", "nope")
+    assert await store.delete_turn("acme", "chain", "r1")
+    got = await store.turns("acme", "chain")
+    assert got is not None and [t.rid for t in got[1]] == ["r2"]
+    assert await store.delete_turn("acme", "chain", "r2")
+    assert await store.get("acme", "chain") is None  # no turn left: the conversation goes too

@@ -11,8 +11,10 @@ import pytest
 from libs.bus import BusError
 from schemas import (
     ChatEvent,
+    ChatMessage,
     ConversationQuery,
     ConversationReply,
+    DeleteAck,
     ErrorCode,
     FileInfo,
     FileUpload,
@@ -23,6 +25,7 @@ from schemas import (
     SaveTurnAck,
     StageRecord,
     Turn,
+    TurnDelete,
     Work,
     subjects,
 )
@@ -262,3 +265,33 @@ async def test_attached_files_are_checked_and_fenced_as_data(harness: Harness) -
     w2 = await harness.assemble(Work(rid=rid2, tenant=tenant, user="u", key_id="k", chat_id=chat, text="and?"))
     assert isinstance(w2, Work) and w2.prompt_messages[0].content == system
     assert (await _stage_record(harness, rid2))["record"]["file_verdicts"] == verdicts
+
+
+async def test_stored_history_then_the_clients_own_messages_and_turn_delete(harness: Harness) -> None:
+    """A Responses API request chained to a stored conversation may carry earlier items of its own: the
+    prompt has the stored turns, then those, then the new text. Deleting a response deletes its turn."""
+    chat_id = f"resp_{uuid.uuid4().hex}"
+    first = await harness.turn("acme", chat_id, "stored question", "stored answer")
+    w = await harness.assemble(
+        Work(
+            rid=uuid.uuid4().hex,
+            tenant="acme",
+            user="alice",
+            key_id="k",
+            chat_id=chat_id,
+            text="Result of the function call: 18C",
+            messages=[ChatMessage(role="assistant", content="calling get_weather")],
+            system="be brief",
+        )
+    )
+    assert isinstance(w, Work)
+    prompt = w.prompt
+    assert prompt.index("stored answer") < prompt.index("calling get_weather") < prompt.index("18C")
+    assert "be brief" in prompt
+
+    c = harness.client
+    with pytest.raises(BusError) as e:
+        await c.request(csubj.TURN_DELETE, TurnDelete(tenant="zeta", chat_id=chat_id, rid=first.rid), DeleteAck)
+    assert e.value.code == ErrorCode.not_found
+    ack = await c.request(csubj.TURN_DELETE, TurnDelete(tenant="acme", chat_id=chat_id, rid=first.rid), DeleteAck)
+    assert ack.id == first.rid and ack.deleted

@@ -95,6 +95,15 @@ class Responder:
                 await asyncio.sleep(0.3)
             await self.emit(rid, type="done", finish_reason="stop", usage=USAGE.model_dump())
             return
+        if text.startswith("call"):  # the answer is a call of the client's function
+            call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+            await self.emit(rid, type="delta", text=call)
+            await self.emit(rid, type="done", finish_reason="stop", usage=USAGE.model_dump(), model=work.model)
+            return
+        if text.startswith("cut"):  # the answer reaches max_tokens
+            await self.emit(rid, type="delta", text="Hel")
+            await self.emit(rid, type="done", finish_reason="length", usage=USAGE.model_dump(), model=work.model)
+            return
         tool = ToolEvent(id="t1", name="orders.lookup", arguments={"id": 7}, status="ok", output="shipped")
         await self.emit(rid, type="tool", tool=tool.model_dump())
         await self.emit(rid, type="thinking", text="thinking...")

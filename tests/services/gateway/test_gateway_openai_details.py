@@ -6,7 +6,6 @@ text's log probabilities; `reasoning_tokens` is counted in usage."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -16,7 +15,8 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from schemas import ChatEvent, TokenLogprob, Usage
-from services.gateway.openai_api import ChunkEncoder, completion
+from services.gateway.openai_api import ChunkEncoder, fold_chunks
+from services.gateway.relay import frames_of
 from services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder
 
@@ -113,6 +113,13 @@ def _answer(text: str, **done: Any) -> list[ChatEvent]:
     ]
 
 
+def _whole(
+    answers: list[list[ChatEvent]], names: set[str] | None = None, max_calls: int | None = None
+) -> dict[str, Any]:
+    """The non-streaming body: the fold of the chunks the encoder streams for these answers."""
+    return fold_chunks(frames_of(ChunkEncoder("r", MODEL, True, len(answers), names, max_calls), answers))
+
+
 def _chunks(encoder: ChunkEncoder, events: list[ChatEvent]) -> list[ChatCompletionChunk]:
     frames = [*encoder.opening(), *(f for i, e in enumerate(events) for f in encoder.encode(0, i, e))]
     return [ChatCompletionChunk.model_validate(json.loads(f.data)) for f in frames]
@@ -121,7 +128,7 @@ def _chunks(encoder: ChunkEncoder, events: list[ChatEvent]) -> list[ChatCompleti
 @pytest.mark.parametrize(("max_calls", "cities"), [(None, ["Paris", "Oslo"]), (1, ["Paris"])])
 def test_several_calls_are_several_tool_calls_streamed_and_whole(max_calls: int | None, cities: list[str]) -> None:
     names = {"get_weather"}
-    body = completion(SimpleNamespace(rid="r"), MODEL, [_answer(CALLS)], names, max_calls)  # type: ignore[arg-type]
+    body = _whole([_answer(CALLS)], names, max_calls)
     choice = ChatCompletion.model_validate(body).choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls is not None
     assert [json.loads(c.function.arguments)["city"] for c in choice.message.tool_calls] == cities  # type: ignore[union-attr]
@@ -156,7 +163,7 @@ def test_reasoning_tokens_are_in_usage_and_summed_over_answers() -> None:
         [ChatEvent(rid="r", type="done", finish_reason="stop", usage=Usage(completion_tokens=9, reasoning_tokens=4))],
         [ChatEvent(rid="r", type="done", finish_reason="stop", usage=Usage(completion_tokens=7, reasoning_tokens=2))],
     ]
-    body = ChatCompletion.model_validate(completion(SimpleNamespace(rid="r"), MODEL, answers))  # type: ignore[arg-type]
+    body = ChatCompletion.model_validate(_whole(answers))
     assert body.usage is not None and body.usage.completion_tokens == 16
     assert body.usage.completion_tokens_details is not None
     assert body.usage.completion_tokens_details.reasoning_tokens == 6

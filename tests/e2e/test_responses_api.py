@@ -1,0 +1,182 @@
+"""OpenAI's Responses API through the official SDK on the real stack and the real model: streamed and not,
+a function tool round trip chained by `previous_response_id`, a chain as one stored conversation, reading
+and deleting by id, cancelling, tenancy and the errors."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+from openai.types.responses import Response
+
+from cli.keys import main as keys_main
+from cli.stack import Stack
+from libs.store.db import database_url
+from tests.e2e.conftest import admin_record
+
+MODEL = "SmolLM2-135M-Instruct"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def _client(stack: Stack, key: str | None = None) -> OpenAI:
+    return OpenAI(base_url=f"{stack.url}/v1", api_key=key or stack.api_key, max_retries=0, timeout=120)
+
+
+def _prompt(stack: Stack, response_id: str) -> str:
+    rid = response_id.rsplit("_", 1)[-1]
+    prompt: str = admin_record(stack, rid, lambda r: "prompt" in r["record"])["record"]["prompt"]
+    return prompt
+
+
+def test_create_stream_and_read_back(stack: Stack, client: httpx.Client) -> None:
+    sdk = _client(stack)
+    resp = sdk.responses.create(model=MODEL, input="Say hello in one short sentence.", max_output_tokens=24)
+    Response.model_validate(resp.model_dump())
+    assert resp.status in ("completed", "incomplete") and resp.output_text.strip()
+    assert resp.usage is not None and resp.usage.output_tokens > 0
+
+    # Stored by default: read back by id, the same answer; the chain is a conversation in the console's list.
+    again = sdk.responses.retrieve(resp.id)
+    assert again.output_text == resp.output_text and again.status == resp.status
+    chats = client.get("/v1/conversations", params={"limit": 200}).json()["items"]
+    assert resp.id in [c["chat_id"] for c in chats]
+
+    # Streamed: the SDK parses every event; the deltas are the final response's text.
+    stream = sdk.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=16, stream=True)
+    events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response  # type: ignore[union-attr]
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == final.output_text and deltas.strip()
+
+
+def test_previous_response_id_continues_the_conversation(stack: Stack, client: httpx.Client) -> None:
+    sdk = _client(stack)
+    first = sdk.responses.create(model=MODEL, input="My name is Ada Lovelace.", max_output_tokens=20)
+    second = sdk.responses.create(
+        model=MODEL, input="What is my name?", previous_response_id=first.id, max_output_tokens=20
+    )
+    assert second.previous_response_id == first.id and second.id.startswith(first.id + "_")
+    # The chain's context is the stored conversation: the first turn is in the second's prompt.
+    prompt = _prompt(stack, second.id)
+    assert "My name is Ada Lovelace." in prompt and first.output_text.strip()[:30] in prompt
+    turns = client.get(f"/v1/conversations/{first.id}").json()["turns"]
+    assert [t["user_text"] for t in turns] == ["My name is Ada Lovelace.", "What is my name?"]
+
+    # Branching from an earlier response is refused by name; a response that does not exist is 404.
+    with pytest.raises(openai.BadRequestError, match="latest response"):
+        sdk.responses.create(model=MODEL, input="again", previous_response_id=first.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.create(model=MODEL, input="hi", previous_response_id="resp_" + "0" * 32)
+
+
+def test_function_tool_round_trip(stack: Stack) -> None:
+    sdk = _client(stack)
+    resp = sdk.responses.create(
+        model=MODEL,
+        input="What is the weather in Paris right now?",
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=40,
+    )
+    calls = [i for i in resp.output if i.type == "function_call"]
+    # A forced call first; with parallel_tool_calls (the default) the model may add more on their own lines.
+    assert calls and all(c.name == "get_weather" for c in calls), resp.output
+    assert all(isinstance(json.loads(c.arguments), dict) for c in calls)
+    assert len({c.call_id for c in calls}) == len(calls)
+
+    # The client runs the functions and sends only their outputs, chained to the response that asked.
+    outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": '{"temp_c": 18}'} for c in calls]
+    answer = sdk.responses.create(
+        model=MODEL,
+        previous_response_id=resp.id,
+        input=outputs,  # type: ignore[arg-type]
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="none",
+        max_output_tokens=30,
+    )
+    assert answer.status in ("completed", "incomplete") and answer.output_text.strip()
+    prompt = _prompt(stack, answer.id)
+    assert "get_weather" in prompt and '{"temp_c": 18}' in prompt
+    # Read back from the store, the call is still a function_call item with the same call id.
+    stored = sdk.responses.retrieve(resp.id)
+    assert [(i.type, getattr(i, "call_id", None)) for i in stored.output] == [
+        ("function_call", c.call_id) for c in calls
+    ]
+
+    # parallel_tool_calls: false keeps one call.
+    one = sdk.responses.create(
+        model=MODEL,
+        input="What is the weather in Oslo right now?",
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice={"type": "function", "name": "get_weather"},
+        parallel_tool_calls=False,
+        max_output_tokens=40,
+        store=False,
+    )
+    assert [i.type for i in one.output] == ["function_call"] and one.parallel_tool_calls is False
+
+
+def test_json_schema_format_is_decoded_under_its_grammar(stack: Stack) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"enum": ["Paris", "Oslo"]}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    }
+    resp = _client(stack).responses.create(
+        model=MODEL,
+        input="A forecast for Paris for 3 days, as JSON.",
+        text={"format": {"type": "json_schema", "name": "forecast", "schema": schema, "strict": True}},
+        max_output_tokens=60,
+        store=False,
+    )
+    got = json.loads(resp.output_text)
+    assert got["city"] in ("Paris", "Oslo") and isinstance(got["days"], int)
+
+
+def test_delete_cancel_and_tenancy(stack: Stack) -> None:
+    sdk = _client(stack)
+    resp = sdk.responses.create(model=MODEL, input="Hello!", max_output_tokens=8)
+    with pytest.raises(openai.BadRequestError, match="not in progress"):
+        sdk.responses.cancel(resp.id)
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        db = database_url(None, str(stack.data_dir), "gateway")
+        assert keys_main(["--database-url", db, "create", "--tenant", "resp-other", "--tier", "free"]) == 0
+    other = _client(stack, next(w for w in out.getvalue().split() if w.startswith("sy-")))
+    with pytest.raises(openai.NotFoundError):
+        other.responses.retrieve(resp.id)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.delete(resp.id)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.create(model=MODEL, input="hi", previous_response_id=resp.id)
+
+    sdk.responses.delete(resp.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(resp.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.delete(resp.id)
+
+    # A background response runs with nobody reading it; cancelling it keeps what was written so far.
+    bg = sdk.responses.create(
+        model=MODEL, input="Write a very long story about a dragon.", background=True, max_output_tokens=400
+    )
+    assert bg.status == "in_progress" and bg.background
+    cancelled = sdk.responses.cancel(bg.id)
+    assert cancelled.status == "cancelled"
+    assert sdk.responses.retrieve(bg.id).status == "cancelled"
