@@ -20,11 +20,11 @@ import torch.nn.functional as F
 
 from libs.engine import native
 from libs.engine.kernels import (
-    LAYOUTS,
     PACKED,
     BlockWeight,
     DualWeight,
     Int4Weight,
+    Int8Weight,
     RowInvariance,
     Weight,
     linear,
@@ -342,21 +342,7 @@ class LlamaModel:
         """Move every weight (and the RoPE tables) to `device`, in place."""
 
         def mv(w: Weight) -> Weight:
-            if isinstance(w, DualWeight):
-                # torch's int4 weight-only kernel and the native ones are CPU-only; elsewhere the
-                # full copy serves.
-                cpu_only = isinstance(w.small, Int4Weight | BlockWeight)
-                small = None if cpu_only and device != "cpu" else w.small
-                return DualWeight(mv(w.full), None if small is None else mv(small))  # type: ignore[arg-type]
-            if isinstance(w, BlockWeight):
-                if device != "cpu":
-                    raise ValueError("native weights run on the CPU only (use bf16 on a GPU)")
-                return w
-            if isinstance(w, Int4Weight):
-                return Int4Weight(w.packed.to(device), w.scales_zeros.to(device), w.group)
-            if isinstance(w, tuple):
-                return (w[0].to(device), w[1].to(device))
-            return w.to(device)
+            return w.to(device)  # each stored form knows where it can live (kernels.Weight)
 
         self.embed = self.embed.to(device)
         self.norm = self.norm.to(device)
@@ -394,12 +380,12 @@ class LlamaModel:
             # Every product on the native kernels, prompt rows included: a row's bits depend on
             # that row alone, so replays and prefix-cache hits stay exact at any chunking.
             blocks = pack_blocks(t, name)
-            return blocks if blocks is not None else (t[name + ".q"], t[name + ".scale"])
-        small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None = None
+            return blocks if blocks is not None else Int8Weight(t[name + ".q"], t[name + ".scale"])
+        small: Int8Weight | Int4Weight | None = None
         if name + ".q4" in t:
             small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])
         elif name + ".q" in t:
-            small = (t[name + ".q"], t[name + ".scale"])
+            small = Int8Weight(t[name + ".q"], t[name + ".scale"])
         if name in t and small is not None:
             return DualWeight(t[name], small)
         return small if small is not None else t[name]
@@ -507,7 +493,7 @@ class LlamaModel:
             for w in (la.qkv, la.o, la.gate_up, la.down):
                 if not isinstance(w, BlockWeight):
                     return None
-                kinds.append(LAYOUTS.index(w.layout))
+                kinds.append(w.product_id)
                 weights += [w.values, w.d, w.m if w.m is not None else torch.empty(0)]
             stack.add_layer(la.attn_norm, la.ffn_norm, weights, kinds)
         return stack

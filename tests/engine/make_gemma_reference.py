@@ -64,7 +64,9 @@ def main() -> None:
     path = model_file()
     with open(path, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
-    llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, n_threads=2, verbose=False)
+    # One thread: on a shared box, llama.cpp's spinning worker threads slow to a crawl when oversubscribed
+    # (a row's result does not depend on the thread count).
+    llm = llama_cpp.Llama(path, n_ctx=N_CTX, logits_all=True, n_threads=1, n_threads_batch=1, verbose=False)
     prompts = []
     for text in PROMPTS:
         ids = llm.tokenize(text.encode(), add_bos=True)
@@ -78,6 +80,7 @@ def main() -> None:
             tops.append([[int(t), round(float(logits[t]), 4)] for t in best])
             llm.eval([int(best[0])])
         prompts.append({"text": text, "ids": ids, "tokens": tokens, "top": tops})
+        print(len(prompts), text[:30], flush=True)
     with open(TEXT, encoding="utf-8") as f:
         ids = llm.tokenize(f.read().encode(), add_bos=True)[:N_CTX]
     assert len(ids) == N_CTX, len(ids)
