@@ -179,23 +179,33 @@ class Layer:
 
 @dataclass
 class Embedding:
-    """The embedding table as the GGUF's 8-bit blocks (int8 values [V, D], fp32 scales [V, D/32]):
-    a looked-up row is dequantized as gguf does (d * q in fp32), so the values are the fp32
-    table's at a quarter of its bytes."""
+    """The embedding table as 8-bit blocks: rows of int8 values [V, D] with fp32 scales [V, D/32],
+    or the tied head's interleaved copy (`x8`: kernels.pack_q8x8's [V/8, D/32, 256] values and
+    [V/8, D/32, 8] fp16 scales). A looked-up row is dequantized as gguf does (d * q in fp32), so
+    the values are the fp32 table's at a quarter of its bytes, or none where the head holds them."""
 
     q: torch.Tensor
     d: torch.Tensor
+    x8: bool = False
 
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = self.q.index_select(0, ids).float().view(ids.shape[0], -1, 32)
-        return (rows * self.d.index_select(0, ids).unsqueeze(-1)).view(ids.shape[0], -1)
+        n = ids.shape[0]
+        if self.x8:
+            # value j*4 + i of block b of column c sits at [group, b, j, c, i] (native.pack_q8x8)
+            g, c = ids // 8, ids % 8
+            blocks = self.q.shape[1]
+            vals = self.q.index_select(0, g).view(n, blocks, 8, 8, 4)[torch.arange(n), :, :, c]
+            scales = self.d.index_select(0, g)[torch.arange(n), :, c].float()
+            return (vals.float().view(n, blocks, 32) * scales.unsqueeze(-1)).view(n, -1)
+        rows = self.q.index_select(0, ids).float().view(n, -1, 32)
+        return (rows * self.d.index_select(0, ids).unsqueeze(-1)).view(n, -1)
 
     @property
     def device(self) -> torch.device:
         return self.q.device
 
     def to(self, device: str) -> Embedding:
-        return Embedding(self.q.to(device), self.d.to(device))
+        return Embedding(self.q.to(device), self.d.to(device), self.x8)
 
 
 def windowed(batch: AttnBatch, window: int) -> AttnBatch:
@@ -268,14 +278,18 @@ class LlamaModel:
         self._stack: tuple[list[Layer], Any] | None = None
         # Row counts at which prompt rows are multiplied (kernels.row_invariance; None: any).
         self.invariance: RowInvariance | None = None
-        self.embed: torch.Tensor | Embedding = (
-            Embedding(tensors["token_embd.weight.q8"], tensors["token_embd.weight.q8d"])
-            if "token_embd.weight.q8" in tensors and "token_embd.weight" not in tensors
-            else tensors["token_embd.weight"]
-        )
         self.norm = tensors["output_norm.weight"]
         nat = dtype == "native"
         self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight", native=nat)
+        self.embed: torch.Tensor | Embedding
+        if "token_embd.weight" in tensors:
+            self.embed = tensors["token_embd.weight"]
+        elif "token_embd.weight.q8" in tensors:
+            self.embed = Embedding(tensors["token_embd.weight.q8"], tensors["token_embd.weight.q8d"])
+        else:  # tied: the rows are the head's 8-bit blocks (weights.convert)
+            head = self.lm_head
+            assert isinstance(head, BlockWeight) and head.m is None, "a tied head in 8-bit blocks"
+            self.embed = Embedding(head.values, head.d, head.x8)
         self.layers: list[Layer] = []
         for i in range(cfg.num_layers):
             p = f"blk.{i}."

@@ -20,7 +20,7 @@ from libs.engine.kernels import PACKED, pack_blocks, quantize_int8, quantize_q8_
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 8
+_CACHE_VERSION = 9
 
 # GGUF architectures the native model serves (model.LlamaModel).
 ARCHITECTURES = ("llama", "gemma3")
@@ -155,20 +155,24 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
         raise ValueError(f"unknown weight format {dtype!r}")
     blocks = {n: t for n, t in tensors.items() if n.endswith(_BLOCK_SUFFIXES)}
     tensors = {n: t for n, t in tensors.items() if n not in blocks}
-    if "output.weight" not in tensors and dtype != "fp32":
+    tied = "output.weight" not in tensors
+    out: dict[str, torch.Tensor] = {}
+    if tied and dtype != "fp32":
         tensors["output.weight"] = tensors["token_embd.weight"]
         for suffix in _BLOCK_SUFFIXES:
             if "token_embd.weight" + suffix in blocks:
                 blocks["output.weight" + suffix] = blocks["token_embd.weight" + suffix]
-    out: dict[str, torch.Tensor] = {}
     if dtype == "native" and "token_embd.weight.q8" in blocks:
-        # The embedding as the file's 8-bit blocks, a row dequantized when looked up (model.Embedding):
-        # a quarter of the fp32 table's bytes (Gemma 3's 262k rows: 168 MiB, not 671), same values.
-        out["token_embd.weight.q8"], out["token_embd.weight.q8d"] = (
-            blocks["token_embd.weight.q8"],
-            blocks["token_embd.weight.q8d"],
-        )
-        tensors = {n: t for n, t in tensors.items() if n != "token_embd.weight"}
+        # The embedding stays in the file's 8-bit blocks, a row dequantized when looked up
+        # (model.Embedding): the same values as the fp32 table at a quarter of its bytes. Where the
+        # head is tied, its blocks are the embedding's, and rows are looked up in the head's
+        # (packed) copy: Gemma 3's 262k x 640 table costs 168 MiB once, not 671 + 168.
+        if tied:
+            tensors = {n: t for n, t in tensors.items() if n != "token_embd.weight"}
+        else:
+            out["token_embd.weight.q8"] = blocks["token_embd.weight.q8"]
+            out["token_embd.weight.q8d"] = blocks["token_embd.weight.q8d"]
+            tensors = {n: t for n, t in tensors.items() if n != "token_embd.weight"}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
         if not is_matrix or dtype == "fp32":

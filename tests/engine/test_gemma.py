@@ -94,6 +94,17 @@ def test_every_format_of_the_file_dequantizes_as_gguf_does(gemma_path):
     assert seen == {"Q5_0", "Q4_K", "Q6_K", "Q8_0"}
 
 
+def test_embedding_rows_come_from_the_tied_heads_blocks_exactly(gemma_path, gemma):
+    """The 262k-row table is stored once, as the head's interleaved Q8_0 blocks; a looked-up row
+    is gguf's dequantized row bit for bit."""
+    (t,) = _tensors(gemma_path, ["token_embd.weight"])
+    _, dense, _ = _blocks_of(t)
+    ids = torch.tensor([0, 1, 2, 7, 8, 818, 262143, 131077])
+    assert gemma.embed.x8
+    assert torch.equal(gemma.embed[ids], torch.from_numpy(dense[ids.numpy()]))
+    assert gemma.embed.q.data_ptr() == gemma.lm_head.values.data_ptr()
+
+
 def test_the_new_formats_give_a_row_the_same_bits_in_any_batch(gemma_path):
     """Row invariance (what replays and prefix-cache hits rely on) for the layouts the new formats
     take: Q4_K's 4-bit blocks with fp32 scales (the plain layout), Q5_0 and Q6_K's 8-bit ones."""
