@@ -206,3 +206,19 @@ def test_decodes_past_the_window_agree_with_the_prompt_path(gemma, reference):
     for i, tok in enumerate(got):
         best = int(logits[i].argmax())
         assert logits[i, best] - logits[i, tok] < NEAR_TIE, (i, got, best)
+
+
+@pytest.mark.slow
+def test_a_long_prompt_from_the_prefix_cache_gives_the_same_tokens(gemma, reference):
+    """Prefix caching stays exact for windowed layers: a 700-token prompt (past the 512-key
+    window) computed whole, in chunks of 96, and then mostly from the cache gives the same tokens."""
+    prompt = reference["perplexity"]["ids"][:700]
+    runs = []
+    for chunk in (1024, 96):
+        eng = make_engine(gemma, num_blocks=128, max_num_batched_tokens=chunk)
+        for i in range(2):  # the second run reads the prompt from the prefix cache
+            req = make_request(f"r{i}", prompt, max_tokens=6, ignore_eos=True)
+            drive(eng, [req])
+            assert (req.cached_tokens > 0) == (i == 1), req.cached_tokens
+            runs.append(list(req.output_ids))
+    assert all(r == runs[0] for r in runs) and len(runs[0]) == 6
