@@ -128,8 +128,8 @@ def test_the_new_formats_give_a_row_the_same_bits_in_any_batch(gemma_path):
 
 def _greedy(eng, prompts: list[list[int]], n: int) -> list[list[int]]:
     """Greedy tokens of every prompt, all in the engine's batch together. Driven step by step
-    (tests/engine/helpers.drive): token ids only, no text, as the engine's tokenizer is SmolLM2's
-    until libs/tokenizer reads Gemma's SentencePiece vocabulary."""
+    (tests/engine/helpers.drive): token ids in and out, as the reference was made, so no
+    tokenizer is under test here."""
     reqs = [make_request(f"g{i}", ids, max_tokens=n, ignore_eos=True) for i, ids in enumerate(prompts)]
     out = drive(eng, reqs)
     return [out[f"g{i}"] for i in range(len(prompts))]
