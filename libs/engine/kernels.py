@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +46,25 @@ class Int4Weight:
     packed: torch.Tensor  # [N, K/2] uint8, from torch._convert_weight_to_int4pack_for_cpu
     scales_zeros: torch.Tensor  # [K/group, N, 2] bf16
     group: int = 32
+
+    def apply(self, x: torch.Tensor, keep: bool = False) -> torch.Tensor:
+        return int4_mm(x, self, keep)
+
+    def to(self, device: str) -> Int4Weight:
+        return Int4Weight(self.packed.to(device), self.scales_zeros.to(device), self.group)
+
+
+class Int8Weight(NamedTuple):
+    """Symmetric per-output-row int8 (quantize_int8), the layout torch._weight_int8pack_mm takes."""
+
+    q: torch.Tensor  # [N, K] int8
+    scale: torch.Tensor  # [N] bf16
+
+    def apply(self, x: torch.Tensor, keep: bool = False) -> torch.Tensor:
+        return int8_mm(x, self.q, self.scale, keep)
+
+    def to(self, device: str) -> Int8Weight:
+        return Int8Weight(self.q.to(device), self.scale.to(device))
 
 
 @dataclass
@@ -70,6 +90,19 @@ class BlockWeight:
         """(values, d, m), or (values, d) for 8-bit blocks: the layout's product's arguments after x."""
         return (self.values, self.d) if self.m is None else (self.values, self.d, self.m)
 
+    @property
+    def product_id(self) -> int:
+        """The C++ product this layout runs on: decode_stack.cpp's kind (LAYOUTS' order)."""
+        return LAYOUTS.index(self.layout)
+
+    def apply(self, x: torch.Tensor, keep: bool = False) -> torch.Tensor:
+        return block_mm(x, self, keep)
+
+    def to(self, device: str) -> BlockWeight:
+        if device != "cpu":
+            raise ValueError("native weights run on the CPU only (use bf16 on a GPU)")
+        return self
+
 
 # The native products' weight layouts, in the order of the decode stack's product kinds
 # (native/decode_stack.cpp).
@@ -86,10 +119,20 @@ class DualWeight:
     otherwise. `small` is None on a device without the int4 kernel (the bf16 copy then serves)."""
 
     full: torch.Tensor
-    small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None
+    small: Int8Weight | Int4Weight | None
+
+    def pick(self, small: bool) -> torch.Tensor | Int8Weight | Int4Weight:
+        return self.small if small and self.small is not None else self.full
+
+    def to(self, device: str) -> DualWeight:
+        # torch's int4 weight-only kernel is CPU-only; elsewhere the full copy serves.
+        small = None if isinstance(self.small, Int4Weight) and device != "cpu" else self.small
+        return DualWeight(self.full.to(device), None if small is None else small.to(device))
 
 
-Weight = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | Int4Weight | BlockWeight | DualWeight
+# Every stored form of a matrix: dense (bf16/fp32) tensors, or an object with `apply(x, keep)` (its
+# product) and `to(device)`.
+Weight = torch.Tensor | Int8Weight | Int4Weight | BlockWeight | DualWeight
 
 
 def int8_mm(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, keep: bool = False) -> torch.Tensor:
@@ -234,21 +277,15 @@ def linear(
 
 def _product(x: torch.Tensor, w: Weight, small: bool, keep: bool) -> torch.Tensor:
     if isinstance(w, DualWeight):
-        w = w.small if small and w.small is not None else w.full
-    if isinstance(w, BlockWeight):
-        return block_mm(x, w, keep)
-    if isinstance(w, Int4Weight):
-        return int4_mm(x, w, keep)
-    if isinstance(w, tuple):
-        return int8_mm(x, w[0], w[1], keep)
-    return dense_mm(x, w, keep)
+        w = w.pick(small)
+    return dense_mm(x, w, keep) if isinstance(w, torch.Tensor) else w.apply(x, keep)
 
 
-def quantize_int8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_int8(w: torch.Tensor) -> Int8Weight:
     """Symmetric per-output-row int8, the layout torch._weight_int8pack_mm expects."""
     scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
     q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-    return q.contiguous(), scale.to(torch.bfloat16).contiguous()
+    return Int8Weight(q.contiguous(), scale.to(torch.bfloat16).contiguous())
 
 
 @dataclass

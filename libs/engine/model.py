@@ -8,6 +8,7 @@ prefill chunk.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
 import time
@@ -19,11 +20,11 @@ import torch.nn.functional as F
 
 from libs.engine import native
 from libs.engine.kernels import (
-    LAYOUTS,
     PACKED,
     BlockWeight,
     DualWeight,
     Int4Weight,
+    Int8Weight,
     RowInvariance,
     Weight,
     linear,
@@ -166,6 +167,88 @@ class Layer:
     ffn_norm: torch.Tensor
     gate_up: Weight
     down: Weight
+    # Gemma 3: per-head RMSNorm of q and k before RoPE, RMSNorm of the attention and FFN outputs
+    # before each joins the residual (None: Llama), and the layer's window (0: every key) and
+    # RoPE tables (the local base's for windowed layers).
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+    post_attn_norm: torch.Tensor | None = None
+    post_ffn_norm: torch.Tensor | None = None
+    window: int = 0
+
+
+@dataclass
+class Embedding:
+    """The embedding table as 8-bit blocks: rows of int8 values [V, D] with fp32 scales [V, D/32],
+    or the tied head's interleaved copy (`x8`: kernels.pack_q8x8's [V/8, D/32, 256] values and
+    [V/8, D/32, 8] fp16 scales). A looked-up row is dequantized as gguf does (d * q in fp32), so
+    the values are the fp32 table's at a quarter of its bytes, or none where the head holds them."""
+
+    q: torch.Tensor
+    d: torch.Tensor
+    x8: bool = False
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        n = ids.shape[0]
+        if self.x8:
+            # value j*4 + i of block b of column c sits at [group, b, j, c, i] (native.pack_q8x8)
+            g, c = ids // 8, ids % 8
+            blocks = self.q.shape[1]
+            vals = self.q.index_select(0, g).view(n, blocks, 8, 8, 4)[torch.arange(n), :, :, c]
+            scales = self.d.index_select(0, g)[torch.arange(n), :, c].float()
+            return (vals.float().view(n, blocks, 32) * scales.unsqueeze(-1)).view(n, -1)
+        rows = self.q.index_select(0, ids).float().view(n, -1, 32)
+        return (rows * self.d.index_select(0, ids).unsqueeze(-1)).view(n, -1)
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    def to(self, device: str) -> Embedding:
+        return Embedding(self.q.to(device), self.d.to(device), self.x8)
+
+
+def windowed(batch: AttnBatch, window: int) -> AttnBatch:
+    """`batch` as a sliding-window layer attends: each query sees the `window` keys before it,
+    itself included (llama.cpp's LLAMA_SWA_TYPE_STANDARD: key p0 is masked from query p1 where
+    p1 - p0 >= window). Decodes get only those keys' slots (the ones before are never read);
+    prompt rows keep their keys and get the window in their mask (masked keys add exact zeros,
+    so a row's bits do not depend on how many keys lie before its window)."""
+    bd = batch.num_decodes
+    slots, lens, bias = batch.decode_slots, batch.decode_lens, batch.decode_bias
+    if bd and slots is not None:
+        width = slots.numel() // bd
+        if lens is None:
+            assert bias is not None
+            lens = (bias.view(bd, width) == 0).sum(-1)
+        keep = min(width, window)
+        start = (lens - window).clamp(min=0)
+        idx = (start.unsqueeze(1) + torch.arange(keep, device=slots.device)).clamp(max=width - 1)
+        slots = slots.view(bd, width).gather(1, idx).reshape(-1)
+        new_lens = lens.clamp(max=window)
+        if bias is not None:
+            real = torch.arange(keep, device=slots.device).unsqueeze(0) < new_lens.unsqueeze(1)
+            bias = torch.zeros(bd, keep, dtype=bias.dtype, device=bias.device).masked_fill(~real, float("-inf"))
+            bias = bias.view(1, bd, 1, keep)
+        lens = new_lens if batch.decode_lens is not None else None
+    spans = []
+    for p in batch.prefills:
+        height, keys = p.mask.shape
+        rows = (torch.arange(height, device=p.mask.device) + p.start_pos).clamp(max=p.start_pos + p.q_len - 1)
+        near = rows.unsqueeze(1) - torch.arange(keys, device=p.mask.device).unsqueeze(0) < window
+        spans.append(dataclasses.replace(p, mask=p.mask & near))
+    return dataclasses.replace(batch, decode_slots=slots, decode_lens=lens, decode_bias=bias, prefills=spans)
+
+
+def rope_tables(theta: float, head_dim: int, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin [positions, head_dim] of rotate-half RoPE with base `theta`."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    freqs = torch.outer(torch.arange(positions, dtype=torch.float32), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    # rotate_half(x) * sin == x.roll(half) * sin_signed: one roll instead of slices, neg and cat.
+    sin = emb.sin()
+    half = head_dim // 2
+    return emb.cos().to(dtype), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(dtype)
 
 
 class LlamaModel:
@@ -195,10 +278,18 @@ class LlamaModel:
         self._stack: tuple[list[Layer], Any] | None = None
         # Row counts at which prompt rows are multiplied (kernels.row_invariance; None: any).
         self.invariance: RowInvariance | None = None
-        self.embed = tensors["token_embd.weight"]
         self.norm = tensors["output_norm.weight"]
         nat = dtype == "native"
         self.lm_head = self._weight(tensors, "output.weight", fallback="token_embd.weight", native=nat)
+        self.embed: torch.Tensor | Embedding
+        if "token_embd.weight" in tensors:
+            self.embed = tensors["token_embd.weight"]
+        elif "token_embd.weight.q8" in tensors:
+            self.embed = Embedding(tensors["token_embd.weight.q8"], tensors["token_embd.weight.q8d"])
+        else:  # tied: the rows are the head's 8-bit blocks (weights.convert)
+            head = self.lm_head
+            assert isinstance(head, BlockWeight) and head.m is None, "a tied head in 8-bit blocks"
+            self.embed = Embedding(head.values, head.d, head.x8)
         self.layers: list[Layer] = []
         for i in range(cfg.num_layers):
             p = f"blk.{i}."
@@ -210,19 +301,20 @@ class LlamaModel:
                     ffn_norm=tensors[p + "ffn_norm.weight"],
                     gate_up=self._stacked(tensors, p, "ffn_gate_up", nat),
                     down=self._weight(tensors, p + "ffn_down.weight", native=nat),
+                    q_norm=tensors.get(p + "attn_q_norm.weight"),
+                    k_norm=tensors.get(p + "attn_k_norm.weight"),
+                    post_attn_norm=tensors.get(p + "post_attention_norm.weight"),
+                    post_ffn_norm=tensors.get(p + "post_ffw_norm.weight"),
+                    window=cfg.window(i),
                 )
             )
-        inv_freq = 1.0 / (
-            cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim)
+        self.cos, self.sin = rope_tables(cfg.rope_theta, cfg.head_dim, cfg.max_position, self.compute_dtype)
+        # Windowed layers' tables (Gemma 3's local base); the same tensors where nothing is windowed.
+        self.cos_local, self.sin_local = (
+            rope_tables(cfg.rope_local_theta, cfg.head_dim, cfg.max_position, self.compute_dtype)
+            if any(la.window for la in self.layers)
+            else (self.cos, self.sin)
         )
-        pos = torch.arange(cfg.max_position, dtype=torch.float32)
-        freqs = torch.outer(pos, inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos = emb.cos().to(self.compute_dtype)
-        # rotate_half(x) * sin == x.roll(half) * sin_signed: one roll instead of slices, neg and cat.
-        sin = emb.sin()
-        half = cfg.head_dim // 2
-        self.sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(self.compute_dtype)
 
     def matrix_shapes(self) -> list[tuple[int, int]]:
         """(out, in) of each distinct layer product, for kernels.row_invariance."""
@@ -255,7 +347,8 @@ class LlamaModel:
 
         self.lm_head = pk(self.lm_head)
         self.layers = [
-            Layer(la.attn_norm, pk(la.qkv), pk(la.o), la.ffn_norm, pk(la.gate_up), pk(la.down)) for la in self.layers
+            dataclasses.replace(la, qkv=pk(la.qkv), o=pk(la.o), gate_up=pk(la.gate_up), down=pk(la.down))
+            for la in self.layers
         ]
         return self
 
@@ -263,28 +356,31 @@ class LlamaModel:
         """Move every weight (and the RoPE tables) to `device`, in place."""
 
         def mv(w: Weight) -> Weight:
-            if isinstance(w, DualWeight):
-                # torch's int4 weight-only kernel and the native ones are CPU-only; elsewhere the
-                # full copy serves.
-                cpu_only = isinstance(w.small, Int4Weight | BlockWeight)
-                small = None if cpu_only and device != "cpu" else w.small
-                return DualWeight(mv(w.full), None if small is None else mv(small))  # type: ignore[arg-type]
-            if isinstance(w, BlockWeight):
-                if device != "cpu":
-                    raise ValueError("native weights run on the CPU only (use bf16 on a GPU)")
-                return w
-            if isinstance(w, Int4Weight):
-                return Int4Weight(w.packed.to(device), w.scales_zeros.to(device), w.group)
-            if isinstance(w, tuple):
-                return (w[0].to(device), w[1].to(device))
-            return w.to(device)
+            return w.to(device)  # each stored form knows where it can live (kernels.Weight)
 
         self.embed = self.embed.to(device)
         self.norm = self.norm.to(device)
         self.lm_head = mv(self.lm_head)
         self.cos, self.sin = self.cos.to(device), self.sin.to(device)
+        self.cos_local, self.sin_local = self.cos_local.to(device), self.sin_local.to(device)
+
+        def nv(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
         self.layers = [
-            Layer(la.attn_norm.to(device), mv(la.qkv), mv(la.o), la.ffn_norm.to(device), mv(la.gate_up), mv(la.down))
+            dataclasses.replace(
+                la,
+                attn_norm=la.attn_norm.to(device),
+                qkv=mv(la.qkv),
+                o=mv(la.o),
+                ffn_norm=la.ffn_norm.to(device),
+                gate_up=mv(la.gate_up),
+                down=mv(la.down),
+                q_norm=nv(la.q_norm),
+                k_norm=nv(la.k_norm),
+                post_attn_norm=nv(la.post_attn_norm),
+                post_ffn_norm=nv(la.post_ffn_norm),
+            )
             for la in self.layers
         ]
         return self
@@ -298,12 +394,12 @@ class LlamaModel:
             # Every product on the native kernels, prompt rows included: a row's bits depend on
             # that row alone, so replays and prefix-cache hits stay exact at any chunking.
             blocks = pack_blocks(t, name)
-            return blocks if blocks is not None else (t[name + ".q"], t[name + ".scale"])
-        small: tuple[torch.Tensor, torch.Tensor] | Int4Weight | None = None
+            return blocks if blocks is not None else Int8Weight(t[name + ".q"], t[name + ".scale"])
+        small: Int8Weight | Int4Weight | None = None
         if name + ".q4" in t:
             small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])
         elif name + ".q" in t:
-            small = (t[name + ".q"], t[name + ".scale"])
+            small = Int8Weight(t[name + ".q"], t[name + ".scale"])
         if name in t and small is not None:
             return DualWeight(t[name], small)
         return small if small is not None else t[name]
@@ -329,6 +425,8 @@ class LlamaModel:
         nqk = (nh + nkv) * hd
         inter = cfg.intermediate_size
         x = self.embed[batch.input_ids]
+        if cfg.embed_scale != 1.0:
+            x = x * cfg.embed_scale
         T = x.shape[0]
         # The quantized copy only for small steps of generated tokens: prompt tokens always take
         # the dense kernel, in calls of a row count inside the measured invariant range (see
@@ -339,6 +437,9 @@ class LlamaModel:
         nat = self.runs_native_ops
         norm = native.rms_norm if nat else rms_norm
         stack = self._native_stack() if nat and not batch.prefills and batch.decode_lens is not None else None
+        # What windowed layers attend over, built once for the step (Gemma 3; None for Llama).
+        wins = {la.window for la in self.layers if la.window}
+        local = {w: windowed(batch, w) for w in wins}
         if stack is not None:
             assert batch.decode_slots is not None
             x = stack.run(
@@ -349,23 +450,39 @@ class LlamaModel:
             for li, layer in enumerate(self.layers):
                 h = norm(x, layer.attn_norm, cfg.rms_eps)
                 qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
+                if layer.q_norm is not None and layer.k_norm is not None:
+                    qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm, norm)
                 kc, vc = kv.k[li], kv.v[li]
+                cos, sin = (self.cos_local, self.sin_local) if layer.window else (self.cos, self.sin)
                 if nat:
                     # Rotated in place, and k, v written to their slots, in one call; the k and v left in
                     # qkv are the stored (rounded) values, as later steps read them from the cache.
-                    native.rope_store(qkv, self.cos, self.sin, batch.positions, kc, vc, batch.slot_mapping, nh, nkv)
+                    native.rope_store(qkv, cos, sin, batch.positions, kc, vc, batch.slot_mapping, nh, nkv)
                     q, k = qkv[:, : nh * hd].view(T, nh, hd), qkv[:, nh * hd : nqk].view(T, nkv, hd)
                     v = qkv[:, nqk:].view(T, nkv, hd)
                 else:
-                    q, k, v = self._rope_store(qkv, batch, kc, vc, nh, nkv, hd)
-                attn = self._attention(q, k, v, kc, vc, batch, nat)
-                # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
-                # adding bf16 into the fp32 residual promotes without a separate cast.
-                x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, inv, fr)
+                    q, k, v = self._rope_store(qkv, batch, kc, vc, nh, nkv, hd, cos, sin)
+                attn = self._attention(q, k, v, kc, vc, local[layer.window] if layer.window else batch, nat)
+                if layer.post_attn_norm is None:
+                    # Products feeding a product or the residual stay in the kernel's dtype (keep=True):
+                    # adding bf16 into the fp32 residual promotes without a separate cast.
+                    x = x + linear(attn.reshape(T, nh * hd), layer.o, small, True, inv, fr)
+                else:
+                    x = x + norm(
+                        linear(attn.reshape(T, nh * hd), layer.o, small, False, inv, fr),
+                        layer.post_attn_norm,
+                        cfg.rms_eps,
+                    )
                 h = norm(x, layer.ffn_norm, cfg.rms_eps)
                 gu = linear(h, layer.gate_up, small, True, inv, fr)
-                act = native.silu_mul(gu) if nat else F.silu(gu[:, :inter]) * gu[:, inter:]
-                x = x + linear(act, layer.down, small, True, inv, fr)
+                if cfg.arch == "gemma3":  # GeGLU, gelu's tanh form (ggml_gelu, HF's gelu_pytorch_tanh)
+                    act = F.gelu(gu[:, :inter].float(), approximate="tanh") * gu[:, inter:].float()
+                else:
+                    act = native.silu_mul(gu) if nat else F.silu(gu[:, :inter]) * gu[:, inter:]
+                if layer.post_ffn_norm is None:
+                    x = x + linear(act, layer.down, small, True, inv, fr)
+                else:
+                    x = x + norm(linear(act, layer.down, small, False, inv, fr), layer.post_ffn_norm, cfg.rms_eps)
         x = norm(x[batch.logits_rows], self.norm, cfg.rms_eps)
         # One row per sampling sequence: a quiet request's logits come from a call of one row.
         return linear(x, self.lm_head, small).float()
@@ -381,6 +498,8 @@ class LlamaModel:
 
     def _build_stack(self) -> Any:
         cfg = self.cfg
+        if cfg.arch != "llama":  # decode_stack.cpp runs Llama layers only
+            return None
         stack = native.decode_stack(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_eps)
         for la in self.layers:
             weights: list[torch.Tensor] = []
@@ -388,20 +507,38 @@ class LlamaModel:
             for w in (la.qkv, la.o, la.gate_up, la.down):
                 if not isinstance(w, BlockWeight):
                     return None
-                kinds.append(LAYOUTS.index(w.layout))
+                kinds.append(w.product_id)
                 weights += [w.values, w.d, w.m if w.m is not None else torch.empty(0)]
             stack.add_layer(la.attn_norm, la.ffn_norm, weights, kinds)
         return stack
 
+    def _qk_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, norm: Any) -> torch.Tensor:
+        """qkv with each q head and each k head RMS-normed over head_dim (Gemma 3's QK-norm)."""
+        cfg = self.cfg
+        T, hd, nq = qkv.shape[0], cfg.head_dim, cfg.num_heads * cfg.head_dim
+        nk = cfg.num_kv_heads * hd
+        q = norm(qkv[:, :nq].reshape(-1, hd).float().contiguous(), q_norm, cfg.rms_eps).view(T, nq)
+        k = norm(qkv[:, nq : nq + nk].reshape(-1, hd).float().contiguous(), k_norm, cfg.rms_eps).view(T, nk)
+        return torch.cat([q, k, qkv[:, nq + nk :].float()], dim=1)
+
     def _rope_store(
-        self, qkv: torch.Tensor, batch: AttnBatch, kc: torch.Tensor, vc: torch.Tensor, nh: int, nkv: int, hd: int
+        self,
+        qkv: torch.Tensor,
+        batch: AttnBatch,
+        kc: torch.Tensor,
+        vc: torch.Tensor,
+        nh: int,
+        nkv: int,
+        hd: int,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of the step's rows, q and k rotated, k and v written to the cache."""
         T, nqk = qkv.shape[0], (nh + nkv) * hd
         # RoPE on q and k heads in one pass: they share positions.
         qk = qkv[:, :nqk].view(T, nh + nkv, hd)
         qk = torch.addcmul(
-            qk * self.cos[batch.positions].unsqueeze(1), qk.roll(hd // 2, -1), self.sin[batch.positions].unsqueeze(1)
+            qk * cos[batch.positions].unsqueeze(1), qk.roll(hd // 2, -1), sin[batch.positions].unsqueeze(1)
         )
         q, k = qk[:, :nh], qk[:, nh:]
         v = qkv[:, nqk:].view(T, nkv, hd)

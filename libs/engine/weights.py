@@ -15,11 +15,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from libs.engine.formats import format_of
 from libs.engine.kernels import PACKED, pack_blocks, quantize_int8, quantize_q8_0
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 7
+_CACHE_VERSION = 9
+
+# GGUF architectures the native model serves (model.LlamaModel).
+ARCHITECTURES = ("llama", "gemma3")
+# The longest context the RoPE tables are built for: Gemma 3's file says 32768, and its two
+# tables (global and local bases) of that many positions x 256 would take 128 MiB of fp32.
+MAX_SERVED_POSITIONS = 8192
 
 
 @dataclass
@@ -35,6 +42,19 @@ class LlamaConfig:
     rms_eps: float
     max_position: int
     tie_embeddings: bool
+    # Gemma 3 (arch "gemma3"): the embedding scaled by sqrt(hidden), QK-norm, post-attention and
+    # post-FFN norms, GeGLU (gelu tanh), and every layer but each `swa_pattern`-th a sliding-window
+    # layer (the last `sliding_window` keys, RoPE base `rope_local_theta`), as llama.cpp reads it.
+    arch: str = "llama"
+    embed_scale: float = 1.0
+    sliding_window: int = 0
+    swa_pattern: int = 0  # layer i is windowed iff i % swa_pattern < swa_pattern - 1 (0: none)
+    rope_local_theta: float = 10000.0
+
+    def window(self, layer: int) -> int:
+        """The keys layer `layer` attends to back from a query, itself included (0: all)."""
+        p = self.swa_pattern
+        return self.sliding_window if p and layer % p < p - 1 else 0
 
 
 def _field(reader: Any, key: str, default: Any = None) -> Any:
@@ -52,33 +72,6 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _q4_blocks(data: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """A Q4_0 / Q4_1 matrix's 4-bit values [N, K] (uint8) and per-block (d, m) [N, K/32, 2] (fp32),
-    with w = d * q + m: ggml's block is an fp16 scale (and, for Q4_1, an fp16 minimum) followed by
-    16 bytes whose low nibbles are the block's first 16 values and high nibbles its last 16."""
-    rows = data.shape[0]
-    head = 4 if kind == "Q4_1" else 2
-    blocks = data.reshape(rows, -1, head + 16)
-    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0].astype(np.float32)
-    if kind == "Q4_1":
-        m = np.ascontiguousarray(blocks[..., 2:4]).view(np.float16)[..., 0].astype(np.float32)
-    else:  # Q4_0: w = d * (q - 8)
-        m = -8.0 * d
-    qs = blocks[..., head:]
-    q = np.concatenate([qs & 0xF, qs >> 4], axis=-1).reshape(rows, -1)
-    return np.ascontiguousarray(q, dtype=np.uint8), np.stack([d, m], axis=-1)
-
-
-def _q8_blocks(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A Q8_0 matrix's int8 values [N, K] and per-block scales [N, K/32] (fp32), w = d * q: ggml's
-    block is an fp16 scale followed by 32 int8 values."""
-    rows = data.shape[0]
-    blocks = data.reshape(rows, -1, 34)
-    d = np.ascontiguousarray(blocks[..., 0:2]).view(np.float16)[..., 0].astype(np.float32)
-    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).reshape(rows, -1)
-    return q, d
-
-
 _BLOCK_SUFFIXES = (".q4", ".q4dm", ".q8", ".q8d")
 
 
@@ -94,27 +87,36 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
 
     reader = GGUFReader(path, "r")
     arch = _field(reader, "general.architecture", "llama")
+    if arch not in ARCHITECTURES:
+        raise ValueError(
+            f"architecture {arch!r} is not served by the native engine (served: {', '.join(ARCHITECTURES)})"
+        )
     n_head = int(_field(reader, f"{arch}.attention.head_count"))
     n_kv = int(_field(reader, f"{arch}.attention.head_count_kv", n_head))
     hidden = int(_field(reader, f"{arch}.embedding_length"))
+    # llama.cpp's converter interleaves Llama's Q/K rows for its GPT-J-style RoPE; Gemma's rope is
+    # NEOX-style (rotate-half) on rows left in the checkpoint's order.
+    permuted = arch == "llama"
     tensors: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         arr = dequantize(t.data, t.tensor_type)
         # GGUF lists dims fastest-first; numpy data is already [out, in] row-major.
         arr = np.asarray(arr, dtype=np.float32).reshape([int(d) for d in reversed(t.shape)])
         parts = {t.name: arr}
-        if t.tensor_type.name in ("Q4_0", "Q4_1") and arr.ndim == 2:
-            parts[t.name + ".q4"], parts[t.name + ".q4dm"] = _q4_blocks(np.asarray(t.data), t.tensor_type.name)
-        elif t.tensor_type.name == "Q8_0" and arr.ndim == 2:
-            parts[t.name + ".q8"], parts[t.name + ".q8d"] = _q8_blocks(np.asarray(t.data))
+        if arr.ndim == 2:
+            fmt = format_of(t.tensor_type.name)
+            parts.update({t.name + s: a for s, a in fmt.blocks(np.asarray(t.data), arr).items()})
         for name, a in parts.items():
             # Rows are permuted alike in the dequantized matrix and in its blocks.
-            if t.name.endswith("attn_q.weight"):
+            if permuted and t.name.endswith("attn_q.weight"):
                 a = _unpermute(a, n_head)
-            elif t.name.endswith("attn_k.weight"):
+            elif permuted and t.name.endswith("attn_k.weight"):
                 a = _unpermute(a, n_kv)
             tensors[name] = torch.from_numpy(np.array(a, copy=True))
-    head_dim = int(_field(reader, f"{arch}.rope.dimension_count", hidden // n_head))
+    head_dim = int(
+        _field(reader, f"{arch}.rope.dimension_count", _field(reader, f"{arch}.attention.key_length", hidden // n_head))
+    )
+    gemma = arch == "gemma3"
     cfg = LlamaConfig(
         vocab_size=int(tensors["token_embd.weight"].shape[0]),
         hidden_size=hidden,
@@ -125,8 +127,15 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
         head_dim=head_dim,
         rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        max_position=int(_field(reader, f"{arch}.context_length", 2048)),
+        max_position=min(int(_field(reader, f"{arch}.context_length", 2048)), MAX_SERVED_POSITIONS),
         tie_embeddings="output.weight" not in tensors,
+        arch=arch,
+        # llama.cpp scales by sqrtf(n_embd) in fp32 (src/models/gemma3.cpp).
+        embed_scale=float(np.sqrt(np.float32(hidden))) if gemma else 1.0,
+        sliding_window=int(_field(reader, f"{arch}.attention.sliding_window", 0)) if gemma else 0,
+        # llama-model.cpp: set_swa_pattern(6) and rope_freq_base_train_swa = 10000 for gemma3.
+        swa_pattern=6 if gemma else 0,
+        rope_local_theta=10000.0,
     )
     return cfg, tensors
 
@@ -146,12 +155,24 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
         raise ValueError(f"unknown weight format {dtype!r}")
     blocks = {n: t for n, t in tensors.items() if n.endswith(_BLOCK_SUFFIXES)}
     tensors = {n: t for n, t in tensors.items() if n not in blocks}
-    if "output.weight" not in tensors and dtype != "fp32":
+    tied = "output.weight" not in tensors
+    out: dict[str, torch.Tensor] = {}
+    if tied and dtype != "fp32":
         tensors["output.weight"] = tensors["token_embd.weight"]
         for suffix in _BLOCK_SUFFIXES:
             if "token_embd.weight" + suffix in blocks:
                 blocks["output.weight" + suffix] = blocks["token_embd.weight" + suffix]
-    out: dict[str, torch.Tensor] = {}
+    if dtype == "native" and "token_embd.weight.q8" in blocks:
+        # The embedding stays in the file's 8-bit blocks, a row dequantized when looked up
+        # (model.Embedding): the same values as the fp32 table at a quarter of its bytes. Where the
+        # head is tied, its blocks are the embedding's, and rows are looked up in the head's
+        # (packed) copy: Gemma 3's 262k x 640 table costs 168 MiB once, not 671 + 168.
+        if tied:
+            tensors = {n: t for n, t in tensors.items() if n != "token_embd.weight"}
+        else:
+            out["token_embd.weight.q8"] = blocks["token_embd.weight.q8"]
+            out["token_embd.weight.q8d"] = blocks["token_embd.weight.q8d"]
+            tensors = {n: t for n, t in tensors.items() if n != "token_embd.weight"}
     for name, t in tensors.items():
         is_matrix = t.dim() == 2 and name != "token_embd.weight"
         if not is_matrix or dtype == "fp32":
@@ -208,7 +229,8 @@ def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, 
             out.update(stacked)
     # Every matrix of GGUF blocks in its kernels' layout; plain 8-bit rows (that do not interleave)
     # stay as read.
-    for name in [n[: -len(".q4")] for n in out if n.endswith((".q4", ".q8"))]:
+    # (The embedding's blocks stay as read: rows are looked up, not multiplied.)
+    for name in [n[: -len(".q4")] for n in out if n.endswith((".q4", ".q8")) and not n.startswith("token_embd.")]:
         w = pack_blocks(out, name)
         assert w is not None
         if w.layout not in PACKED:

@@ -24,6 +24,8 @@ def test_the_packed_form_serves_the_same_bits_as_packing_at_load(gguf):
     at_load = LlamaModel(cfg, convert(raw, "native"), "native")
     stored = pack_native(convert(raw, "native"), cfg.num_layers)
     assert not any(n.endswith((".q4", ".q4dm", ".q8", ".q8d")) for n in stored)  # nothing left to pack
+    # The tied embedding's rows are looked up in the head's 8-bit blocks (model.Embedding).
+    assert not any(n.startswith("token_embd.") for n in stored)
     assert "blk.0.attn_qkv.weight.x8" in stored and "blk.0.attn_q.weight.q4" not in stored
     assert "output.weight.q8x8" in stored  # the output head, interleaved
     served = LlamaModel(cfg, stored, "native")

@@ -156,7 +156,7 @@ inline __m256 exp_nonpositive(__m256 x) {
 }
 
 // One query head over n keys at slots sl of one kv head's cache (rows of hd floats, hd a multiple
-// of 8, at most 128): scores into p (at least n + 8 floats), softmax, and the weighted sum of values into o.
+// of 8, at most 256): scores into p (at least n + 8 floats), softmax, and the weighted sum of values into o.
 template <typename E>
 inline void attend(const float* q, const E* k, const E* v, const int64_t* sl, int64_t n, int64_t hd, float scale,
                    float* p, float* o) {
@@ -178,8 +178,9 @@ inline void attend(const float* q, const E* k, const E* v, const int64_t* sl, in
     sum = _mm256_add_ps(sum, e);
   }
   const float inv = 1.0f / hsum(sum);
-  // Each value row is read once: the output's hd / 8 (at most 16) vectors stay in registers.
-  __m256 acc[16];
+  // Each value row is read once: the output's hd / 8 vectors stay in registers where they fit
+  // (hd 128: 16; Gemma 3's 256 spills half, still one pass over the values).
+  __m256 acc[32];
   for (int64_t c = 0; c < c8; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     const __m256 pj = _mm256_set1_ps(p[j]);
@@ -199,8 +200,8 @@ at::Tensor decode_attention(const at::Tensor& q_in, const at::Tensor& kc, const 
   TORCH_CHECK(q.dim() == 3 && slots.dim() == 2, "q [B, nh, hd], slots [B, width]");
   const int64_t B = q.size(0), nh = q.size(1), hd = q.size(2), nkv = kc.size(0), S = kc.size(1);
   const int64_t width = slots.size(1), group = nh / nkv;
-  TORCH_CHECK(kc.size(2) == hd && hd % 8 == 0 && hd <= 128 && nh % nkv == 0 && slots.size(0) == B && lens.numel() == B,
-              "shapes disagree (hd a multiple of 8, at most 128)");
+  TORCH_CHECK(kc.size(2) == hd && hd % 8 == 0 && hd <= 256 && nh % nkv == 0 && slots.size(0) == B && lens.numel() == B,
+              "shapes disagree (hd a multiple of 8, at most 256)");
   const int64_t *lp = lens.data_ptr<int64_t>(), *slp = slots.data_ptr<int64_t>();
   for (int64_t r = 0; r < B; ++r) {
     TORCH_CHECK(lp[r] >= 1 && lp[r] <= width, "each row attends to 1..width keys");
