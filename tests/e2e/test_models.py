@@ -3,8 +3,8 @@ own, through the whole pipeline with the official OpenAI SDK: the model list, le
 (streamed and not, n, stop, echo, logprobs) against both, aliases, a chat to the base model refused, and a
 configured fallback recorded in the request's record.
 
-The Gemma pool runs the engine kind its registry entry names (libs/models/registry.py): the simulated
-engine until the native engine serves the gemma3 architecture, which only that entry's `engine` changes."""
+The Gemma pool runs the engine kind its registry entry names (libs/models/registry.py): the native engine,
+on Gemma's own GGUF, so its text is Gemma's (a greedy completion is llama.cpp's)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_the_model_list_names_every_model_with_its_owner_context_and_capabilitie
     smol, gemma = listed[DEFAULT_MODEL_NAME], listed[GEMMA_MODEL_NAME]
     assert smol["owned_by"] == "HuggingFaceTB" and smol["context_length"] == 8192
     assert smol["capabilities"] == {"chat": True, "completion": True, "tools": True, "structured_outputs": True}
-    assert gemma["owned_by"] == "google" and gemma["context_length"] == 32768
+    assert gemma["owned_by"] == "google" and gemma["context_length"] == 8192
     assert gemma["capabilities"] == {"chat": False, "completion": True, "tools": False, "structured_outputs": False}
     # One model by its id, or by an alias (the canonical id comes back); an unknown one is 404.
     assert oai.models.retrieve("gemma3-270m").id == GEMMA_MODEL_NAME
@@ -153,6 +153,10 @@ def test_text_completions_on_gemma(oai: openai.OpenAI, stack: Stack, gemma: str)
         GEMMA_POOL,
         GEMMA_MODEL_NAME,
     )
+
+    # Gemma's own text: greedy, the native engine continues as llama.cpp does on the same file.
+    greedy = oai.completions.create(model=gemma, prompt="The capital of France is", max_tokens=7, temperature=0)
+    assert greedy.choices[0].text == " the capital of the country of France", greedy
 
     echoed = oai.completions.create(model=gemma, prompt="Hello", max_tokens=3, echo=True)
     assert echoed.choices[0].text.startswith("Hello")
