@@ -47,6 +47,7 @@ def main() -> int:
     ensure_llama_cpp()
     rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *sys.argv[1:]])
     rc = rc or subprocess.call([sys.executable, "bench/constraint_bench.py", *out])
+    rc = rc or subprocess.call([sys.executable, "bench/gemma_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/tokenizer_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "-m", "bench.safety_bench", *out])
     # The whole stack as a client sees it, against the engine alone (what a user feels; see issue 16).
