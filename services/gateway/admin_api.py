@@ -3,7 +3,6 @@ dataset exports, replay, and key standing. Query strings are pydantic models; a 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import AsyncIterator, Callable
@@ -14,6 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from libs.bus.headers import now_ms
+from libs.store.key_admin import parse_time_ms
 from schemas import (
     ErrorCode,
     KeyStanding,
@@ -47,19 +47,6 @@ def parse_duration_s(raw: str) -> int:
     if not m:
         raise ValueError(f"bad duration {raw!r}: use seconds or 15m, 1h, 7d")
     return int(float(m.group(1)) * _UNIT_S[m.group(2)])
-
-
-def parse_time_ms(raw: str) -> int:
-    """Epoch milliseconds, or ISO 8601 (UTC when it names no zone)."""
-    if raw.isdigit():
-        return int(raw)
-    try:
-        when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise ValueError(f"bad time {raw!r}: use epoch ms or ISO 8601") from e
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
 
 
 def _blank_is_none(parse: Any = None) -> BeforeValidator:

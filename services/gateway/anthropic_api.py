@@ -25,9 +25,9 @@ from services.gateway.anthropic_tools import (
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import Gw, check_text, resolve_model, sampling, start_run
-from services.gateway.errors import ApiError, error_response
+from services.gateway.errors import ApiError
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import Encoder, collect, follow, frames_of, sse, sse_response, terminal_error
+from services.gateway.relay import Encoder, frames_of, sse, stream_response, whole_answers
 from services.gateway.tool_calls import check_tool_grammars, parse_call
 
 router = APIRouter()
@@ -280,15 +280,8 @@ async def messages(
         tool_choice=tool_choice,
     )
     if body.stream:
-        (first,) = await collect(gw, [run], request, first_only=True)
-        err = terminal_error(first)
-        if err is not None:
-            return error_response(err, request.url.path)
-        return sse_response(gw, follow(gw, [run]), MessageEncoder(run.rid, model, tool_names))
-    (events,) = await collect(gw, [run], request)
-    if not events or events[-1].type not in ("done", "error"):
-        return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
-    err = terminal_error(events)
-    if err is not None:
-        return error_response(err, request.url.path)
-    return JSONResponse(fold_message(frames_of(MessageEncoder(run.rid, model, tool_names), [events])))
+        return await stream_response(gw, [run], request, MessageEncoder(run.rid, model, tool_names))
+    answers = await whole_answers(gw, [run], request)
+    if isinstance(answers, JSONResponse):
+        return answers
+    return JSONResponse(fold_message(frames_of(MessageEncoder(run.rid, model, tool_names), answers)))

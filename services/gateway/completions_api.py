@@ -19,10 +19,10 @@ from schemas import ChatEvent, ErrorCode, TokenLogprob, Usage
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import MAX_SEED, Gw, check_text, request_id, resolve_model, sampling, start_run
-from services.gateway.errors import ApiError, error_response
+from services.gateway.errors import ApiError
 from services.gateway.openai_api import FINISH, StreamOptions
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import Encoder, collect, follow, sse, sse_response, terminal_error
+from services.gateway.relay import Encoder, sse, stream_response, whole_answers
 from services.gateway.run import Run
 
 router = APIRouter()
@@ -209,19 +209,11 @@ async def completions(
             await gw.runs.cancel(r, "sibling_refused")
         raise
     if body.stream:
-        # Hold the status line until the first event, so a request refused by the pipeline gets its status.
-        (first,) = await collect(gw, runs, request, first_only=True)
-        err = terminal_error(first)
-        if err is not None:
-            return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        encoder = TextChunkEncoder(rid, model, prompts, body.n, body.echo, include_usage)
-        return sse_response(gw, follow(gw, runs), encoder)
-    answers = await collect(gw, runs, request)
-    for events in answers:
-        if not events or events[-1].type not in ("done", "error"):
-            return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
-        err = terminal_error(events)
-        if err is not None:
-            return error_response(err, request.url.path)
+        return await stream_response(
+            gw, runs, request, TextChunkEncoder(rid, model, prompts, body.n, body.echo, include_usage)
+        )
+    answers = await whole_answers(gw, runs, request)
+    if isinstance(answers, JSONResponse):
+        return answers
     return JSONResponse(completion_json(rid, model, prompts, body.n, body.echo, answers))

@@ -22,9 +22,9 @@ from services.gateway.core import (
     sampling,
     start_run,
 )
-from services.gateway.errors import ApiError, error_response
+from services.gateway.errors import ApiError
 from services.gateway.params import Strict, refuse_unsupported
-from services.gateway.relay import Encoder, collect, follow, frames_of, sse, sse_response, terminal_error
+from services.gateway.relay import Encoder, frames_of, sse, stream_response, whole_answers
 from services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
 from services.gateway.run import Run
 from services.gateway.tool_calls import (
@@ -366,21 +366,11 @@ async def chat_completions(
         raise
     run = runs[0]
     if body.stream:
-        # Hold the status line until the first event: a request refused by the pipeline (policy, deadline)
-        # then gets its real status and the SDK raises its own exception type.
-        (first,) = await collect(gw, [run], request, first_only=True)
-        err = terminal_error(first)
-        if err is not None:
-            return error_response(err, request.url.path)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         encoder = ChunkEncoder(run.rid, model, include_usage, len(runs), tool_names, max_calls)
-        return sse_response(gw, follow(gw, runs), encoder)
-    answers = await collect(gw, runs, request)
-    for events in answers:
-        if not events or events[-1].type not in ("done", "error"):
-            return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
-        err = terminal_error(events)
-        if err is not None:
-            return error_response(err, request.url.path)
+        return await stream_response(gw, runs, request, encoder)
+    answers = await whole_answers(gw, runs, request)
+    if isinstance(answers, JSONResponse):
+        return answers
     encoder = ChunkEncoder(run.rid, model, True, len(runs), tool_names, max_calls)
     return JSONResponse(fold_chunks(frames_of(encoder, answers)))

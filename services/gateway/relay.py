@@ -19,12 +19,13 @@ from typing import Any
 
 import msgspec
 from fastapi import Request
+from fastapi.responses import JSONResponse, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from schemas import ChatEvent
+from schemas import ChatEvent, ErrorCode
 from services.gateway.core import Gateway
-from services.gateway.errors import ApiError
-from services.gateway.run import Run
+from services.gateway.errors import ApiError, error_response
+from services.gateway.run import TERMINAL, Run
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # (answer index, sequence number, event): what an encoder is given.
@@ -178,3 +179,25 @@ def terminal_error(events: list[ChatEvent]) -> ApiError | None:
         info = events[-1].error
         return ApiError(info.code, info.message)
     return None
+
+
+async def stream_response(gw: Gateway, runs: list[Run], request: Request, encoder: Encoder) -> Response:
+    """The stream, its status line held until the first event: a request the pipeline refuses (policy,
+    deadline) then gets its real status, and the SDK raises its own exception type."""
+    (first,) = await collect(gw, runs, request, first_only=True)
+    err = terminal_error(first)
+    if err is not None:
+        return error_response(err, request.url.path)
+    return sse_response(gw, follow(gw, runs), encoder)
+
+
+async def whole_answers(gw: Gateway, runs: list[Run], request: Request) -> list[list[ChatEvent]] | JSONResponse:
+    """Every run's events to its end, or the error response for the first that did not end well."""
+    answers = await collect(gw, runs, request)
+    for events in answers:
+        if not events or events[-1].type not in TERMINAL:
+            return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
+        err = terminal_error(events)
+        if err is not None:
+            return error_response(err, request.url.path)
+    return answers

@@ -36,13 +36,13 @@ from services.gateway.ask import ask
 from services.gateway.auth import Principal
 from services.gateway.body import json_body
 from services.gateway.core import Gateway, Gw, check_text, request_id, resolve_model, sampling, start_run
-from services.gateway.errors import ApiError, error_response
+from services.gateway.errors import ApiError
 from services.gateway.params import refuse_unsupported
-from services.gateway.relay import collect, follow, sse_response, terminal_error
+from services.gateway.relay import stream_response, whole_answers
 from services.gateway.response_format import response_format_of
 from services.gateway.responses_input import RESPONSE_ID_PATTERN, ResponsesRequest, read_input
 from services.gateway.responses_stream import ResponseEncoder
-from services.gateway.run import TERMINAL, Run
+from services.gateway.run import Run
 from services.gateway.tool_calls import check_tool_grammars, choice_of, specs
 
 router = APIRouter()
@@ -267,19 +267,11 @@ async def create_response(
         # Nobody reads it: it runs to its end (or a cancel), and is read back by id.
         return JSONResponse(folded(encoder, []))
     if body.stream:
-        # Hold the status line until the first event, so a refused request gets its real status.
-        (first,) = await collect(gw, [run], request, first_only=True)
-        err = terminal_error(first)
-        if err is not None:
-            return error_response(err, request.url.path)
-        return sse_response(gw, follow(gw, [run]), encoder)
-    (events,) = await collect(gw, [run], request)
-    if not events or events[-1].type not in TERMINAL:
-        return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
-    err = terminal_error(events)
-    if err is not None:
-        return error_response(err, request.url.path)
-    return JSONResponse(folded(encoder, events))
+        return await stream_response(gw, [run], request, encoder)
+    answers = await whole_answers(gw, [run], request)
+    if isinstance(answers, JSONResponse):
+        return answers
+    return JSONResponse(folded(encoder, answers[0]))
 
 
 @router.get("/v1/responses/{response_id}")
