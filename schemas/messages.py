@@ -271,6 +271,9 @@ class Turn(BaseModel):
     tools: list[ToolEvent] = Field(default_factory=list)
     tool_prompt: str = ""
     thinking: str = ""
+    # Why a complete answer ended ('stop', 'length', ...): a stored response read back says whether it
+    # ran out of tokens. None for turns stored before it was kept.
+    finish_reason: str | None = Field(None, max_length=32)
 
 
 class SaveTurn(BaseModel):

@@ -68,10 +68,12 @@ turns = Table(
     Column("usage", JSON, nullable=False),
     Column("model", String()),
     Column("created_ms", BigInteger, nullable=False),
-    # Added later (NULL in rows an older version wrote): tool steps, their prompt block, thinking.
+    # Added later (NULL in rows an older version wrote): tool steps, their prompt block, thinking, and
+    # why the answer ended.
     Column("tools", JSON),
     Column("tool_prompt", Text),
     Column("thinking", Text),
+    Column("finish_reason", String(32)),
     Index("ix_turns_conversation", "conversation_id", "seq"),
 )
 
@@ -121,6 +123,7 @@ def _turn(row: Any) -> Turn:
         tools=[ToolEvent.model_validate(t) for t in m["tools"] or []],
         tool_prompt=m["tool_prompt"] or "",
         thinking=m["thinking"] or "",
+        finish_reason=m["finish_reason"],
     )
 
 
@@ -230,6 +233,7 @@ class ConversationStore:
                     tools=[t.model_dump() for t in turn.tools],
                     tool_prompt=turn.tool_prompt,
                     thinking=turn.thinking,
+                    finish_reason=turn.finish_reason,
                 )
             )
             changes: dict[str, object] = {"updated_ms": max(created, conv.updated_ms)}

@@ -160,6 +160,8 @@ def turn_events(turn: Turn) -> list[ChatEvent]:
     if turn.answer:
         events.append(ChatEvent(rid=rid, type="delta", text=turn.answer))
     finish = STATUS_OF_TURN.get(turn.status)
+    if finish == "stop" and turn.finish_reason:
+        finish = turn.finish_reason  # 'length' reads back as incomplete, as it streamed
     if finish is None:
         info = ErrorInfo.of(ErrorCode.internal, "the response ended in an error")
         events.append(ChatEvent(rid=rid, type="error", error=info, usage=turn.usage))

@@ -356,6 +356,7 @@ class SafetyOut:
                 tools=work.tools,
                 tool_prompt=work.tool_prompt,
                 thinking=st.thinking.released_text,
+                finish_reason=finish,
             )
             try:
                 # Saving outlives the request's deadline: an answer the client saw is never dropped.

@@ -51,6 +51,14 @@ def test_create_stream_and_read_back(stack: Stack, client: httpx.Client) -> None
     chats = client.get("/v1/conversations", params={"limit": 200}).json()["items"]
     assert resp.id in [c["chat_id"] for c in chats]
 
+    # Cut by max_output_tokens: incomplete as it came, and as it reads back from the store.
+    cut = sdk.responses.create(model=MODEL, input="Tell me a long story about the sea.", max_output_tokens=4)
+    assert cut.status == "incomplete" and cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+    back = sdk.responses.retrieve(cut.id)
+    assert back.status == "incomplete" and back.incomplete_details is not None
+    assert back.incomplete_details.reason == "max_output_tokens" and back.output_text == cut.output_text
+
     # Streamed: the SDK parses every event; the deltas are the final response's text.
     stream = sdk.responses.create(model=MODEL, input="Name a colour.", max_output_tokens=16, stream=True)
     events = list(stream)
