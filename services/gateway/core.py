@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import structlog
 from fastapi import Depends, Request
 from opentelemetry import context as otel_context
 
@@ -31,6 +28,7 @@ from schemas import (
 from schemas.messages import Api, Mode, PromptMode
 from services.gateway.errors import ApiError
 from services.gateway.key_policy import KeyPolicy
+from services.gateway.lazy import OpenedOnUse
 from services.gateway.metrics import Metrics
 from services.gateway.pdf import PdfReader
 from services.gateway.resume import mark_owner
@@ -42,7 +40,6 @@ from services.gateway.standing import Standings
 MODES: tuple[Mode, ...] = ("fast", "reasoning")
 # Seeds are stored and traced as signed 64-bit integers; larger ones are refused rather than wrapped.
 MAX_SEED = 2**63 - 1
-log = structlog.get_logger()
 
 
 @dataclass
@@ -55,31 +52,22 @@ class Gateway:
     standings: Standings = field(init=False)
     key_policy: KeyPolicy = field(init=False)
     pdf: PdfReader = field(init=False)
-    _limiter: Limiter | None = None
-    _limiter_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _limiter_retry_at: float = 0.0
+    _limiter: OpenedOnUse[Limiter] = field(init=False)
 
     def __post_init__(self) -> None:
         self.runs = Runs(self.bus, self.settings, self.metrics)
         self.standings = Standings(self.bus)
         self.key_policy = KeyPolicy(self.bus, self.keys, self.settings)
         self.pdf = PdfReader(self.settings)
+        self._limiter = OpenedOnUse(
+            lambda: Limiter.open(self.bus, self.settings.limits_bucket), "rate limits unavailable"
+        )
 
     async def limiter(self) -> Limiter | None:
-        """Opened on first use: the key-value bucket needs the loop, and tests run the app without lifespan.
-
-        Without JetStream the gateway still serves, unlimited, and tries again a little later: limits protect
-        the pipeline, they must not take it down."""
+        """Without JetStream the gateway still serves, unlimited (lazy.py)."""
         if not self.settings.rate_limits:
             return None
-        async with self._limiter_lock:
-            if self._limiter is None and time.monotonic() >= self._limiter_retry_at:
-                try:
-                    self._limiter = await Limiter.open(self.bus, self.settings.limits_bucket)
-                except Exception as e:
-                    self._limiter_retry_at = time.monotonic() + 30
-                    log.warning("rate limits unavailable", error=str(e))
-        return self._limiter
+        return await self._limiter.get()
 
 
 def gateway(request: Request) -> Gateway:

@@ -21,6 +21,7 @@ from libs.store.keys import ApiKey, KeyStore
 from schemas import ErrorCode
 from schemas.keys import KEYS_CHANGED, KeyChanged
 from services.gateway.errors import ApiError
+from services.gateway.lazy import OpenedOnUse
 from services.gateway.settings import GatewaySettings
 
 log = structlog.get_logger()
@@ -51,9 +52,10 @@ class KeyPolicy:
         self.settings = settings
         self._listening = False
         self._listen_retry_at = 0.0
-        self._budgets: KeyBudgets | None = None
+        self._budgets = OpenedOnUse(
+            lambda: KeyBudgets.open(self.bus, self.settings.key_budgets_bucket), "key budgets unavailable"
+        )
         self._lock = asyncio.Lock()
-        self._retry_at = 0.0
 
     async def listen(self) -> None:
         """Hear every gateway's key changes before this one trusts its cache (opened on first use, as the
@@ -86,14 +88,7 @@ class KeyPolicy:
             log.warning("key change not announced", key_id=key_id, error=str(e) or type(e).__name__)
 
     async def budgets(self) -> KeyBudgets | None:
-        async with self._lock:
-            if self._budgets is None and time.monotonic() >= self._retry_at:
-                try:
-                    self._budgets = await KeyBudgets.open(self.bus, self.settings.key_budgets_bucket)
-                except Exception as e:
-                    self._retry_at = time.monotonic() + 30
-                    log.warning("key budgets unavailable", error=str(e))
-        return self._budgets
+        return await self._budgets.get()
 
     async def admit(self, key: ApiKey, model: str) -> Callable[[int], Awaitable[None]] | None:
         """Check the key's model list and budgets before a request runs; returns what debits the tokens it

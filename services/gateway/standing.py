@@ -6,25 +6,18 @@ every request costs no round trip."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
-import structlog
-
 from libs.bus import Bus
 from libs.bus.kv import TypedKV
 from schemas import KeyStanding, subjects
-
-log = structlog.get_logger()
+from services.gateway.lazy import OpenedOnUse
 
 
 class Standings:
     def __init__(self, bus: Bus):
         self.bus = bus
-        self._kv: TypedKV[KeyStanding] | None = None
+        # Without JetStream, keys stay usable (lazy.py).
+        self._kv = OpenedOnUse(self._open, "key standing unavailable")
         self._local: dict[str, KeyStanding] = {}
-        self._lock = asyncio.Lock()
-        self._retry_at = 0.0
 
     async def _changed(self, key: str, value: KeyStanding | None) -> None:
         if value is None:
@@ -32,18 +25,13 @@ class Standings:
         else:
             self._local[key] = value
 
+    async def _open(self) -> TypedKV[KeyStanding]:
+        kv = await self.bus.kv(subjects.STANDING_BUCKET, KeyStanding)
+        await kv.watch(self._changed)
+        return kv
+
     async def kv(self) -> TypedKV[KeyStanding] | None:
-        # Opened on first use (tests run the app without lifespan); without JetStream, keys stay usable.
-        async with self._lock:
-            if self._kv is None and time.monotonic() >= self._retry_at:
-                try:
-                    kv = await self.bus.kv(subjects.STANDING_BUCKET, KeyStanding)
-                    await kv.watch(self._changed)
-                    self._kv = kv
-                except Exception as e:
-                    self._retry_at = time.monotonic() + 30
-                    log.warning("key standing unavailable", error=str(e))
-        return self._kv
+        return await self._kv.get()
 
     async def get(self, key_id: str) -> KeyStanding | None:
         await self.kv()
