@@ -2,10 +2,7 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
-COPY schemas schemas
-COPY libs libs
-COPY services services
-COPY cli cli
+COPY switchyard switchyard
 COPY infra infra
 RUN pip install --no-cache-dir "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu \
  && pip install --no-cache-dir . \

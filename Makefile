@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm run test lint bench eval-safety schemas compose-up clean
+.PHONY: setup setup-vllm run test test-quick lint bench eval-safety schemas compose-up clean
 
 setup: $(STAMP)
 
@@ -45,18 +45,22 @@ $(VLLM_STAMP):
 	touch $@
 
 run: setup
-	$(PY) -m cli run
+	$(PY) -m switchyard.cli run
 
 test: setup
 	$(PY) -m pytest
 
+# The inner loop: no end-to-end stack, no real-model load.
+test-quick: setup
+	$(PY) -m pytest -q -m "not e2e and not slow and not vllm" -x
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy schemas libs services cli training
+	$(VENV)/bin/mypy switchyard training
 
 schemas: setup
-	$(PY) -m schemas.export
+	$(PY) -m switchyard.schemas.export
 
 bench: setup
 	$(PY) -m bench

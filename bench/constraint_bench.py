@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.engine_bench import chat_prompt
 from bench.report import machine, write_section
-from libs.engine import Constraint, EngineConfig, SamplingParams, create_engine
+from switchyard.libs.engine import Constraint, EngineConfig, SamplingParams, create_engine
 
 MARK_BEGIN = "<!-- constraint_bench:begin -->"
 MARK_END = "<!-- constraint_bench:end -->"
@@ -122,7 +122,7 @@ async def main() -> None:
         "",
         f"End to end, the constrained rows' TPOT was {min(ratios):.2f}-{max(ratios):.2f}x the unconstrained one in "
         f"this run. The mask work itself is the last column, measured directly ({share}); it runs on a worker "
-        "thread while the forward pass runs (`libs/engine/grammar.py`). The rest is the per-step hand-over and "
+        "thread while the forward pass runs (`switchyard/libs/engine/grammar.py`). The rest is the per-step hand-over and "
         "bookkeeping, and this shared machine's noise, which moves these rows by tens of percent between runs, "
         "both ways.",
         MARK_END,

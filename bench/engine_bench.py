@@ -26,9 +26,9 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import machine, write_section
-from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
-from libs.engine.engine import engine_threads
-from libs.tokenizer import load_tokenizer
+from switchyard.libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
+from switchyard.libs.engine.engine import engine_threads
+from switchyard.libs.tokenizer import load_tokenizer
 
 MARK_BEGIN = "<!-- engine_bench:begin -->"
 MARK_END = "<!-- engine_bench:end -->"
@@ -145,10 +145,10 @@ def worker_sweep(dtypes: list[str], batches: list[int], reps: int = 5) -> dict[s
     other processes on a shared box hits all of them alike."""
     import torch
 
-    from libs.engine import native
-    from libs.engine.kernels import measure, row_invariance
-    from libs.engine.model import AttnBatch, KVCache, LlamaModel, measure_decode_attention
-    from libs.engine.weights import load_weights
+    from switchyard.libs.engine import native
+    from switchyard.libs.engine.kernels import measure, row_invariance
+    from switchyard.libs.engine.model import AttnBatch, KVCache, LlamaModel, measure_decode_attention
+    from switchyard.libs.engine.weights import load_weights
 
     torch.set_num_threads(bench_threads())  # as every engine row above
     native.select_isa(EngineSettings().kernel_isa)
@@ -433,7 +433,7 @@ def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
             hybrid = res.get("dtype") == "hybrid"
             extra = [f"4-bit ≤ {res.get('small_max_rows')} rows"] if hybrid else []
             if res.get("dtype") == "native":
-                extra = ["libs/engine/native kernels for every product"]
+                extra = ["switchyard/libs/engine/native kernels for every product"]
             if res.get("dtype") in ("hybrid", "bf16"):
                 extra.append(f"decode attention: {res.get('decode_attention')}")
             label = f"auto → {res.get('dtype')}" + (f" ({'; '.join(extra)})" if extra else "")

@@ -47,10 +47,10 @@ def peak_rss_mb() -> float:
 def worker_native(threads: int, tokens: int, streams: int) -> dict[str, Any]:
     import torch
 
-    from libs.engine.engine import NativeEngine
-    from libs.engine.model import LlamaModel
-    from libs.engine.types import EngineConfig
-    from libs.engine.weights import load_weights
+    from switchyard.libs.engine.engine import NativeEngine
+    from switchyard.libs.engine.model import LlamaModel
+    from switchyard.libs.engine.types import EngineConfig
+    from switchyard.libs.engine.weights import load_weights
     from tests.engine.helpers import drive, make_request
 
     torch.set_num_threads(threads)

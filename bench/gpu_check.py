@@ -6,7 +6,7 @@
    (fp32, then the bf16 that `auto` picks on a GPU); token-identical prefixes are counted.
 2. TTFT, TPOT and aggregate output tokens/s at each stream count on CUDA.
 3. With --trtllm-model DIR (default SWITCHYARD_TRTLLM_MODEL) and `tensorrt_llm` importable: the
-   TensorRT-LLM adapter on the checkpoint `python -m cli export-hf DIR` wrote, the same two checks.
+   TensorRT-LLM adapter on the checkpoint `python -m switchyard.cli export-hf DIR` wrote, the same two checks.
 
 Written for a lent GPU machine (the project's CI has none); it exits with a note where torch
 sees no CUDA device.
@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import write_section
-from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
+from switchyard.libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
 
 MARK_BEGIN = "<!-- gpu_bench:begin -->"
 MARK_END = "<!-- gpu_bench:end -->"

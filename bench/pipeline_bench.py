@@ -2,7 +2,7 @@
 
     python -m bench.pipeline_bench --out docs/benchmarks.md [--levels 1,8,32,64] [--tokens 64] [--requests N]
 
-Starts the stack as `make run` does (cli.stack.Stack: nats-server and every service in its own
+Starts the stack as `make run` does (switchyard.cli.stack.Stack: nats-server and every service in its own
 process) and drives `/v1/chat/completions` with streamed requests (distinct prompts, greedy, a fixed
 output length with EOS ignored) from one httpx.AsyncClient, `level` streams open at every moment.
 Per request: the client's TTFT (request sent → first content delta), the engine's own TTFT and TPOT
@@ -113,8 +113,8 @@ def run_stack(
     `vllm`: the python its inference replica runs with (the vLLM virtualenv's), else a native replica."""
     if args.url:
         return asyncio.run(drive(args.url, args.api_key, args.admin_key, args, texts)), None
-    from cli.stack import Stack
-    from libs.bus.embedded import free_port
+    from switchyard.cli.stack import Stack
+    from switchyard.libs.bus.embedded import free_port
 
     data = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
     env = {**stack_env(dtype), **(vllm_env(args.vllm_eager) if vllm else {})}
@@ -134,9 +134,9 @@ def run_stack(
 async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
     """The inference service's engine, built as its setup builds it from the same settings, fed the
     prompts the context stage renders for these texts (checked against the records afterwards)."""
-    from libs.engine import SamplingParams, create_engine
-    from libs.engine.engine import engine_threads
-    from services.inference.settings import InferenceSettings
+    from switchyard.libs.engine import SamplingParams, create_engine
+    from switchyard.libs.engine.engine import engine_threads
+    from switchyard.services.inference.settings import InferenceSettings
 
     s = InferenceSettings()
     config = s.engine_config()
@@ -191,7 +191,7 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _tokenizer() -> Any:
-    from libs.tokenizer import TokenizerSettings, load_tokenizer
+    from switchyard.libs.tokenizer import TokenizerSettings, load_tokenizer
 
     return load_tokenizer(TokenizerSettings().resolved_model_path())
 

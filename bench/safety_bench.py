@@ -16,8 +16,8 @@ import statistics
 import time
 
 from bench.report import machine, write_section
-from libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
-from libs.safety import InputGuard, StreamGuard
+from switchyard.libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
+from switchyard.libs.safety import InputGuard, StreamGuard
 
 MARK_BEGIN = "<!-- safety_bench:begin -->"
 MARK_END = "<!-- safety_bench:end -->"

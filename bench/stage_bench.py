@@ -3,13 +3,13 @@
     python -m bench.stage_bench --engine sim [--levels 1,32,256,1024] [--lengths 32,128] [--out docs/benchmarks.md]
     python -m bench.stage_bench --engine native --levels 1,32 --lengths 16,64
 
-Starts the stack as `make run` does (cli.stack.Stack), each service its own process, and drives
+Starts the stack as `make run` does (switchyard.cli.stack.Stack), each service its own process, and drives
 `/v1/chat/completions` with the lean raw-HTTP client of bench/sse_client.py, `level` streams open at
 every moment. Around each run it reads every process's CPU time from /proc (user + system, all its
 threads): the services, the nats-server, and this process (the load generator, reported apart).
 Each level runs twice, at a short and a long answer length with the same number of requests, so a
 stage's CPU splits into a cost per request and a cost per token (two equations, two unknowns). With
-`--engine sim` the inference replica is the simulated GPU (libs/engine/sim.py), whose own CPU is next
+`--engine sim` the inference replica is the simulated GPU (switchyard/libs/engine/sim.py), whose own CPU is next
 to nothing: the figures are the layer around the model, at the token rates a GPU makes.
 
 Reported per level: the rate the clients received, client TTFT and inter-delta gap (p50) against the
@@ -57,7 +57,7 @@ def cpu_s(pid: int) -> float:
 
 def thread_cpu_s(pid: int, prefix: str) -> float:
     """CPU seconds of a process's threads whose kernel name starts with `prefix` (the model passes run on
-    a thread named `classifier`, libs/embeddings/batcher.py)."""
+    a thread named `classifier`, switchyard/libs/embeddings/batcher.py)."""
     total = 0.0
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -302,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     args.lengths = sorted(int(x) for x in args.lengths.split(","))
     if len(args.lengths) != 2:
         raise SystemExit("--lengths takes two answer lengths")
-    from cli.stack import Stack
-    from libs.bus.embedded import free_port
+    from switchyard.cli.stack import Stack
+    from switchyard.libs.bus.embedded import free_port
 
     data = Path(tempfile.mkdtemp(prefix="stage-bench-"))
     stack = Stack(data_dir=data, port=free_port(), env=stack_env(args.engine))

@@ -1,4 +1,4 @@
-"""Tokens per second: our tokenizer (libs/tokenizer, Hugging Face `tokenizers` inside) against
+"""Tokens per second: our tokenizer (switchyard/libs/tokenizer, Hugging Face `tokenizers` inside) against
 llama.cpp's (llama-cpp-python, vocab only), on the tokenizer corpus, for both bundled vocabularies.
 
     python bench/tokenizer_bench.py [--out docs/benchmarks.md] [--rounds 5]
@@ -22,7 +22,7 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import machine, write_section
-from libs.tokenizer import load_tokenizer
+from switchyard.libs.tokenizer import load_tokenizer
 from tests.tokenizer.models import BASES, load_corpus
 
 MARK_BEGIN = "<!-- tokenizer_bench:begin -->"

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.engine_bench import bench_threads, best, fmt, measure_streams, ratio, spawn
 from bench.report import machine, write_section
-from libs.engine import EngineSettings, create_engine
+from switchyard.libs.engine import EngineSettings, create_engine
 
 MARK_BEGIN = "<!-- vllm_bench:begin -->"
 MARK_END = "<!-- vllm_bench:end -->"
@@ -42,7 +42,7 @@ def vllm_python() -> str | None:
 async def worker_vllm(streams: list[int], max_tokens: int, eager: bool) -> dict[str, Any]:
     """The vllm engine kind as the inference service builds it: fp32, prefix caching on, room for
     the largest stream count; vLLM binds its own threads to the cores."""
-    from libs.engine.vllm_engine import VllmEngineConfig
+    from switchyard.libs.engine.vllm_engine import VllmEngineConfig
 
     settings = EngineSettings()
     base = VllmEngineConfig(

@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.stack import Stack
-from libs.bus import NatsServer, start_nats_server
-from libs.bus.embedded import free_port
+from switchyard.cli.stack import Stack
+from switchyard.libs.bus import NatsServer, start_nats_server
+from switchyard.libs.bus.embedded import free_port
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site
 cat /tmp/m1 .dev/m2 > /tmp/model.gguf || { echo "the first half is missing: the machine was not warm"; exit 3; }
 [ "$(sha256sum /tmp/model.gguf | cut -c1-64)" = "$(cat .dev/model.sha)" ] || { echo "the model's checksum differs"; exit 3; }
 export SWITCHYARD_MODEL_PATH=/tmp/model.gguf
-python3 -c "from libs.engine import native; print('native kernels:', native.available(), native.unavailable_reason())"
+python3 -c "from switchyard.libs.engine import native; print('native kernels:', native.available(), native.unavailable_reason())"
 echo "== gpu check"
 timeout 200 python3 bench/gpu_check.py --out "$OUT/gpu.md" --streams 1,32,128 2>&1 | tail -40
 echo "== cpu engine bench"

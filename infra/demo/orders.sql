@@ -1,5 +1,5 @@
 -- Demo data for the `orders` tool (the connected-app example).
--- Loaded into SQLite by libs/tools/orders.py; customers are keyed by (tenant, user).
+-- Loaded into SQLite by switchyard/libs/tools/orders.py; customers are keyed by (tenant, user).
 
 CREATE TABLE IF NOT EXISTS customers (
   id INTEGER PRIMARY KEY,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cli import keys as keys_cli
-from libs.bus import Bus, NatsServer
-from libs.store.keys import KeyStore
-from libs.telemetry import setup_tracing
-from schemas.keys import KEYS_CHANGED, KeyChanged
+from switchyard.cli import keys as keys_cli
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.store.keys import KeyStore
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas.keys import KEYS_CHANGED, KeyChanged
 
 
 async def run(*argv: str) -> int:

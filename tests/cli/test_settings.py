@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.__main__ import main as cli_main
-from cli.replay import admin_key
-from cli.settings import CliSettings
-from cli.stack import dev_key
+from switchyard.cli.__main__ import main as cli_main
+from switchyard.cli.replay import admin_key
+from switchyard.cli.settings import CliSettings
+from switchyard.cli.stack import dev_key
 
 
 def test_settings_read_the_documented_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

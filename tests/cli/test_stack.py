@@ -1,5 +1,5 @@
 """Supervision against real processes: a small stack (nats-server and the logger, the quickest service to
-start) whose service is killed, and `python -m cli run` stopped by a signal."""
+start) whose service is killed, and `python -m switchyard.cli run` stopped by a signal."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from cli.stack import Stack
-from cli.supervise import Backoff, pid_alive, read_status
+from switchyard.cli.stack import Stack
+from switchyard.cli.supervise import Backoff, pid_alive, read_status
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def _run_cli(data_dir: Path, services: str, ignore_sigint: bool) -> tuple[subpro
     env = {**os.environ, "SWITCHYARD_DATA_DIR": str(data_dir)}
     env.pop("NATS_URL", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "run", "--services", services],
+        [sys.executable, "-m", "switchyard.cli", "run", "--services", services],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 
-from cli.supervise import Backoff, StopLatch, describe_exit
+from switchyard.cli.supervise import Backoff, StopLatch, describe_exit
 
 
 def test_delay_doubles_up_to_the_cap() -> None:

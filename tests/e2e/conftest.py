@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.sse import Event, events
 
 

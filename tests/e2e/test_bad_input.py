@@ -8,9 +8,9 @@ import uuid
 
 import httpx
 
-from cli.keys import main as keys_main
-from cli.stack import Stack
-from libs.store.db import database_url
+from switchyard.cli.keys import main as keys_main
+from switchyard.cli.stack import Stack
+from switchyard.libs.store.db import database_url
 from tests.e2e.conftest import chat
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 
 playwright = pytest.importorskip("playwright.sync_api")
 

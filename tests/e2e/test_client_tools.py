@@ -7,7 +7,7 @@ import json
 import httpx
 from openai import OpenAI
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 
 WEATHER = {
     "type": "function",

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.warm import warm
 

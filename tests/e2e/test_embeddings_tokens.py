@@ -15,7 +15,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.conftest import chat
 
 

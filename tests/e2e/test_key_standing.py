@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.stack import Stack
-from libs.store.db import database_url
-from libs.store.keys import KeyStore
+from switchyard.cli.stack import Stack
+from switchyard.libs.store.db import database_url
+from switchyard.libs.store.keys import KeyStore
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.test_console import ARGS, ARTIFACTS, CHROMIUM, Page, _goto, sync_api
 from tests.e2e.warm import warm

@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from cli.stack import Stack
-from libs.bus.embedded import free_port
+from switchyard.cli.stack import Stack
+from switchyard.libs.bus.embedded import free_port
 from tests.e2e.warm import warm
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -3,7 +3,7 @@ own, through the whole pipeline with the official OpenAI SDK: the model list, le
 (streamed and not, n, stop, echo, logprobs) against both, aliases, a chat to the base model refused, and a
 configured fallback recorded in the request's record.
 
-The Gemma pool runs the engine kind its registry entry names (libs/models/registry.py): the native engine,
+The Gemma pool runs the engine kind its registry entry names (switchyard/libs/models/registry.py): the native engine,
 on Gemma's own GGUF, so its text is Gemma's (a greedy completion is llama.cpp's)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
-from cli.health import wait_pools_live
-from cli.stack import Stack
-from libs.models import GEMMA_MODEL_NAME, ModelRegistry
-from libs.tokenizer.paths import DEFAULT_MODEL_NAME
+from switchyard.cli.health import wait_pools_live
+from switchyard.cli.stack import Stack
+from switchyard.libs.models import GEMMA_MODEL_NAME, ModelRegistry
+from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME
 from tests.e2e.conftest import admin_record
 
 pytestmark = pytest.mark.e2e

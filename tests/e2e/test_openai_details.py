@@ -8,7 +8,7 @@ import json
 
 from openai import OpenAI
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 
 MODEL = "SmolLM2-135M-Instruct"
 STORY = [{"role": "user", "content": "Tell me a short story about a lighthouse keeper."}]

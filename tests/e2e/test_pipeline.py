@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.sse import events
 

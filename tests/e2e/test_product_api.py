@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from cli.stack import Stack
-from libs.store.db import database_url
-from libs.store.keys import KeyStore
+from switchyard.cli.stack import Stack
+from switchyard.libs.store.db import database_url
+from switchyard.libs.store.keys import KeyStore
 from tests.e2e.conftest import admin_record, chat
 
 

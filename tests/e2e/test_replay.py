@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.warm import warm
 
@@ -97,7 +97,12 @@ def test_pipeline_replay_leaves_the_conversation_unchanged(client: httpx.Client,
 def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SWITCHYARD_URL": stack.url, "SWITCHYARD_ADMIN_KEY": stack.admin_key}
     return subprocess.run(
-        [sys.executable, "-m", "cli", *args], env=env, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-m", "switchyard.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import httpx
 
-from cli.stack import Stack
-from libs.bus.headers import now_ms
-from schemas import Heartbeat
-from services.router.replicas import rendezvous, sticky_key
+from switchyard.cli.stack import Stack
+from switchyard.libs.bus.headers import now_ms
+from switchyard.schemas import Heartbeat
+from switchyard.services.router.replicas import rendezvous, sticky_key
 from tests.e2e.conftest import admin_record, chat
 
 

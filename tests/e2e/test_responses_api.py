@@ -14,9 +14,9 @@ import pytest
 from openai import OpenAI
 from openai.types.responses import Response
 
-from cli.keys import main as keys_main
-from cli.stack import Stack
-from libs.store.db import database_url
+from switchyard.cli.keys import main as keys_main
+from switchyard.cli.stack import Stack
+from switchyard.libs.store.db import database_url
 from tests.e2e.conftest import admin_record
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -25,12 +25,12 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.stack import SERVICES, Stack
-from libs.bus import Bus, BusError
-from libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
-from libs.bus.embedded import free_port
-from libs.telemetry import setup_tracing
-from schemas import HealthReply, HealthRequest, subjects
+from switchyard.cli.stack import SERVICES, Stack
+from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
+from switchyard.libs.bus.embedded import free_port
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import HealthReply, HealthRequest, subjects
 from tests.e2e.sse import Event, events
 
 pytestmark = pytest.mark.e2e

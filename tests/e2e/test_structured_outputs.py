@@ -13,7 +13,7 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel, ConfigDict
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 
 MODEL = "SmolLM2-135M-Instruct"
 

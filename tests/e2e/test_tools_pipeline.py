@@ -6,7 +6,7 @@ import uuid
 
 import httpx
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.stack import Stack
-from libs.bus.embedded import free_port
-from libs.tokenizer.paths import DEFAULT_MODEL_NAME
+from switchyard.cli.stack import Stack
+from switchyard.libs.bus.embedded import free_port
+from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME
 from tests.e2e.conftest import chat
 from tests.e2e.test_replicas import route_of
 from tests.engine.test_vllm_venv import REQUIRED, vllm_python
@@ -62,7 +62,9 @@ def vllm_replica(stack: Stack):
         "SWITCHYARD_VLLM_ENFORCE_EAGER": "1",
     }
     log = open(stack.data_dir / "logs" / f"inference-{REPLICA}.log", "ab")  # the child keeps its own copy
-    proc = subprocess.Popen([str(python), "-m", "services.inference"], env=env, cwd=ROOT, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [str(python), "-m", "switchyard.services.inference"], env=env, cwd=ROOT, stdout=log, stderr=log
+    )
     log.close()
     try:
         yield proc

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from libs.embeddings import MAX_TOKENS, get_embedder, model_dir
+from switchyard.libs.embeddings import MAX_TOKENS, get_embedder, model_dir
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from libs.embeddings.batcher import PassBatcher
+from switchyard.libs.embeddings.batcher import PassBatcher
 
 
 class Recorder:

@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from libs.engine.engine import NativeEngine
-from libs.engine.model import LlamaModel
-from libs.engine.types import EngineConfig
-from libs.engine.weights import LlamaConfig, load_weights, read_gguf
-from libs.tokenizer import default_model_path, load_tokenizer
+from switchyard.libs.engine.engine import NativeEngine
+from switchyard.libs.engine.model import LlamaModel
+from switchyard.libs.engine.types import EngineConfig
+from switchyard.libs.engine.weights import LlamaConfig, load_weights, read_gguf
+from switchyard.libs.tokenizer import default_model_path, load_tokenizer
 
 CACHE_DIR = os.path.join("var", "cache", "engine")
 

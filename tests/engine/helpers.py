@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from libs.engine.engine import NativeEngine
-from libs.engine.request import Request
-from libs.engine.types import SamplingParams
+from switchyard.libs.engine.engine import NativeEngine
+from switchyard.libs.engine.request import Request
+from switchyard.libs.engine.types import SamplingParams
 
 
 def make_request(rid: str, prompt: list[int], max_tokens: int = 8, eos: set[int] | None = None, **kw) -> Request:

@@ -1,6 +1,6 @@
 import pytest
 
-from libs.engine.block_pool import BlockPool, NoFreeBlocksError, block_hashes_for, hash_block
+from switchyard.libs.engine.block_pool import BlockPool, NoFreeBlocksError, block_hashes_for, hash_block
 
 
 def test_allocate_and_exhaust():

@@ -1,4 +1,4 @@
-"""The decode stack (libs/engine/native/decode_stack.cpp): every layer of an all-decode step in one
+"""The decode stack (switchyard/libs/engine/native/decode_stack.cpp): every layer of an all-decode step in one
 native call, with the same bits as the Python loop over the same native ops."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from libs.engine import native
-from libs.engine.model import AttnBatch, KVCache, LlamaModel
-from libs.engine.weights import load_weights
+from switchyard.libs.engine import native
+from switchyard.libs.engine.model import AttnBatch, KVCache, LlamaModel
+from switchyard.libs.engine.weights import load_weights
 from tests.engine.conftest import CACHE_DIR
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")

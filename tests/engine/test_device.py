@@ -7,9 +7,9 @@ makes an operation fail with a device mismatch, which is the bug a GPU run would
 import pytest
 import torch
 
-from libs.engine.engine import EngineDeviceError, NativeEngine
-from libs.engine.model import AttnBatch, KVCache, PrefillSpan, prefill_mask
-from libs.engine.types import EngineConfig
+from switchyard.libs.engine.engine import EngineDeviceError, NativeEngine
+from switchyard.libs.engine.model import AttnBatch, KVCache, PrefillSpan, prefill_mask
+from switchyard.libs.engine.types import EngineConfig
 from tests.engine.conftest import tiny_model
 
 

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
-from libs.engine.engine import NativeEngine
-from libs.engine.request import TextStream
+from switchyard.libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
+from switchyard.libs.engine.engine import NativeEngine
+from switchyard.libs.engine.request import TextStream
 from tests.engine.conftest import make_engine, tiny_model
 
 
@@ -129,7 +129,7 @@ def test_package_import_is_cheap():
     import subprocess
     import sys
 
-    code = "import sys, libs.engine; assert 'torch' not in sys.modules, 'torch imported eagerly'"
+    code = "import sys, switchyard.libs.engine; assert 'torch' not in sys.modules, 'torch imported eagerly'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
 
 

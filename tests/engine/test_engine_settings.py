@@ -5,8 +5,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from libs.engine import EngineConfig, EngineSettings
-from libs.engine.engine import engine_threads
+from switchyard.libs.engine import EngineConfig, EngineSettings
+from switchyard.libs.engine.engine import engine_threads
 
 
 def test_the_environment_fills_what_the_config_leaves_unset(monkeypatch):

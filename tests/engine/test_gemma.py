@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from libs.engine.formats import format_of
-from libs.engine.kernels import BlockWeight, linear, pack_blocks
-from libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan, prefill_mask
-from libs.engine.weights import load_weights
+from switchyard.libs.engine.formats import format_of
+from switchyard.libs.engine.kernels import BlockWeight, linear, pack_blocks
+from switchyard.libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan, prefill_mask
+from switchyard.libs.engine.weights import load_weights
 from tests.engine.conftest import CACHE_DIR, make_engine
 from tests.engine.helpers import drive, make_request
 

@@ -10,8 +10,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from libs.engine import Constraint, SamplingParams
-from libs.engine.grammar import ConstraintError, Grammars
+from switchyard.libs.engine import Constraint, SamplingParams
+from switchyard.libs.engine.grammar import ConstraintError, Grammars
 from tests.engine.conftest import make_engine
 from tests.engine.helpers import drive, make_request
 
@@ -141,8 +141,8 @@ def test_a_sentencepiece_vocabulary_takes_its_own_grammar_kind() -> None:
     its tokens for a schema-valid answer are all accepted, and the answer's end with them."""
     import xgrammar as xgr
 
-    from libs.engine.grammar import tokenizer_info
-    from libs.tokenizer import load_tokenizer
+    from switchyard.libs.engine.grammar import tokenizer_info
+    from switchyard.libs.tokenizer import load_tokenizer
     from tests.tokenizer.models import gemma3_path
 
     try:

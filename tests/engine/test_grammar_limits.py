@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from libs.constraints import GrammarLimits
-from libs.engine import Constraint, SamplingParams
-from libs.engine.grammar import ConstraintError, Grammars
+from switchyard.libs.constraints import GrammarLimits
+from switchyard.libs.engine import Constraint, SamplingParams
+from switchyard.libs.engine.grammar import ConstraintError, Grammars
 from tests.engine.conftest import make_engine
 
 LIMITS = GrammarLimits.model_construct()

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from libs.engine import Constraint, SamplingParams
+from switchyard.libs.engine import Constraint, SamplingParams
 from tests.engine.conftest import make_engine
 
 WEATHER = {

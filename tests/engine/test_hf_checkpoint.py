@@ -1,12 +1,12 @@
-"""`python -m cli export-hf DIR`: a Hugging Face checkpoint of the served GGUF, offline, readable as ours."""
+"""`python -m switchyard.cli export-hf DIR`: a Hugging Face checkpoint of the served GGUF, offline, readable as ours."""
 
 import json
 
 import pytest
 import torch
 
-from cli.__main__ import main as cli_main
-from libs.engine.weights import load_weights
+from switchyard.cli.__main__ import main as cli_main
+from switchyard.libs.engine.weights import load_weights
 from tests.engine.conftest import CACHE_DIR
 
 pytestmark = pytest.mark.slow

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from libs.engine import SamplingParams
-from libs.engine.kernels import (
+from switchyard.libs.engine import SamplingParams
+from switchyard.libs.engine.kernels import (
     DualWeight,
     RowInvariance,
     linear,
@@ -15,8 +15,8 @@ from libs.engine.kernels import (
     row_invariance,
     tiled,
 )
-from libs.engine.model import AttnBatch, LlamaModel, PrefillSpan, prefill_mask
-from libs.engine.weights import convert, load_weights, read_gguf
+from switchyard.libs.engine.model import AttnBatch, LlamaModel, PrefillSpan, prefill_mask
+from switchyard.libs.engine.weights import convert, load_weights, read_gguf
 from tests.engine.conftest import CACHE_DIR, make_engine
 from tests.engine.helpers import drive, make_request
 

@@ -4,8 +4,8 @@ The tests play the scheduler's part: they write `num_computed` after each chunk 
 
 import copy
 
-from libs.engine.block_pool import BlockPool
-from libs.engine.kv_cache_manager import KVCacheManager
+from switchyard.libs.engine.block_pool import BlockPool
+from switchyard.libs.engine.kv_cache_manager import KVCacheManager
 from tests.engine.helpers import make_request
 
 

@@ -5,8 +5,8 @@ import os
 import pytest
 import torch
 
-from libs.engine.model import KVCache
-from libs.engine.weights import LlamaConfig
+from switchyard.libs.engine.model import KVCache
+from switchyard.libs.engine.weights import LlamaConfig
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's /proc/self/smaps")
 

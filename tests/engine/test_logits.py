@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from libs.engine.logits import adjust_row, bad_bias_token
-from libs.engine.types import SamplingParams
+from switchyard.libs.engine.logits import adjust_row, bad_bias_token
+from switchyard.libs.engine.types import SamplingParams
 from tests.engine.conftest import make_engine
 from tests.engine.helpers import drive, make_request
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import torch
 
-from libs.engine import SamplingParams
+from switchyard.libs.engine import SamplingParams
 from tests.engine.conftest import make_engine
 
 pytestmark = pytest.mark.slow

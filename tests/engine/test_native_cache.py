@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from libs.engine import native
-from libs.engine.kernels import BlockWeight
-from libs.engine.model import KVCache, LlamaModel
-from libs.engine.weights import convert, load_weights, pack_native, read_gguf
+from switchyard.libs.engine import native
+from switchyard.libs.engine.kernels import BlockWeight
+from switchyard.libs.engine.model import KVCache, LlamaModel
+from switchyard.libs.engine.weights import convert, load_weights, pack_native, read_gguf
 from tests.engine.test_decode_stack import _decodes, _filled_cache
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")

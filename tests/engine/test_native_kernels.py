@@ -1,4 +1,4 @@
-"""The native kernels (libs/engine/native) against torch references, their batch invariance, and
+"""The native kernels (switchyard/libs/engine/native) against torch references, their batch invariance, and
 the engine's greedy tokens with them.
 
 Tolerances: against the product of the *quantized* activations with the weights' exact values
@@ -14,10 +14,10 @@ import asyncio
 import pytest
 import torch
 
-from libs.engine import SamplingParams, native
-from libs.engine.kernels import BlockWeight, Calibration, linear, pack_blocks, quantize_q8_0
-from libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan, prefill_mask
-from libs.engine.weights import convert, load_weights, read_gguf
+from switchyard.libs.engine import SamplingParams, native
+from switchyard.libs.engine.kernels import BlockWeight, Calibration, linear, pack_blocks, quantize_q8_0
+from switchyard.libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan, prefill_mask
+from switchyard.libs.engine.weights import convert, load_weights, read_gguf
 from tests.engine.conftest import CACHE_DIR, make_engine
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")

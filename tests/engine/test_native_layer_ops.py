@@ -1,4 +1,4 @@
-"""The native layer ops (libs/engine/native/layer_ops.cpp) against the torch code they replace, the
+"""The native layer ops (switchyard/libs/engine/native/layer_ops.cpp) against the torch code they replace, the
 row independence of each, and the VNNI products giving the AVX2 products' bits.
 
 Tolerances: the ops compute in fp32 like the torch path, in another summation order; 1e-5 relative
@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from libs.engine import native
-from libs.engine.kernels import block_mm, pack_blocks
-from libs.engine.model import AttnBatch, LlamaModel
+from switchyard.libs.engine import native
+from switchyard.libs.engine.kernels import block_mm, pack_blocks
+from switchyard.libs.engine.model import AttnBatch, LlamaModel
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.unavailable_reason()}")
 

@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from libs.engine.sampler import filtered, sample
-from libs.engine.types import SamplingParams
+from switchyard.libs.engine.sampler import filtered, sample
+from switchyard.libs.engine.types import SamplingParams
 from tests.engine.conftest import make_engine
 from tests.engine.helpers import drive, make_request
 

@@ -2,7 +2,7 @@
 
 import random
 
-from libs.engine.block_pool import block_hashes_for
+from switchyard.libs.engine.block_pool import block_hashes_for
 from tests.engine.conftest import make_engine
 from tests.engine.helpers import drive, make_request
 

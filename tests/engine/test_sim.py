@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
-from libs.engine.sim import SimEngine, SimTiming
+from switchyard.libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
+from switchyard.libs.engine.sim import SimEngine, SimTiming
 
 
 def sim(tpot_ms: float = 1.0, ttft_ms: float = 2.0) -> SimEngine:

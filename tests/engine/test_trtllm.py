@@ -8,13 +8,13 @@ import threading
 
 import pytest
 
-from libs.engine import EngineConfig, SamplingParams, create_engine
-from libs.engine.trtllm import kv_cache_max_tokens
-from libs.engine.types import Constraint
+from switchyard.libs.engine import EngineConfig, SamplingParams, create_engine
+from switchyard.libs.engine.trtllm import kv_cache_max_tokens
+from switchyard.libs.engine.types import Constraint
 from tests.engine.fake_tensorrt_llm import LLM, GuidedDecodingParams, KvCacheConfig, install
 from tests.engine.fake_tensorrt_llm import SamplingParams as TrtSamplingParams
 
-# SmolLM2-135M's shape, as `python -m cli export-hf` writes it.
+# SmolLM2-135M's shape, as `python -m switchyard.cli export-hf` writes it.
 HF_CONFIG = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
 KV_BYTES_PER_TOKEN = 2 * 30 * 3 * 64 * 2
 

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from libs.engine import EngineConfig, SamplingParams, create_engine
-from libs.engine.types import Constraint
+from switchyard.libs.engine import EngineConfig, SamplingParams, create_engine
+from switchyard.libs.engine.types import Constraint
 
 pytestmark = pytest.mark.vllm
 
@@ -24,7 +24,7 @@ if os.environ.get("SWITCHYARD_TEST_VLLM_INNER") != "1":
 else:
     import vllm  # noqa: F401  (required here: an ImportError fails the run)
 
-from libs.engine.vllm_engine import VllmEngineConfig  # noqa: E402
+from switchyard.libs.engine.vllm_engine import VllmEngineConfig  # noqa: E402
 
 # The HF checkpoint written from our GGUF is cached outside the checkout when the launcher says where.
 CACHE_DIR = os.environ.get("SWITCHYARD_TEST_VLLM_CACHE") or os.path.join("var", "cache", "engine")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from libs.engine import EngineConfig, create_engine
-from libs.engine.vllm_engine import VllmEngine, VllmEngineConfig, hf_checkpoint_dir
-from services.inference.settings import InferenceSettings
+from switchyard.libs.engine import EngineConfig, create_engine
+from switchyard.libs.engine.vllm_engine import VllmEngine, VllmEngineConfig, hf_checkpoint_dir
+from switchyard.services.inference.settings import InferenceSettings
 
 
 def test_the_service_settings_build_a_vllm_config(monkeypatch, tmp_path):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from libs.safety import BLOCK, InputGuard, StreamGuard, worst_action
-from libs.safety.taxonomy import HARM_CATEGORIES
+from switchyard.libs.safety import BLOCK, InputGuard, StreamGuard, worst_action
+from switchyard.libs.safety.taxonomy import HARM_CATEGORIES
 from training.safety.eval import answer_set, stream_answer, streamed, token_pieces
 
 # One answer per domain of the answer-side evaluation, in the shape the model writes them: the

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from libs.safety.batcher import ScoreBatcher
-from libs.safety.guard import InputGuard, shared_classifier
+from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.safety.guard import InputGuard, shared_classifier
 
 TEXTS = [
     "How long should I boil an egg?",

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from libs.embeddings import Embedder, get_embedder
-from libs.safety.classifier import SECONDARY_SHARE, WEIGHTS_PATH, EmbeddingClassifier, harm_scores, softmax
+from switchyard.libs.embeddings import Embedder, get_embedder
+from switchyard.libs.safety.classifier import SECONDARY_SHARE, WEIGHTS_PATH, EmbeddingClassifier, harm_scores, softmax
 
 TEXTS = ["How do I return a damaged item for a refund?", "short", "What is the boiling point of water?"]
 

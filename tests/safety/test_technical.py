@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from libs.safety.technical import technical
+from switchyard.libs.safety.technical import technical
 
 
 @pytest.mark.parametrize(

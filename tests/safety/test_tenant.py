@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from libs.safety import ALL_CATEGORIES, BLOCK, FLAG, S1, S6, S14, SECRETS, InputGuard, SafetyPolicy
-from libs.safety.tenant import TenantGuards, tenant_policy
-from schemas import TenantSafety
+from switchyard.libs.safety import ALL_CATEGORIES, BLOCK, FLAG, S1, S6, S14, SECRETS, InputGuard, SafetyPolicy
+from switchyard.libs.safety.tenant import TenantGuards, tenant_policy
+from switchyard.schemas import TenantSafety
 
 OPENAI_KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
 

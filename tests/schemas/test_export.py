@@ -1,9 +1,9 @@
-from schemas import ErrorCode, ErrorInfo, http_status
-from schemas.export import main, rendered
+from switchyard.schemas import ErrorCode, ErrorInfo, http_status
+from switchyard.schemas.export import main, rendered
 
 
 def test_json_schema_export_is_fresh() -> None:
-    assert main(["--check"]) == 0, "run `python -m schemas.export` and commit schemas/json"
+    assert main(["--check"]) == 0, "run `python -m switchyard.schemas.export` and commit switchyard/schemas/json"
 
 
 def test_export_covers_every_model() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import ChatEvent, RawChunk, TokenLogprob, Usage
-from schemas.frames import FrameError, RawFrame, decode_event, decode_raw, encode_raw, encode_text
+from switchyard.schemas import ChatEvent, RawChunk, TokenLogprob, Usage
+from switchyard.schemas.frames import FrameError, RawFrame, decode_event, decode_raw, encode_raw, encode_text
 
 
 def test_raw_frames_round_trip_and_the_end_is_a_chunk() -> None:

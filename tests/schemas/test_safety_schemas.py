@@ -7,8 +7,8 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from libs.safety import ALL_CATEGORIES
-from schemas import SafetyCategory, TenantSafety, ThresholdOverride, Work
+from switchyard.libs.safety import ALL_CATEGORIES
+from switchyard.schemas import SafetyCategory, TenantSafety, ThresholdOverride, Work
 
 
 def test_categories_match_the_taxonomy() -> None:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from schemas import subjects
+from switchyard.schemas import subjects
 
 BAD = [">", "*", ".", "a.b", "a*", "a>", "a b", "a\tb", "a\nb", "a\rb", "", "a\x00b", "x" * 257]
 

@@ -3,7 +3,7 @@
 A 1,000-token answer with 20 alternatives a token carries about 1.3 MB of log probabilities in the
 message that ends its stream (inference → safety_out) and in its `done` event (safety_out → gateway):
 both went over the server's 1 MiB and the answer was lost (503 after every token was made). They now
-travel as parts (libs/bus/parts.py). One answer is enough to cross the limit; `n` only multiplies it.
+travel as parts (switchyard/libs/bus/parts.py). One answer is enough to cross the limit; `n` only multiplies it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 
 MODEL = "SmolLM2-135M-Instruct"
 USER = [{"role": "user", "content": "Answer briefly."}]

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.security.conftest import assert_error, assert_healthy
 
 MODEL = "SmolLM2-135M-Instruct"

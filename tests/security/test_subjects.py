@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 
-from cli.stack import Stack
+from switchyard.cli.stack import Stack
 from tests.security.conftest import assert_error, assert_healthy
 
 # Raw path segments, sent as written (httpx would resolve `.` itself): wildcards, separators, whitespace,

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
-from libs.tokenizer.paths import default_model_path
+from switchyard.libs.tokenizer.gguf_meta import TokenizerMeta, load_tokenizer_meta
+from switchyard.libs.tokenizer.paths import default_model_path
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "corpus.json"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from libs.tokenizer import IncrementalDecoder, Tokenizer
-from libs.tokenizer.backends import SPACE
+from switchyard.libs.tokenizer import IncrementalDecoder, Tokenizer
+from switchyard.libs.tokenizer.backends import SPACE
 from tests.tokenizer.make_refs import corpus_digest, llama_detokenize
 from tests.tokenizer.models import CASES, case_meta, load_corpus, refs_path, write_variant
 
@@ -127,7 +127,7 @@ def test_gemma_specifics():
 @pytest.mark.parametrize("key", REAL)
 def test_the_cached_pipeline_tokenizes_as_the_built_one(key, corpus, tmp_path: Path):
     """load_tokenizer keeps the built pipeline on disk; the copy read back is the same tokenizer."""
-    from libs.tokenizer.backends import load_backend
+    from switchyard.libs.tokenizer.backends import load_backend
 
     meta = case_meta(key)
     cache = str(tmp_path / "pipeline.json")

@@ -6,8 +6,15 @@ from __future__ import annotations
 import pytest
 from jinja2.exceptions import SecurityError
 
-from libs.tokenizer import TemplateError, Tokenizer, load_tokenizer, model_template, render_prompt, tool_section
-from libs.tokenizer.template import FALLBACK_TEMPLATES
+from switchyard.libs.tokenizer import (
+    TemplateError,
+    Tokenizer,
+    load_tokenizer,
+    model_template,
+    render_prompt,
+    tool_section,
+)
+from switchyard.libs.tokenizer.template import FALLBACK_TEMPLATES
 from tests.tokenizer.models import gemma3_path
 
 TOOLS = [

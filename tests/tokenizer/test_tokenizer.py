@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from libs.tokenizer import IncrementalDecoder, default_model_path, load_tokenizer
+from switchyard.libs.tokenizer import IncrementalDecoder, default_model_path, load_tokenizer
 
 SAMPLES = [
     "Hello world",
@@ -94,12 +94,12 @@ def test_incremental_decoder_never_emits_broken_utf8(tok):
 
 
 def test_no_torch_import():
-    code = "import sys, libs.tokenizer as t; t.load_tokenizer(); assert 'torch' not in sys.modules"
+    code = "import sys, switchyard.libs.tokenizer as t; t.load_tokenizer(); assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.getcwd())
 
 
 def test_metadata_cache_roundtrip(tmp_path):
-    from libs.tokenizer.gguf_meta import load_tokenizer_meta, read_tokenizer_meta
+    from switchyard.libs.tokenizer.gguf_meta import load_tokenizer_meta, read_tokenizer_meta
 
     path = default_model_path()
     fresh = read_tokenizer_meta(path)

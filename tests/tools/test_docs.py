@@ -1,6 +1,6 @@
-from libs.tools import FileDoc, ToolCall, ToolContext, ToolRunner, ToolSettings
-from libs.tools.docs import DocsTool, load_policies
-from libs.tools.search import BM25, chunk_text, rrf, tokenize
+from switchyard.libs.tools import FileDoc, ToolCall, ToolContext, ToolRunner, ToolSettings
+from switchyard.libs.tools.docs import DocsTool, load_policies
+from switchyard.libs.tools.search import BM25, chunk_text, rrf, tokenize
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 KEYWORDS_ONLY = ToolSettings(docs_use_embeddings=False)

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
+from switchyard.libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
 
 DEV = ToolContext(tenant="default", user="dev", rid="r1")
 

@@ -1,7 +1,7 @@
 import pytest
 
-from libs.tools import FileDoc, ToolContext, ToolPlanner, ToolSettings
-from libs.tools.planner import with_visible_result
+from switchyard.libs.tools import FileDoc, ToolContext, ToolPlanner, ToolSettings
+from switchyard.libs.tools.planner import with_visible_result
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 

@@ -1,9 +1,9 @@
 import asyncio
 from typing import Any
 
-from libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings, results_to_prompt
-from libs.tools.base import ToolOutput
-from libs.tools.types import ToolResult
+from switchyard.libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings, results_to_prompt
+from switchyard.libs.tools.base import ToolOutput
+from switchyard.libs.tools.types import ToolResult
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 
@@ -69,7 +69,7 @@ def test_results_to_prompt_marks_untrusted_data():
 
 
 async def test_planted_instructions_flow_through_as_data_only():
-    from libs.tools import FileDoc, ToolPlanner
+    from switchyard.libs.tools import FileDoc, ToolPlanner
 
     evil = FileDoc(
         "f1",

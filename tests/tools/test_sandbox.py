@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
-from libs.tools.base import ToolError
-from libs.tools.sandbox import CodeTool, Sandbox
-from libs.tools.settings import REPO_ROOT
+from switchyard.libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
+from switchyard.libs.tools.base import ToolError
+from switchyard.libs.tools.sandbox import CodeTool, Sandbox
+from switchyard.libs.tools.settings import REPO_ROOT
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 TIGHT: dict[str, Any] = dict(

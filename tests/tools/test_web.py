@@ -6,8 +6,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
-from libs.tools.web import LocalIndexProvider, WebTool
+from switchyard.libs.tools import ToolCall, ToolContext, ToolRunner, ToolSettings
+from switchyard.libs.tools.web import LocalIndexProvider, WebTool
 from tests.http_server import serve_http
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")

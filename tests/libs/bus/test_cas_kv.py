@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from libs.bus import Bus, NatsServer
-from libs.bus.kv import CasKV
-from libs.telemetry import setup_tracing
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.bus.kv import CasKV
+from switchyard.libs.telemetry import setup_tracing
 
 
 async def _bus(server: NatsServer, name: str) -> Bus:

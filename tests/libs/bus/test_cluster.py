@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from libs.bus import Bus
-from libs.bus import cluster as cluster_module
-from libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
-from libs.telemetry import setup_tracing
-from schemas import subjects
+from switchyard.libs.bus import Bus
+from switchyard.libs.bus import cluster as cluster_module
+from switchyard.libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import subjects
 
 
 class Note(BaseModel):

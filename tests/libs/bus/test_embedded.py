@@ -6,7 +6,7 @@ import json
 import socket
 from pathlib import Path
 
-from libs.bus.embedded import start_nats_server
+from switchyard.libs.bus.embedded import start_nats_server
 
 
 def test_the_server_reports_the_port_it_bound(tmp_path: Path) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from libs.bus import Bus, Liveness, NatsServer
-from libs.bus.bus import MsgContext, _current
-from libs.telemetry import setup_tracing
-from schemas import HealthReply, HealthRequest, subjects
+from switchyard.libs.bus import Bus, Liveness, NatsServer
+from switchyard.libs.bus.bus import MsgContext, _current
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import HealthReply, HealthRequest, subjects
 
 
 async def test_a_gone_holder_is_reported_and_a_live_one_is_not(nats_server: NatsServer) -> None:

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from libs.bus import Bus, NatsServer
-from libs.bus.parts import MAX_PARTS, Joiner, split
-from libs.telemetry import setup_tracing
-from schemas import ChatEvent, TokenLogprob, TopLogprob, Usage, subjects
-from schemas.frames import decode_event
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.bus.parts import MAX_PARTS, Joiner, split
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import ChatEvent, TokenLogprob, TopLogprob, Usage, subjects
+from switchyard.schemas.frames import decode_event
 
 
 def big_done(rid: str, tokens: int = 1000, top: int = 20) -> ChatEvent:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from libs.constraints import (
+from switchyard.libs.constraints import (
     GrammarLimitError,
     GrammarLimits,
     check_choices,

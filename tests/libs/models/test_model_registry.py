@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from cli.settings import CliSettings
-from libs.models import GEMMA_MODEL_NAME, ModelCard, ModelRegistry, ensure_model_file
-from libs.tokenizer.paths import DEFAULT_MODEL_NAME
-from services.inference.settings import InferenceSettings
+from switchyard.cli.settings import CliSettings
+from switchyard.libs.models import GEMMA_MODEL_NAME, ModelCard, ModelRegistry, ensure_model_file
+from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME
+from switchyard.services.inference.settings import InferenceSettings
 
 
 def test_names_and_aliases_resolve_and_capabilities_follow_the_chat_template() -> None:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.db import make_engine
+from switchyard.libs.store.db import make_engine
 
 PG_URL = os.environ.get("SWITCHYARD_TEST_POSTGRES_URL")
 

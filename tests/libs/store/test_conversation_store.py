@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.conversations import ConversationStore, title_from
-from schemas import Turn, Usage
+from switchyard.libs.store.conversations import ConversationStore, title_from
+from switchyard.schemas import Turn, Usage
 
 
 def _turn(rid: str, q: str, a: str, status: str = "complete", ms: int = 0) -> Turn:
@@ -135,8 +135,8 @@ def test_title_from_answer() -> None:
 async def test_turns_keep_tool_steps_and_thinking_and_older_tables_gain_the_columns(engine: AsyncEngine) -> None:
     from sqlalchemy import Index, MetaData, Table, insert
 
-    from libs.store.conversations import conversations, turns
-    from schemas import ToolEvent
+    from switchyard.libs.store.conversations import conversations, turns
+    from switchyard.schemas import ToolEvent
 
     # The tables as an older version created them (chat ids were the conversations' keys, one
     # namespace for all tenants), holding one turn.

@@ -10,11 +10,11 @@ from pydantic import ValidationError
 from sqlalchemy import Boolean, Column, Integer, MetaData, String, Table, insert, inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.key_admin import KeyUpdate, NewKey, create_key, revoke_key, rotate_key, update_key
-from libs.store.keys import KeyStore
-from libs.store.records import RecordStore, requests
-from schemas import GatewayPart, SafetyOutPart, StageRecord, Usage
-from schemas.keys import KeyUsageQuery
+from switchyard.libs.store.key_admin import KeyUpdate, NewKey, create_key, revoke_key, rotate_key, update_key
+from switchyard.libs.store.keys import KeyStore
+from switchyard.libs.store.records import RecordStore, requests
+from switchyard.schemas import GatewayPart, SafetyOutPart, StageRecord, Usage
+from switchyard.schemas.keys import KeyUsageQuery
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z: past 2^31, as every epoch-ms is
 DAY = 24 * 3600 * 1000

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.keys import main as keys_main
-from libs.store.keys import KeyStore, hash_key
+from switchyard.cli.keys import main as keys_main
+from switchyard.libs.store.keys import KeyStore, hash_key
 
 
 async def test_keys_are_stored_hashed_and_revocable(tmp_path: Path) -> None:

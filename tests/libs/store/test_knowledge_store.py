@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.knowledge import KnowledgeStore
-from schemas import SafetyPolicyEntry, TenantSafety
+from switchyard.libs.store.knowledge import KnowledgeStore
+from switchyard.schemas import SafetyPolicyEntry, TenantSafety
 
 
 async def test_memory_per_user_and_idempotent_per_request(engine: AsyncEngine) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from libs.store.record_merge import merge_stage, summarize
-from libs.store.record_text import scrub
-from schemas import (
+from switchyard.libs.store.record_merge import merge_stage, summarize
+from switchyard.libs.store.record_text import scrub
+from switchyard.schemas import (
     ContextPart,
     InferencePart,
     RequestRecord,

@@ -7,9 +7,9 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.records import RecordStore, feedback, requests
-from libs.store.sql import now_ms
-from schemas import (
+from switchyard.libs.store.records import RecordStore, feedback, requests
+from switchyard.libs.store.sql import now_ms
+from switchyard.schemas import (
     ContextPart,
     Feedback,
     GatewayOutcome,

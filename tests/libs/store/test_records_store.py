@@ -5,8 +5,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from libs.store.records import RecordStore, merge_stage, requests, spans
-from schemas import (
+from switchyard.libs.store.records import RecordStore, merge_stage, requests, spans
+from switchyard.schemas import (
     ContextPart,
     ErrorCode,
     ErrorInfo,

@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from libs.bus import ServiceSettings
-from libs.telemetry import setup_tracing
+from switchyard.libs.bus import ServiceSettings
+from switchyard.libs.telemetry import setup_tracing
 from tests.http_server import serve_http
 
 

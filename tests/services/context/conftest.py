@@ -4,12 +4,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from libs.bus import Bus, NatsServer
-from libs.telemetry import setup_tracing
-from libs.tokenizer import Tokenizer, load_tokenizer
-from schemas import Work, WorkAccepted, subjects
-from services.context.service import setup
-from services.context.settings import ContextSettings
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
+from switchyard.schemas import Work, WorkAccepted, subjects
+from switchyard.services.context.service import setup
+from switchyard.services.context.settings import ContextSettings
 from tests.services.context.harness import Harness
 
 

@@ -6,8 +6,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
-from libs.bus import Bus
-from schemas import ChatEvent, SaveTurn, SaveTurnAck, Turn, Usage, Work, subjects
+from switchyard.libs.bus import Bus
+from switchyard.schemas import ChatEvent, SaveTurn, SaveTurnAck, Turn, Usage, Work, subjects
 
 
 @dataclass

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from pydantic import BaseModel
 
-from libs.bus import BusError
-from schemas import (
+from switchyard.libs.bus import BusError
+from switchyard.schemas import (
     ConversationList,
     ConversationListQuery,
     ConversationQuery,
@@ -36,8 +36,8 @@ from schemas import (
     TenantSafety,
     Work,
 )
-from schemas import conversations as S
-from schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
+from switchyard.schemas import conversations as S
+from switchyard.schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 from tests.services.context.harness import Harness
 
 

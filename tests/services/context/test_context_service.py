@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from libs.bus import BusError
-from schemas import (
+from switchyard.libs.bus import BusError
+from switchyard.schemas import (
     ChatEvent,
     ChatMessage,
     ConversationQuery,
@@ -29,7 +29,7 @@ from schemas import (
     Work,
     subjects,
 )
-from schemas import conversations as csubj
+from switchyard.schemas import conversations as csubj
 from tests.services.context.harness import Harness
 
 
@@ -156,7 +156,7 @@ async def test_budget_trims_history(harness: Harness) -> None:
 
 
 async def test_client_messages_without_chat(harness: Harness) -> None:
-    from schemas import ChatMessage
+    from switchyard.schemas import ChatMessage
 
     w = await harness.assemble(
         Work(

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from libs.bus import BusError
-from libs.tokenizer import Tokenizer
-from schemas import (
+from switchyard.libs.bus import BusError
+from switchyard.libs.tokenizer import Tokenizer
+from switchyard.schemas import (
     ChatMessage,
     DetokenizeQuery,
     DetokenizeReply,
@@ -23,7 +23,7 @@ from schemas import (
     Work,
     subjects,
 )
-from schemas import conversations as csubj
+from switchyard.schemas import conversations as csubj
 from tests.services.context.harness import Harness
 
 TOOL = {"name": "lookup", "description": "Look a word up", "parameters": {"type": "object", "properties": {}}}

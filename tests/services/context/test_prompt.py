@@ -4,10 +4,10 @@ import itertools
 
 import pytest
 
-from libs.tokenizer import Tokenizer
-from schemas import ChatMessage, FileInfo, MemoryItem
-from services.context.facts import fact_to_remember
-from services.context.prompt import (
+from switchyard.libs.tokenizer import Tokenizer
+from switchyard.schemas import ChatMessage, FileInfo, MemoryItem
+from switchyard.services.context.facts import fact_to_remember
+from switchyard.services.context.prompt import (
     PromptParts,
     PromptRenderer,
     PromptTooLong,
@@ -136,9 +136,9 @@ def test_a_stored_tool_turn_renders_back_byte_identical(tokenizer: Tokenizer) ->
     the user's message (the tools stage puts it there). Rendered as history in the next turn, the
     stored turn gives that block back in the same place: the model still sees what the tools
     returned, and the next prompt extends the previous one exactly (its KV blocks are reused)."""
-    from schemas import ToolEvent, Turn
-    from services.context.prompt import turns_to_history
-    from services.tools.service import with_tool_results
+    from switchyard.schemas import ToolEvent, Turn
+    from switchyard.services.context.prompt import turns_to_history
+    from switchyard.services.tools.service import with_tool_results
 
     r = PromptRenderer(tokenizer, budget=8192)
     first = r.render(PromptParts(user_text="where is order 42?", history=[], instructions="Be brief."), 128)
@@ -170,10 +170,10 @@ def test_prompts_follow_the_models_template_and_stay_prefix_stable() -> None:
     """Gemma 3 base (no template in its file: the "gemma" fallback) through the same renderer: its own
     turn format, tools in its system text, and turn N+1 still extends turn N plus its answer, tool
     turns included."""
-    from libs.tokenizer import load_tokenizer
-    from schemas import ToolEvent, Turn
-    from services.context.prompt import turns_to_history
-    from services.tools.service import with_tool_results
+    from switchyard.libs.tokenizer import load_tokenizer
+    from switchyard.schemas import ToolEvent, Turn
+    from switchyard.services.context.prompt import turns_to_history
+    from switchyard.services.tools.service import with_tool_results
     from tests.tokenizer.models import gemma3_path
 
     try:

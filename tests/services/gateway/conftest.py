@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from libs.bus import NatsServer
-from schemas import subjects
+from switchyard.libs.bus import NatsServer
+from switchyard.schemas import subjects
 from tests.services.gateway.harness import Gateway, Responder, connect, gateway
 
 

@@ -18,11 +18,11 @@ import uvicorn
 from fastapi import FastAPI
 from opentelemetry import trace
 
-from libs.bus import Bus, BusError, NatsServer
-from libs.bus.embedded import free_port
-from libs.store.keys import KeyStore
-from libs.telemetry import setup_tracing
-from schemas import (
+from switchyard.libs.bus import Bus, BusError, NatsServer
+from switchyard.libs.bus.embedded import free_port
+from switchyard.libs.store.keys import KeyStore
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import (
     CancelNotice,
     ChatEvent,
     ConversationQuery,
@@ -41,9 +41,9 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
-from services.gateway.app import create_app
-from services.gateway.resume import ensure_events_stream
-from services.gateway.settings import GatewaySettings, TierLimits
+from switchyard.services.gateway.app import create_app
+from switchyard.services.gateway.resume import ensure_events_stream
+from switchyard.services.gateway.settings import GatewaySettings, TierLimits
 
 USAGE = Usage(prompt_tokens=42, cached_tokens=16, completion_tokens=3, ttft_ms=12.5, tpot_ms=4.0)
 

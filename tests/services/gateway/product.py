@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from libs.bus import Bus, NatsServer
-from libs.tokenizer import Tokenizer, load_tokenizer
-from schemas import ChatEvent, SaveTurn, SaveTurnAck, Turn, Usage, Work, WorkAccepted, subjects
-from services.context.service import setup
-from services.context.settings import ContextSettings
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
+from switchyard.schemas import ChatEvent, SaveTurn, SaveTurnAck, Turn, Usage, Work, WorkAccepted, subjects
+from switchyard.services.context.service import setup
+from switchyard.services.context.settings import ContextSettings
 from tests.services.gateway.harness import Gateway, connect, gateway
 
 ANSWER = "Paris is the capital of France."

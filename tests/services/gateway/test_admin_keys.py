@@ -16,11 +16,11 @@ import numpy as np
 import openai
 import pytest
 
-from libs.bus import NatsServer
-from libs.bus.headers import now_ms
-from libs.store.keys import KeyStore
-from schemas import EmbedReply, EmbedRequest, subjects
-from schemas.embeddings import EMBEDDING_MODEL as EMBEDDING
+from switchyard.libs.bus import NatsServer
+from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.store.keys import KeyStore
+from switchyard.schemas import EmbedReply, EmbedRequest, subjects
+from switchyard.schemas.embeddings import EMBEDDING_MODEL as EMBEDDING
 from tests.services.gateway.harness import USAGE, Gateway, Responder, gateway
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from libs.bus import NatsServer
+from switchyard.libs.bus import NatsServer
 from tests.services.gateway.product import ANSWER, Product, product
 
 

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from libs.bus import NatsServer
-from services.gateway import files_api
+from switchyard.libs.bus import NatsServer
+from switchyard.services.gateway import files_api
 from tests.services.gateway.product import Product, pdf_with, product
 from tests.services.gateway.test_conversations_api import assert_error, chat
 

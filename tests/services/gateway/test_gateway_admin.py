@@ -14,9 +14,9 @@ import httpx
 import pytest
 from pydantic import TypeAdapter
 
-from libs.bus import Bus, NatsServer
-from libs.bus.headers import now_ms
-from schemas import (
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.bus.headers import now_ms
+from switchyard.schemas import (
     ChatEvent,
     ConversationQuery,
     ConversationReply,
@@ -28,8 +28,8 @@ from schemas import (
     WorkAccepted,
     subjects,
 )
-from services.logger.service import setup as logger_setup
-from services.logger.settings import LoggerSettings
+from switchyard.services.logger.service import setup as logger_setup
+from switchyard.services.logger.settings import LoggerSettings
 from tests.services.gateway.harness import Gateway, connect, gateway
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from libs.bus import NatsServer
-from schemas import GatewayPart, StageRecord, subjects
+from switchyard.libs.bus import NatsServer
+from switchyard.schemas import GatewayPart, StageRecord, subjects
 from tests.services.gateway.harness import Gateway, Responder, gateway
 from tests.services.gateway.sse_client import parse
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 import structlog
 
-from services.gateway import app as app_module
+from switchyard.services.gateway import app as app_module
 from tests.services.gateway.harness import Gateway, Responder
 
 CHAT = {"chatId": "c1", "text": "hello"}

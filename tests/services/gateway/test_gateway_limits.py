@@ -10,9 +10,9 @@ import httpx
 import openai
 import pytest
 
-from libs.bus import NatsServer
-from libs.limits import Limiter
-from libs.store.keys import KeyStore
+from switchyard.libs.bus import NatsServer
+from switchyard.libs.limits import Limiter
+from switchyard.libs.store.keys import KeyStore
 from tests.services.gateway.harness import Responder, gateway, tiny_tiers
 
 CHAT = {"chatId": "c1", "text": "hello"}

@@ -1,4 +1,4 @@
-"""`python -m services.gateway`: starts, installs the configured keys, answers health, drains on SIGTERM."""
+"""`python -m switchyard.services.gateway`: starts, installs the configured keys, answers health, drains on SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from libs.bus import NatsServer
-from libs.bus.embedded import free_port
-from schemas import HealthReply, HealthRequest, subjects
+from switchyard.libs.bus import NatsServer
+from switchyard.libs.bus.embedded import free_port
+from switchyard.schemas import HealthReply, HealthRequest, subjects
 from tests.services.gateway.harness import Responder, connect
 from tests.services.gateway.sse_client import parse
 
@@ -30,7 +30,7 @@ async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, 
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.gateway",
+        "switchyard.services.gateway",
         env=env,
         cwd=Path(__file__).parents[3],
         stdout=asyncio.subprocess.DEVNULL,

@@ -14,10 +14,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from schemas import ChatEvent, TokenLogprob, Usage
-from services.gateway.openai_api import ChunkEncoder, fold_chunks
-from services.gateway.relay import frames_of
-from services.inference.phases import params_of
+from switchyard.schemas import ChatEvent, TokenLogprob, Usage
+from switchyard.services.gateway.openai_api import ChunkEncoder, fold_chunks
+from switchyard.services.gateway.relay import frames_of
+from switchyard.services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder
 
 MODEL = "SmolLM2-135M-Instruct"

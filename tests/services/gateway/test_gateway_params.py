@@ -12,15 +12,15 @@ import httpx
 import openai
 import pytest
 
-from services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
-from services.gateway.anthropic_tools import AnthropicTool, AnthropicToolChoice
-from services.gateway.embeddings_api import EmbeddingsRequest
-from services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
-from services.gateway.params import Strict
-from services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs
-from services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
-from services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
-from services.inference.phases import params_of
+from switchyard.services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
+from switchyard.services.gateway.anthropic_tools import AnthropicTool, AnthropicToolChoice
+from switchyard.services.gateway.embeddings_api import EmbeddingsRequest
+from switchyard.services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
+from switchyard.services.gateway.params import Strict
+from switchyard.services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs
+from switchyard.services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
+from switchyard.services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
+from switchyard.services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -16,8 +16,8 @@ import numpy as np
 import openai
 import pytest
 
-from libs.bus import NatsServer
-from schemas import EmbedReply, EmbedRequest, TokenizeQuery, TokenizeReply, subjects
+from switchyard.libs.bus import NatsServer
+from switchyard.schemas import EmbedReply, EmbedRequest, TokenizeQuery, TokenizeReply, subjects
 from tests.services.gateway.harness import Gateway, Responder, gateway, tiny_tiers
 
 MODEL = "SmolLM2-135M-Instruct"

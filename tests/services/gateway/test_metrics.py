@@ -10,8 +10,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from libs.bus import NatsServer
-from schemas import ToolEvent, Work, subjects
+from switchyard.libs.bus import NatsServer
+from switchyard.schemas import ToolEvent, Work, subjects
 from tests.services.gateway.harness import Gateway, Responder, connect
 
 MODEL = "SmolLM2-135M-Instruct"

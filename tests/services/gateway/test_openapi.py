@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from services.gateway.openapi import BODIES, ERRORS, PUBLIC, SUCCESS
+from switchyard.services.gateway.openapi import BODIES, ERRORS, PUBLIC, SUCCESS
 from tests.services.gateway.harness import Gateway
 
 

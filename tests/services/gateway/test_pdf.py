@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from schemas import ErrorCode
-from services.gateway.errors import ApiError
-from services.gateway.pdf import PdfReader
-from services.gateway.settings import GatewaySettings
+from switchyard.schemas import ErrorCode
+from switchyard.services.gateway.errors import ApiError
+from switchyard.services.gateway.pdf import PdfReader
+from switchyard.services.gateway.settings import GatewaySettings
 from tests.services.gateway.product import pdf_bomb, pdf_of, pdf_with
 
 

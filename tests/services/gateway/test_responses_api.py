@@ -12,8 +12,8 @@ from openai.types.chat import ChatCompletion
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from services.gateway.params import Strict
-from services.gateway.responses_input import (
+from switchyard.services.gateway.params import Strict
+from switchyard.services.gateway.responses_input import (
     FunctionChoice,
     FunctionTool,
     InputItem,

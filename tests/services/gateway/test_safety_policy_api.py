@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from libs.bus import NatsServer
-from schemas import TenantSafety
+from switchyard.libs.bus import NatsServer
+from switchyard.schemas import TenantSafety
 from tests.services.gateway.product import Product, product
 from tests.services.gateway.test_conversations_api import assert_error, chat
 

@@ -9,11 +9,11 @@ import uuid
 
 import httpx
 
-from libs.bus import Bus
-from libs.bus.headers import now_ms
-from schemas import GatewayPart, StageRecord
-from services.logger.abuse import start_abuse_monitor
-from services.logger.settings import LoggerSettings
+from switchyard.libs.bus import Bus
+from switchyard.libs.bus.headers import now_ms
+from switchyard.schemas import GatewayPart, StageRecord
+from switchyard.services.logger.abuse import start_abuse_monitor
+from switchyard.services.logger.settings import LoggerSettings
 from tests.services.gateway.harness import Gateway, Responder
 
 

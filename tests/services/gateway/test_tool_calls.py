@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from services.gateway.errors import ApiError
-from services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, parse_calls, render_call
+from switchyard.services.gateway.errors import ApiError
+from switchyard.services.gateway.tool_calls import NamedChoice, ToolDef, choice_of, parse_call, parse_calls, render_call
 
 TOOLS = [ToolDef.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": {}}})]
 

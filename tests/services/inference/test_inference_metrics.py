@@ -11,10 +11,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from libs.bus.embedded import free_port
-from libs.engine import SamplingParams, StreamChunk
-from libs.engine.engine import NativeEngine
-from services.inference.metrics import InferenceMetrics, MeteredEngine, token_count_buckets
+from switchyard.libs.bus.embedded import free_port
+from switchyard.libs.engine import SamplingParams, StreamChunk
+from switchyard.libs.engine.engine import NativeEngine
+from switchyard.services.inference.metrics import InferenceMetrics, MeteredEngine, token_count_buckets
 from tests.engine.conftest import make_engine, tiny_model
 
 MODEL = "tiny-llama"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from libs.engine.types import TokenLogprobs
-from libs.tokenizer import load_tokenizer
-from services.inference.logprobs import to_openai
+from switchyard.libs.engine.types import TokenLogprobs
+from switchyard.libs.tokenizer import load_tokenizer
+from switchyard.services.inference.logprobs import to_openai
 
 
 def test_the_closing_end_of_sequence_token_has_no_entry_and_the_tokens_spell_the_text() -> None:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from libs.engine.grammar import Grammars
-from libs.tokenizer import load_tokenizer
-from schemas import ResponseFormat, Sampling, Work
-from services.inference.phases import answer_constraint, tool_prefill
+from switchyard.libs.engine.grammar import Grammars
+from switchyard.libs.tokenizer import load_tokenizer
+from switchyard.schemas import ResponseFormat, Sampling, Work
+from switchyard.services.inference.phases import answer_constraint, tool_prefill
 
 WEATHER = {
     "name": "get_weather",

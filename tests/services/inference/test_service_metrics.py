@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from libs.bus import Bus, NatsServer
-from libs.bus.embedded import free_port
-from libs.telemetry import setup_tracing
-from schemas import RawChunk, Sampling, StreamOpen, StreamOpenAck, Work, subjects
-from schemas.frames import RawFrame, decode_raw
-from services.inference.service import setup
-from services.inference.settings import InferenceSettings
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.bus.embedded import free_port
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import RawChunk, Sampling, StreamOpen, StreamOpenAck, Work, subjects
+from switchyard.schemas.frames import RawFrame, decode_raw
+from switchyard.services.inference.service import setup
+from switchyard.services.inference.settings import InferenceSettings
 from tests.services.inference.test_inference_metrics import Scrape, scrape
 
 # The engine tests' converted-weights cache, so the model loads without converting again.

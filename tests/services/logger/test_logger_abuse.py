@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from libs.bus import Bus, NatsServer
-from libs.bus.headers import now_ms
-from libs.bus.kv import TypedKV
-from libs.telemetry import setup_tracing
-from schemas import GatewayPart, KeyStanding, SafetyInPart, SafetyVerdict, StageRecord, subjects
-from services.logger.abuse import start_abuse_monitor
-from services.logger.settings import LoggerSettings
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.bus.kv import TypedKV
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import GatewayPart, KeyStanding, SafetyInPart, SafetyVerdict, StageRecord, subjects
+from switchyard.services.logger.abuse import start_abuse_monitor
+from switchyard.services.logger.settings import LoggerSettings
 
 
 @dataclass

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from libs.store.db import make_engine
-from libs.store.records import RecordStore
-from libs.store.sql import now_ms
-from schemas import SafetyOutPart, StageRecord
-from services.logger.service import purge_once
-from services.logger.settings import LoggerSettings
+from switchyard.libs.store.db import make_engine
+from switchyard.libs.store.records import RecordStore
+from switchyard.libs.store.sql import now_ms
+from switchyard.schemas import SafetyOutPart, StageRecord
+from switchyard.services.logger.service import purge_once
+from switchyard.services.logger.settings import LoggerSettings
 
 
 def _rec(rid: str, started_ms: int, tenant: str = "acme") -> StageRecord:
@@ -49,8 +49,8 @@ async def test_purge_once_follows_the_settings(tmp_path: Path) -> None:
 
 
 async def test_export_pages_stay_under_the_message_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from schemas import RequestListQuery
-    from services.logger import service
+    from switchyard.schemas import RequestListQuery
+    from switchyard.services.logger import service
 
     monkeypatch.setattr(service, "EXPORT_PAGE_BYTES", 3000)
     store = RecordStore(make_engine(f"sqlite+aiosqlite:///{tmp_path / 'l.db'}"))

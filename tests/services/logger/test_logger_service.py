@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from libs.bus import Bus, BusError, NatsServer
-from libs.bus.bus import stable_id
-from libs.store.db import make_engine
-from libs.store.records import RecordStore, spans
-from libs.telemetry import setup_tracing
-from schemas import (
+from switchyard.libs.bus import Bus, BusError, NatsServer
+from switchyard.libs.bus.bus import stable_id
+from switchyard.libs.store.db import make_engine
+from switchyard.libs.store.records import RecordStore, spans
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import (
     ContextPart,
     ErrorCode,
     Feedback,
@@ -34,9 +34,9 @@ from schemas import (
     Usage,
     subjects,
 )
-from schemas.records import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
-from services.logger.service import setup
-from services.logger.settings import LoggerSettings
+from switchyard.schemas.records import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
+from switchyard.services.logger.service import setup
+from switchyard.services.logger.settings import LoggerSettings
 
 
 class Logger:

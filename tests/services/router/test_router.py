@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from libs.bus import BusError
-from libs.bus.headers import now_ms
-from libs.models import ModelRegistry
-from schemas import ErrorCode, Heartbeat, Work
-from services.router.service import Router, classify_mode
-from services.router.settings import ModelSpec, PoolSpec, RouterSettings
+from switchyard.libs.bus import BusError
+from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.models import ModelRegistry
+from switchyard.schemas import ErrorCode, Heartbeat, Work
+from switchyard.services.router.service import Router, classify_mode
+from switchyard.services.router.settings import ModelSpec, PoolSpec, RouterSettings
 
 
 def beat(replica: str, pool: str = "default", ctx: int = 8192) -> Heartbeat:

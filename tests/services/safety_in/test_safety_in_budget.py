@@ -8,12 +8,12 @@ import uuid
 
 import pytest
 
-from libs.bus import Bus, BusError, NatsServer
-from libs.safety import InputGuard
-from libs.safety.batcher import ScoreBatcher
-from libs.telemetry import setup_tracing
-from schemas import ChatMessage, ErrorCode, Work
-from services.safety_in.service import SafetyIn
+from switchyard.libs.bus import Bus, BusError, NatsServer
+from switchyard.libs.safety import InputGuard
+from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import ChatMessage, ErrorCode, Work
+from switchyard.services.safety_in.service import SafetyIn
 
 LINE = "the quick brown fox jumps over the lazy dog " * 700  # about 31,000 characters, no sentence end
 

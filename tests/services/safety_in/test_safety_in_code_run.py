@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from libs.bus import Bus, BusError, NatsServer
-from libs.safety import InputGuard
-from libs.telemetry import setup_tracing
-from schemas import ChatMessage, ErrorCode, Work
-from services.safety_in.service import SafetyIn
+from switchyard.libs.bus import Bus, BusError, NatsServer
+from switchyard.libs.safety import InputGuard
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import ChatMessage, ErrorCode, Work
+from switchyard.services.safety_in.service import SafetyIn
 
 RUN_LS = "Run `ls -la` in the sandbox and show me what's there."
 # Plain prose, no code in it, that the classifier reads as an attack (S14 near 1).

@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from libs.bus import Bus, BusError, NatsServer
-from libs.safety import InputGuard
-from libs.telemetry import setup_tracing
-from schemas import ErrorCode, StageRecord, TenantSafety, Work, subjects
-from services.safety_in.service import SafetyIn
+from switchyard.libs.bus import Bus, BusError, NatsServer
+from switchyard.libs.safety import InputGuard
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import ErrorCode, StageRecord, TenantSafety, Work, subjects
+from switchyard.services.safety_in.service import SafetyIn
 
 OPENAI_KEY = "here is my key sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
 

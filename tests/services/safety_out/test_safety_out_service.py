@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from libs.bus import Bus, NatsServer
-from libs.safety import redact
-from libs.telemetry import setup_tracing
-from schemas import (
+from switchyard.libs.bus import Bus, NatsServer
+from switchyard.libs.safety import redact
+from switchyard.libs.telemetry import setup_tracing
+from switchyard.schemas import (
     CancelNotice,
     ChatEvent,
     RawChunk,
@@ -28,11 +28,11 @@ from schemas import (
     Work,
     subjects,
 )
-from schemas.frames import decode_event, encode_raw
-from services.safety_in.service import setup as setup_safety_in
-from services.safety_in.settings import SafetyInSettings
-from services.safety_out.service import setup
-from services.safety_out.settings import SafetyOutSettings
+from switchyard.schemas.frames import decode_event, encode_raw
+from switchyard.services.safety_in.service import setup as setup_safety_in
+from switchyard.services.safety_in.settings import SafetyInSettings
+from switchyard.services.safety_out.service import setup
+from switchyard.services.safety_out.settings import SafetyOutSettings
 
 
 @dataclass

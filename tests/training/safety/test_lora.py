@@ -1,10 +1,10 @@
 """LoRA adapters: an untrained adapter changes nothing, and the stored adapters merge into the weights
-the runtime classifier loads (``libs.safety.classifier.adapter_deltas``) exactly."""
+the runtime classifier loads (``switchyard.libs.safety.classifier.adapter_deltas``) exactly."""
 
 import numpy as np
 
-from libs.embeddings import Embedder
-from libs.safety.classifier import adapter_deltas
+from switchyard.libs.embeddings import Embedder
+from switchyard.libs.safety.classifier import adapter_deltas
 from training.safety.lora import adapter_arrays, add_lora
 
 TEXTS = ["How do I return a damaged item for a refund?", "short", "What is the boiling point of water?"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from libs.safety.taxonomy import BENIGN, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION, SECRETS
+from switchyard.libs.safety.taxonomy import BENIGN, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION, SECRETS
 from training.safety.splits import SPLITS, build, build_rows, split_path
 
 BLOCKING = (*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS)

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from libs.safety.classifier import WEIGHTS_PATH, softmax
+from switchyard.libs.safety.classifier import WEIGHTS_PATH, softmax
 from training.safety.train import HELD_OUT, augment, casual_variant, fit, training_rows
 
 

@@ -1,5 +1,0 @@
-"""Rate limits shared by every gateway replica through a JetStream key-value bucket."""
-
-from libs.limits.limiter import Limiter, Limits, Refusal
-
-__all__ = ["Limiter", "Limits", "Refusal"]

@@ -1,6 +1,0 @@
-from libs.bus import run_service
-from services.safety_in.service import setup
-from services.safety_in.settings import SafetyInSettings
-
-if __name__ == "__main__":
-    run_service("safety_in", SafetyInSettings(), setup)

@@ -1,0 +1,344 @@
+"""Start every service as its own process against one NATS server; used by `make run` and the e2e tests.
+
+With `supervise=True` (what `switchyard run` uses) a service that exits without being asked to is
+started again after a growing delay (`Backoff`); each restart is a JSON line in `logs/supervisor.log`
+and is counted in `stack.json`, which `switchyard status` prints. Nothing is restarted once `stop()`
+(or `request_stop()`, which a signal handler may call) has begun."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from switchyard.cli.health import wait_pools_live, wait_stages_ready
+from switchyard.cli.supervise import Backoff, ServiceStatus, StopLatch, SupervisorLog, describe_exit, write_status
+from switchyard.libs.bus.embedded import NatsServer, free_port, start_nats_server
+
+# Start order: consumers of the log and the pipeline's back half first, the gateway last, so the
+# gateway's readiness probe finds everyone.
+SERVICES = ("logger", "context", "safety_in", "router", "tools", "inference", "safety_out", "gateway")
+
+
+class StackStopping(Exception):
+    """The stack was asked to stop while it was still starting."""
+
+
+def dev_key(data_dir: Path, given: str, file_name: str, prefix: str) -> str:
+    """The key given (from the settings), else the one saved by an earlier run, else a new one saved now."""
+    if given:
+        return given
+    path = data_dir / file_name
+    if path.exists():
+        return path.read_text().strip()
+    key = f"{prefix}-{secrets.token_urlsafe(24)}"
+    path.write_text(key + "\n")
+    path.chmod(0o600)
+    return key
+
+
+@dataclass
+class _Spec:
+    """How a service was started, so the supervisor can start it again alike."""
+
+    name: str
+    env: dict[str, str]
+    replica: str | None
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    port: int = 8000
+    env: dict[str, str] = field(default_factory=dict)
+    nats_url: str | None = None
+    log_to_files: bool = True
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    nats: NatsServer | None = None
+    # Given keys are used as they are; empty ones are the saved keys of an earlier run (or new ones), set by start().
+    api_key: str = ""
+    admin_key: str = ""
+    metrics_port: int = 0
+    # The /metrics port of each inference process started as a replica (`inference-<replica>`), by tag.
+    replica_metrics_ports: dict[str, int] = field(default_factory=dict)
+    # The environment every service was started with, so one can be restarted alike.
+    service_env: dict[str, str] = field(default_factory=dict)
+    # Which services to start; a stack without the gateway is ready when each answers its health subject.
+    services: tuple[str, ...] = SERVICES
+    supervise: bool = False
+    backoff: Backoff = field(default_factory=Backoff)
+    echo_events: bool = False
+    # The python a service runs with, where not this one's: a vLLM replica runs from vLLM's own
+    # virtualenv (`make setup-vllm`), with PYTHONPATH at the checkout in `env`.
+    interpreters: dict[str, str] = field(default_factory=dict)
+    # Registry models (switchyard/libs/models) served by an inference pool of their own beside the default model's,
+    # each one process `inference-<pool>` with SWITCHYARD_INFERENCE_MODEL=<name>; `run` serves every model.
+    pools: dict[str, str] = field(default_factory=dict)  # model name -> its pool
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _changed: threading.Condition = field(init=False, repr=False)
+    _stop: StopLatch = field(default_factory=StopLatch, repr=False)
+    _supervising: bool = field(default=False, repr=False)
+    _specs: dict[str, _Spec] = field(default_factory=dict, repr=False)
+    _status: dict[str, ServiceStatus] = field(default_factory=dict, repr=False)
+    _watchers: list[threading.Thread] = field(default_factory=list, repr=False)
+    _state: str = field(default="starting", repr=False)
+    _log: SupervisorLog | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._changed = threading.Condition(self._lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def status_path(self) -> Path:
+        return self.data_dir / "stack.json"
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        with self._lock:
+            return {tag: s.restarts for tag, s in self._status.items()}
+
+    def start(self, timeout_s: float = 300.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "logs").mkdir(exist_ok=True)
+        self._log = SupervisorLog(
+            self.data_dir / "logs" / "supervisor.log" if self.log_to_files else None,
+            sys.stderr if self.echo_events else None,
+        )
+        self.api_key = dev_key(self.data_dir, self.api_key, "dev-api-key", "sy")
+        self.admin_key = dev_key(self.data_dir, self.admin_key, "admin-api-key", "sy-admin")
+        self.metrics_port = int(self.env.get("SWITCHYARD_INFERENCE_METRICS_PORT", free_port()))
+        if not self.nats_url:
+            self.nats = start_nats_server(store_dir=str(self.data_dir / "nats"))
+            self.nats_url = self.nats.url
+        env = {
+            **os.environ,
+            "NATS_URL": self.nats_url,
+            "SWITCHYARD_DATA_DIR": str(self.data_dir),
+            "SWITCHYARD_PORT": str(self.port),
+            "SWITCHYARD_API_KEY": self.api_key,
+            "SWITCHYARD_ADMIN_KEY": self.admin_key,
+            "SWITCHYARD_INFERENCE_METRICS_PORT": str(self.metrics_port),
+            **self.env,
+        }
+        self.service_env = env
+        for name in self.services:
+            if self._stop.is_set():
+                raise StackStopping("asked to stop while starting")
+            self.start_service(name, env)
+            if name == "inference":
+                for model, pool in self.pools.items():
+                    self.start_service(name, {**env, "SWITCHYARD_INFERENCE_MODEL": model}, replica=pool)
+        self.wait_ready(timeout_s)
+        with self._lock:
+            self._state = "ready"
+            if self.supervise:
+                self._supervising = True
+                for tag, proc in self.procs.items():
+                    self._watch(tag, proc)
+            self._write_status()
+
+    def start_service(self, name: str, env: dict[str, str], replica: str | None = None) -> subprocess.Popen[bytes]:
+        tag = f"{name}-{replica}" if replica else name
+        with self._lock:
+            self._specs[tag] = _Spec(name, env, replica)
+            proc = self._spawn(tag)
+            status = self._status.setdefault(tag, ServiceStatus())
+            status.attempt = 0
+            if self._supervising:
+                self._watch(tag, proc)
+            self._write_status()
+        return proc
+
+    def _spawn(self, tag: str) -> subprocess.Popen[bytes]:
+        spec = self._specs[tag]
+        env = spec.env
+        out = open(self.data_dir / "logs" / f"{tag}.log", "ab") if self.log_to_files else None
+        if spec.replica:
+            env = {**env, f"SWITCHYARD_{spec.name.upper()}_REPLICA": spec.replica}
+            if spec.name == "inference":  # each replica serves its own /metrics
+                self.replica_metrics_ports[tag] = free_port()
+                env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(self.replica_metrics_ports[tag])
+        try:
+            proc = subprocess.Popen(
+                [self.interpreters.get(spec.name, sys.executable), "-m", f"switchyard.services.{spec.name}"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+            )
+        finally:
+            if out is not None:
+                out.close()  # the child holds its own copy
+        self.procs[tag] = proc
+        status = self._status.setdefault(tag, ServiceStatus())
+        status.pid, status.state = proc.pid, "running"
+        status.started_at, status.started_mono = time.time(), time.monotonic()
+        return proc
+
+    def _watch(self, tag: str, proc: subprocess.Popen[bytes]) -> None:
+        t = threading.Thread(target=self._supervise, args=(tag, proc), name=f"supervise-{tag}", daemon=True)
+        self._watchers.append(t)
+        t.start()
+
+    def _supervise(self, tag: str, proc: subprocess.Popen[bytes]) -> None:
+        """Waits on one process; when it exits unasked, starts its successor after the backoff, and waits on that."""
+        while True:
+            code = proc.wait()
+            with self._lock:
+                if self._stop.is_set() or self.procs.get(tag) is not proc:
+                    return  # stopped or replaced on purpose
+                status = self._status[tag]
+                uptime = time.monotonic() - status.started_mono
+                status.attempt = self.backoff.next_attempt(status.attempt, uptime)
+                status.state, status.last_exit, status.pid = "restarting", code, None
+                delay = self.backoff.delay(status.attempt)
+                self._event(
+                    "restart",
+                    service=tag,
+                    exit_code=code,
+                    exit=describe_exit(code),
+                    attempt=status.attempt,
+                    delay_s=delay,
+                    uptime_s=round(uptime, 1),
+                )
+                self._write_status()
+                self._changed.notify_all()
+            if self._stop.wait(delay):
+                return
+            with self._lock:
+                if self._stop.is_set() or self.procs.get(tag) is not proc:
+                    return
+                proc = self._spawn(tag)
+                status.restarts += 1
+                self._event("restarted", service=tag, pid=proc.pid, restarts=status.restarts)
+                self._write_status()
+                self._changed.notify_all()
+
+    def wait_restarted(self, tag: str, restarts: int, timeout_s: float) -> subprocess.Popen[bytes]:
+        """Until the supervisor has started `tag` `restarts` times; its current process."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._status[tag].restarts >= restarts, timeout_s):
+                raise TimeoutError(f"{tag} was not restarted {restarts} time(s) within {timeout_s}s")
+            return self.procs[tag]
+
+    def _check_alive(self) -> None:
+        if self._stop.is_set():
+            raise StackStopping("asked to stop while starting")
+        with self._lock:
+            for tag, p in self.procs.items():
+                if p.poll() is not None and not self._supervising:
+                    raise RuntimeError(f"service {tag} exited with {p.returncode}; see {self.data_dir}/logs/{tag}.log")
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        if self.pools and "inference" in self.services:
+            # One pool per model: ready once each has a live replica (the default model's pool included).
+            assert self.nats_url is not None
+            pools = {*self.pools.values(), self.service_env.get("SWITCHYARD_INFERENCE_POOL", "default")}
+            wait_pools_live(self.nats_url, pools, timeout_s, self._check_alive)
+        if "gateway" not in self.services:
+            assert self.nats_url is not None
+            wait_stages_ready(
+                self.nats_url, list(self.services), max(deadline - time.monotonic(), 1.0), self._check_alive
+            )
+            return
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                r = httpx.get(f"{self.url}/readyz", timeout=3)
+                if r.status_code == 200:
+                    return
+                last = r.text
+            except httpx.HTTPError as e:
+                last = str(e)
+            if self._stop.wait(0.5):
+                raise StackStopping("asked to stop while starting")
+        raise TimeoutError(f"the stack was not ready within {timeout_s}s: {last}")
+
+    def wait_stop_requested(self, timeout_s: float | None = None) -> bool:
+        return self._stop.wait(timeout_s)
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler: takes no lock; `stop()` does the work."""
+        self._stop.set()
+
+    def stop_service(self, tag: str, timeout_s: float = 20.0) -> None:
+        with self._lock:
+            p = self.procs.pop(tag)
+            if tag in self._status:
+                self._status[tag].state, self._status[tag].pid = "stopped", None
+        _terminate(p, timeout_s)
+        with self._lock:
+            if tag in self._status and p.returncode is not None:
+                self._status[tag].last_exit = p.returncode
+            self._write_status()
+
+    def restart_service(self, name: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Stop one service (if running) and start it again with the stack's environment."""
+        if name in self.procs:
+            self.stop_service(name)
+        return self.start_service(name, {**self.service_env, **(extra_env or {})})
+
+    def stop(self) -> None:
+        self._stop.set()  # first: from here on nothing is restarted
+        with self._lock:
+            self._state = "stopping"
+            self._write_status()
+            tags = list(self.procs)
+            # Reverse order: the gateway stops taking requests before the stages behind it go.
+            for tag in reversed(tags):
+                p = self.procs[tag]
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+        for tag in tags:
+            self.stop_service(tag)
+        for t in self._watchers:
+            t.join(5)
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
+        with self._lock:
+            self._state = "stopped"
+            self._write_status()
+
+    def _event(self, event: str, **fields: Any) -> None:
+        if self._log is not None:
+            self._log(event, **fields)
+
+    def _write_status(self) -> None:
+        if not self.data_dir.exists():
+            return
+        write_status(
+            self.status_path,
+            {
+                "pid": os.getpid(),
+                "state": self._state,
+                "supervise": self.supervise,
+                "url": self.url if "gateway" in self.services else None,
+                "nats_url": self.nats_url,
+                "nats_pid": self.nats.proc.pid if self.nats is not None else None,
+                "services": {tag: s.public() for tag, s in self._status.items()},
+            },
+        )
+
+
+def _terminate(p: subprocess.Popen[bytes], timeout_s: float) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()

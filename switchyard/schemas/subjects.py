@@ -1,0 +1,106 @@
+"""Subject names. Pipeline stages are queue groups: any number of replicas share a stage's work.
+
+Every subject with a variable part is built here, and each part goes through `token`: a client's id
+that held `>` or `*` would otherwise subscribe to every tenant's stream, and one with `.` would name
+another subject (issue 28). The gateway refuses such ids at the edge (`ID_PATTERN`); `token` is the
+second wall, for whatever reaches a subject some other way.
+"""
+
+from __future__ import annotations
+
+import re
+
+STAGES = ("gateway", "context", "safety_in", "router", "tools", "inference", "safety_out", "logger")
+
+CONTEXT = "pipeline.context"
+# request/reply: judges the user's text while the model prefills (asked by safety_out, or by tools first)
+SAFETY_IN = "pipeline.safety_in"
+ROUTE = "pipeline.route"
+TOOLS = "pipeline.tools"
+SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
+
+TOOLS_SPECS = "tools.specs"  # request/reply: the server-side tools, for GET /v1/tools
+SAVE_TURN = "context.save_turn"  # request/reply: persist a finished turn before `done`
+CONVERSATION_GET = "context.conversation.get"
+# Opens (creating when absent) a tenant's conversation; not_found when the id belongs to another tenant.
+CONVERSATION_OPEN = "context.conversation.open"
+
+# Inference replicas announce themselves in a JetStream key-value bucket of live replicas, key `<pool>.<replica>`; entries expire with their TTL.
+REPLICAS_BUCKET = "replicas"
+REPLICAS_TTL_S = 10.0
+
+ADMIN_REQUEST_GET = "admin.requests.get"
+
+# request/reply: sentence embeddings from the service that hosts the encoder (switchyard/schemas/embeddings.py)
+EMBEDDINGS = "tools.embeddings"
+# request/reply: a prompt rendered and encoded as the context stage does it, and ids decoded (switchyard/schemas/tokens.py)
+TOKENIZE = "context.tokenize"
+DETOKENIZE = "context.detokenize"
+
+# Key standing (abuse detection): the logger suspends, an admin reinstates, every gateway enforces.
+STANDING_BUCKET = "key_standing"
+
+# What a client may send where an id reaches a subject or names a stored thing (rid, file id, memory item,
+# key id): every id the server makes (uuid hex rids and `<rid>-<n>`, `file-<hex>`, `key_<hex>`) matches.
+ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+# NATS reads `.` as a separator, `*` and `>` as wildcards, and whitespace or control characters end the
+# protocol line; none of them may appear in a subject token.
+_NOT_A_TOKEN = re.compile(r"[.*>\s\x00-\x1f\x7f]")
+MAX_TOKEN_CHARS = 256
+
+# Wildcard subscriptions, written once: the cancel listeners and the captured events of every stream.
+CHAT_CANCEL_ANY = "chat.cancel.*"
+CHAT_EVENTS_ALL = "chat.events.>"
+CHAT_OWNER_ALL = "chat.owner.>"
+
+LOG_STREAM = "LOG"
+LOG_SUBJECTS = "log.>"
+LOG_STAGES_ANY = "log.*"  # one token under `log.`: the stages' records (`log_stage`), spans and feedback
+LOG_SPANS = "log.spans"
+
+
+def token(value: str) -> str:
+    """`value` as one subject token; ValueError when it is empty, too long, or holds a separator,
+    a wildcard, whitespace or a control character."""
+    if not value or len(value) > MAX_TOKEN_CHARS or _NOT_A_TOKEN.search(value):
+        raise ValueError(f"not a subject token: {value[:80]!r}")
+    return value
+
+
+def infer(pool: str, replica: str) -> str:
+    return f"infer.{token(pool)}.{token(replica)}"
+
+
+def infer_any(pool: str) -> str:
+    """Queue group of every replica of a pool: where work goes when its chosen replica is gone."""
+    return f"infer.{token(pool)}"
+
+
+def stream_raw(rid: str) -> str:
+    return f"stream.raw.{token(rid)}"
+
+
+def chat_events(rid: str) -> str:
+    return f"chat.events.{token(rid)}"
+
+
+def chat_owner(rid: str) -> str:
+    """The marker that says whose stream `rid` is (not `chat.events.<rid>`: that carries ChatEvents only)."""
+    return f"chat.owner.{token(rid)}"
+
+
+def chat_cancel(rid: str) -> str:
+    return f"chat.cancel.{token(rid)}"
+
+
+def log_stage(stage: str) -> str:
+    return f"log.{token(stage)}"
+
+
+def health(stage: str) -> str:
+    return f"health.{token(stage)}"
+
+
+def health_of(stage: str, replica: str) -> str:
+    """One replica's own health subject: no answer means that process is gone."""
+    return f"health.{token(stage)}.{token(replica)}"

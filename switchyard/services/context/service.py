@@ -1,0 +1,253 @@
+"""Context handlers: prompt assembly for the pipeline, and the conversation subjects the gateway and
+safety_out call. Management subjects (lists, memory, files, instructions) live in `manage.py`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from opentelemetry import trace
+
+from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.store.conversations import ConversationStore
+from switchyard.libs.store.db import make_engine
+from switchyard.libs.store.knowledge import KnowledgeStore
+from switchyard.schemas import (
+    ChatMessage,
+    ContextPart,
+    ConversationQuery,
+    ConversationReply,
+    DetokenizeQuery,
+    ErrorCode,
+    FileVerdict,
+    Forward,
+    SaveTurn,
+    SaveTurnAck,
+    TenantSafety,
+    TokenizeQuery,
+    Work,
+    subjects,
+)
+from switchyard.services.context.facts import fact_to_remember
+from switchyard.services.context.file_check import FileChecks
+from switchyard.services.context.manage import Manager
+from switchyard.services.context.models import ModelTemplates
+from switchyard.services.context.prompt import (
+    ChatTemplate,
+    PromptParts,
+    PromptRenderer,
+    PromptTooLong,
+    group_client_messages,
+    turns_to_history,
+)
+from switchyard.services.context.settings import ContextSettings
+from switchyard.services.context.tokens import TokenCodec, Tokens
+
+log = structlog.get_logger()
+
+# Turns that go back into a prompt: an errored turn has no answer worth repeating.
+HISTORY_STATUSES = ("complete", "stopped")
+
+
+def not_found(chat_id: str) -> BusError:
+    return BusError(ErrorCode.not_found, f"conversation {chat_id} not found")
+
+
+class Context:
+    def __init__(
+        self,
+        conversations: ConversationStore,
+        knowledge: KnowledgeStore,
+        renderer: PromptRenderer,
+        memory_items: int = 50,
+        tools: list[dict[str, Any]] | None = None,
+        models: ModelTemplates | None = None,
+    ):
+        self.conversations = conversations
+        self.knowledge = knowledge
+        # The default model's; another model's comes from `models` (its own template and vocabulary).
+        self.renderer = renderer
+        self.models = models
+        self.memory_items = memory_items
+        # Tool definitions rendered first in every system block; none are defined yet.
+        self.tools = tools or []
+        self.file_checks = FileChecks(renderer.file_chars)
+
+    async def _parts(self, work: Work) -> tuple[PromptParts, TenantSafety]:
+        memory_q = self.knowledge.memories(work.tenant, work.user)
+        settings_q = self.knowledge.tenant_settings(work.tenant)
+        if work.chat_id:
+            turns, chat_files, memory, (instructions, safety) = await asyncio.gather(
+                self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES),
+                self.knowledge.chat_files(work.tenant, work.chat_id),
+                memory_q,
+                settings_q,
+            )
+            # A stored conversation's turns, then what the client sent with this message (a Responses API
+            # request chained by previous_response_id may carry earlier items of its own).
+            client_system, client_history = group_client_messages(work.messages)
+            history = turns_to_history(turns) + client_history
+        else:
+            memory, (instructions, safety) = await asyncio.gather(memory_q, settings_q)
+            chat_files = []
+            client_system, history = group_client_messages(work.messages)
+        parts = PromptParts(
+            user_text=work.text,
+            history=history,
+            instructions=instructions.text,
+            client_system="\n\n".join(s for s in (client_system, work.system or "") if s),
+            # The newest facts, still in saved order so the block only grows at its end.
+            memory=memory[-self.memory_items :] if self.memory_items else [],
+            files=chat_files,
+            tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
+        )
+        return parts, safety
+
+    async def renderer_for(self, model: str | None) -> PromptRenderer:
+        return self.renderer if self.models is None else await self.models.renderer(model)
+
+    async def render_for(self, work: Work, add_generation_prompt: bool = True) -> str:
+        """The prompt `assemble` would render for `work`, untrimmed (for counting its tokens)."""
+        parts, _ = await self._parts(work)
+        renderer = await self.renderer_for(work.model)
+        messages = renderer.messages(parts)
+        return await asyncio.to_thread(renderer.render_messages, messages, add_generation_prompt, parts.tools)
+
+    async def assemble(self, work: Work) -> Forward:
+        if work.prompt_mode == "raw":
+            return await self.assemble_raw(work)
+        parts, safety = await self._parts(work)
+        renderer = await self.renderer_for(work.model)
+        try:
+            # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
+            r, file_verdicts = await asyncio.gather(
+                asyncio.to_thread(renderer.render, parts, work.sampling.max_tokens),
+                self.file_checks.check(parts.files, safety),
+            )
+        except PromptTooLong as e:
+            raise BusError(ErrorCode.payload_too_large, str(e)) from e
+        out = work.model_copy(
+            update={
+                "prompt_messages": r.messages,
+                "prompt": r.prompt,
+                "prompt_tokens": r.tokens,
+                "history_turns": r.history_turns,
+                "trimmed_turns": r.trimmed_turns,
+                "safety": safety,
+                "verdicts": [*work.verdicts, *(v for vs in file_verdicts.values() for v in vs)],
+            }
+        )
+        span = trace.get_current_span()
+        span.set_attribute("switchyard.prompt_tokens", r.tokens)
+        span.set_attribute("switchyard.history_turns", r.history_turns)
+        span.set_attribute("switchyard.trimmed_turns", r.trimmed_turns)
+        decision = {
+            "history_turns": r.history_turns,
+            "trimmed_turns": r.trimmed_turns,
+            "prompt_tokens": r.tokens,
+            "budget": renderer.budget,
+            "memory_items": len(parts.memory),
+            "files": [info.id for info, _ in parts.files],
+            "flagged_files": list(file_verdicts),
+            "instructions": bool(parts.instructions),
+            "safety_policy": safety.model_dump(mode="json"),
+        }
+        part = ContextPart(
+            prompt=r.prompt,
+            chat_id=work.chat_id,
+            # Like the tools stage's `tool_verdicts`, each naming its file.
+            file_verdicts=[FileVerdict(file_id=f, **v.model_dump()) for f, vs in file_verdicts.items() for v in vs],
+        )
+        if r.trimmed_turns:
+            log.info("history trimmed", trimmed_turns=r.trimmed_turns, kept=r.history_turns)
+        return Forward(subject=subjects.ROUTE, work=out, decision=decision, part=part)
+
+    async def assemble_raw(self, work: Work) -> Forward:
+        """A text completion: the client's text is the whole prompt, verbatim (no template, history, memory,
+        files or instructions); the tenant's safety policy is still read, for the safety stages. Its token
+        count is the model's own tokenizer's (the router checks it against the pool's context length)."""
+        (_instructions, safety), renderer = await asyncio.gather(
+            self.knowledge.tenant_settings(work.tenant), self.renderer_for(work.model)
+        )
+        tokens = await asyncio.to_thread(renderer.template.count, work.text)
+        out = work.model_copy(
+            update={
+                "prompt_messages": [ChatMessage(role="user", content=work.text)],
+                "prompt": work.text,
+                "prompt_tokens": tokens,
+                "safety": safety,
+            }
+        )
+        trace.get_current_span().set_attribute("switchyard.prompt_tokens", tokens)
+        decision = {"prompt_mode": "raw", "prompt_tokens": tokens, "safety_policy": safety.model_dump(mode="json")}
+        part = ContextPart(prompt=work.text, chat_id=work.chat_id)
+        return Forward(subject=subjects.ROUTE, work=out, decision=decision, part=part)
+
+    async def open(self, q: ConversationQuery) -> ConversationReply:
+        """The tenant's conversation (created when absent), without its turns."""
+        conv = await self.conversations.open(q.tenant, q.chat_id, q.user)
+        return ConversationReply(chat_id=conv.id, title=conv.title, created_ms=conv.created_ms)
+
+    async def get(self, q: ConversationQuery) -> ConversationReply:
+        got = await self.conversations.turns(q.tenant, q.chat_id)
+        if got is None:
+            raise not_found(q.chat_id)
+        conv, turns = got
+        return ConversationReply(chat_id=conv.id, title=conv.title, created_ms=conv.created_ms, turns=turns)
+
+    async def save_turn(self, req: SaveTurn) -> SaveTurnAck:
+        turn_id, new = await self.conversations.save_turn(req.tenant, req.user, req.chat_id, req.turn)
+        # Only a turn that passed the safety checks and completed may teach the assistant a fact.
+        fact = fact_to_remember(req.turn.user_text) if new and req.turn.status == "complete" else None
+        if fact:
+            await self.knowledge.remember(req.tenant, req.user, fact, source_rid=req.turn.rid)
+            log.info("fact remembered", chat_id=req.chat_id)
+        return SaveTurnAck(turn_id=turn_id)
+
+
+def load_tokenizer(path: str, cache_dir: str | None) -> ChatTemplate:
+    from switchyard.libs.tokenizer import load_tokenizer as load
+
+    return load(path, cache_dir)
+
+
+def load_template(settings: ContextSettings) -> ChatTemplate:
+    tok = settings.tokenizer
+    return load_tokenizer(tok.resolved_model_path(settings.model_path), tok.tokenizer_cache)
+
+
+async def setup(
+    bus: Bus, settings: ContextSettings, template: ChatTemplate | None = None
+) -> Callable[[], Awaitable[None]]:
+    engine = make_engine(settings.db_url())
+    conversations, knowledge = ConversationStore(engine), KnowledgeStore(engine)
+    await conversations.init()
+    await knowledge.init()
+    if template is None:
+        # Reading the GGUF metadata takes seconds; do not stall the loop (heartbeats, pings) meanwhile.
+        template = await asyncio.to_thread(load_template, settings)
+    models = ModelTemplates(
+        template,
+        settings.registry,
+        lambda path: load_tokenizer(path, settings.tokenizer.tokenizer_cache),
+        settings.context_budget,
+        settings.prompt_file_chars,
+        default_file=settings.tokenizer.resolved_model_path(settings.model_path),
+    )
+    ctx = Context(conversations, knowledge, models.default_renderer, settings.prompt_memory_items, models=models)
+    await bus.stage(subjects.CONTEXT, ctx.assemble)
+    await bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, ctx.open, queue="context")
+    await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")
+    await bus.subscribe(subjects.SAVE_TURN, SaveTurn, ctx.save_turn, queue="context")
+    await Manager(conversations, knowledge, settings.max_file_chars).subscribe(bus)
+    if isinstance(template, TokenCodec):  # a tokenizer, not only a template: it can count and decode too
+        tokens = Tokens(ctx, models.template, settings.context_budget, settings.tokenize_max_ids)
+        await bus.subscribe(subjects.TOKENIZE, TokenizeQuery, tokens.tokenize, queue="context")
+        await bus.subscribe(subjects.DETOKENIZE, DetokenizeQuery, tokens.detokenize, queue="context")
+
+    async def cleanup() -> None:
+        await engine.dispose()
+
+    return cleanup

@@ -1,0 +1,135 @@
+"""The FastAPI application: routes, the request-id middleware and the one error shape."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+
+import structlog
+from fastapi import APIRouter, Depends, FastAPI
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from switchyard.libs.bus import Bus
+from switchyard.libs.store.keys import KeyStore
+from switchyard.schemas import ErrorCode, ErrorInfo
+from switchyard.services.gateway import (
+    admin_api,
+    anthropic_api,
+    chat_api,
+    completions_api,
+    embeddings_api,
+    errors,
+    feedback_api,
+    files_api,
+    keys_api,
+    knowledge_api,
+    openai_api,
+    openapi,
+    ops_api,
+    responses_api,
+    tokens_api,
+    web,
+)
+from switchyard.services.gateway.auth import require_admin
+from switchyard.services.gateway.body import BodyLimit
+from switchyard.services.gateway.core import Gateway
+from switchyard.services.gateway.metrics import Metrics
+from switchyard.services.gateway.product import router as product_router
+from switchyard.services.gateway.settings import GatewaySettings
+
+log = structlog.get_logger()
+
+
+class RequestIdMiddleware:
+    """Gives every request its rid, returns it as `x-request-id` on every response (errors included),
+    counts responses by route and status, and turns a crash into the error shape rather than a bare 500."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = uuid.uuid4().hex
+        scope.setdefault("state", {})["rid"] = rid
+        status = 500
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status, started
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                MutableHeaders(scope=message)["x-request-id"] = rid
+            await send(message)
+
+        structlog.contextvars.bind_contextvars(rid=rid)
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error", path=scope.get("path"))
+            if not started:
+                info = ErrorInfo.of(ErrorCode.internal, "internal error")
+                anthropic = str(scope.get("path", "")).startswith("/v1/messages")
+                body = json.dumps(errors.error_body(info, anthropic=anthropic)).encode()
+                await send_with_id(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+        finally:
+            structlog.contextvars.unbind_contextvars("rid")
+            route = scope.get("route")
+            self.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()
+
+
+def body_limits(settings: GatewaySettings) -> Callable[[str], int]:
+    """Each route's body limit; read per request, so a test may lower a module's."""
+
+    def limit_for(path: str) -> int:
+        if path == "/v1/files":
+            return files_api.MAX_UPLOAD_BYTES
+        if path.startswith("/v1/feedback"):
+            return feedback_api.MAX_BODY_BYTES
+        return settings.max_body_bytes
+
+    return limit_for
+
+
+def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
+    gw = Gateway(settings=settings, bus=bus, keys=keys)
+    # FastAPI's own docs pages load Swagger UI / ReDoc from a CDN; openapi.install serves our own page.
+    app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    app.state.gateway = gw
+    errors.install(app)
+    app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
+    app.include_router(chat_api.router)
+    app.include_router(openai_api.router)
+    app.include_router(completions_api.router)
+    app.include_router(anthropic_api.router)
+    app.include_router(responses_api.router)
+    app.include_router(ops_api.router)
+    app.include_router(feedback_api.router)
+    app.include_router(embeddings_api.router)
+    app.include_router(tokens_api.router)
+    # Every admin route, wherever it is written, behind one guard.
+    admin = APIRouter(dependencies=[Depends(require_admin)])
+    # admin_api first: its /v1/admin/keys/standing is not a key id.
+    for router in (admin_api.router, ops_api.admin_router, knowledge_api.admin_router, keys_api.admin_router):
+        admin.include_router(router)
+    app.include_router(admin)
+    openapi.install(app)
+    web.install(app)
+    app.add_middleware(BodyLimit, limit_for=body_limits(settings))
+    app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
+    return app

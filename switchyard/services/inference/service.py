@@ -1,0 +1,337 @@
+"""Serve an engine on `infer.<pool>.<replica>`: handshake with safety_out, stream, honour cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from switchyard.libs.bus import Bus
+from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.bus.kv import TypedKV
+from switchyard.libs.engine import AsyncEngine, SamplingParams, create_engine
+from switchyard.libs.engine.types import ConstraintError, TokenLogprobs
+from switchyard.schemas import (
+    CancelNotice,
+    ErrorCode,
+    ErrorInfo,
+    Heartbeat,
+    InferencePart,
+    RawChunk,
+    StageRecord,
+    StreamOpen,
+    StreamOpenAck,
+    Usage,
+    Work,
+    WorkAccepted,
+    subjects,
+)
+from switchyard.schemas.frames import encode_raw
+from switchyard.services.inference.logprobs import to_openai
+from switchyard.services.inference.metrics import InferenceMetrics
+from switchyard.services.inference.phases import (
+    ANSWER_OPEN,
+    THINK_OPEN,
+    TOOL_CALL_CLOSE,
+    answer_constraint,
+    answer_request_id,
+    params_of,
+    thinking_budget,
+    tool_prefill,
+)
+from switchyard.services.inference.settings import InferenceSettings
+
+log = structlog.get_logger()
+
+
+def served_name(model_path: str) -> str:
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` is served as `SmolLM2-135M-Instruct`."""
+    return Path(model_path).name.split(".")[0]
+
+
+@dataclass
+class Generation:
+    """What one request produced so far; owned by its handler."""
+
+    rid: str
+    t0: float
+    seq: int = 0
+    thinking: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    decode_s: float = 0.0
+    reasoning_tokens: int = 0  # the thinking phase's share of completion_tokens
+    finish: str = "error"
+    logprobs: list[TokenLogprobs] = field(default_factory=list)  # the answer's tokens, when asked for
+
+    def usage(self) -> Usage:
+        tpot = self.decode_s / (self.completion_tokens - 1) if self.completion_tokens > 1 else None
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
+            completion_tokens=self.completion_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+            ttft_ms=None if self.ttft_s is None else self.ttft_s * 1000,
+            tpot_ms=None if tpot is None else tpot * 1000,
+        )
+
+
+class Inference:
+    def __init__(self, bus: Bus, engine: AsyncEngine, settings: InferenceSettings):
+        self.bus = bus
+        self.engine = engine
+        self.settings = settings
+        self.model = settings.model_name or served_name(settings.engine_env.resolved_model_path(settings.model_path))
+        self.key = f"{settings.pool}.{bus.replica}"
+        # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
+        self._cancelled: OrderedDict[str, None] = OrderedDict()
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def cancel(self, notice: CancelNotice) -> None:
+        self._cancelled[notice.rid] = None
+        while len(self._cancelled) > 4096:
+            self._cancelled.popitem(last=False)
+        self.engine.cancel(notice.rid)
+        self.engine.cancel(answer_request_id(notice.rid))
+
+    async def _phase(
+        self,
+        gen: Generation,
+        kind: str,
+        request_id: str,
+        prompt: str,
+        params: SamplingParams,
+        span: Span,
+        first_phase: bool,
+    ) -> str:
+        """Stream one engine request as `kind` chunks; returns the finish reason."""
+        raw = subjects.stream_raw(gen.rid)
+        out = gen.thinking if kind == "thinking" else gen.answer
+        finish = "error"
+        first_ns: int | None = None
+        # With logprobs asked for, each answer frame carries its tokens' entries; tokens whose text the
+        # engine still holds (half a character, a possible stop string) go with the next frame's text.
+        framed: list[TokenLogprobs] | None = [] if kind == "delta" and params.logprobs is not None else None
+        async for chunk in self.engine.generate(request_id, prompt, params):
+            if first_ns is None:
+                first_ns = time.time_ns()  # the span event sits where the first token came out, not at the end
+            if chunk.logprobs and kind == "delta":
+                gen.logprobs.extend(chunk.logprobs)
+                if framed is not None:
+                    framed.extend(chunk.logprobs)
+            if chunk.text:
+                out.append(chunk.text)
+                lps = None
+                if framed is not None:
+                    lps = [t.model_dump() for t in to_openai(self.engine.tokenizer, framed)]
+                    framed.clear()
+                # One frame per chunk: the engine merged what this stream made since the last one.
+                frame = encode_raw(gen.seq, kind, chunk.text, len(chunk.token_ids), lps)  # type: ignore[arg-type]
+                await self.bus.publish_frame(raw, frame)
+                gen.seq += 1
+            if chunk.finished:
+                finish = chunk.finish_reason or "stop"
+                if chunk.usage is not None:
+                    u = chunk.usage
+                    gen.completion_tokens += u.completion_tokens
+                    if kind == "thinking":
+                        gen.reasoning_tokens += u.completion_tokens
+                    if first_phase:
+                        gen.prompt_tokens, gen.cached_tokens, gen.ttft_s = u.prompt_tokens, u.cached_tokens, u.ttft_s
+                        if gen.ttft_s is not None:
+                            span.add_event("gen_ai.first_token", {"ttft_ms": gen.ttft_s * 1000}, timestamp=first_ns)
+                    if u.tpot_s is not None:
+                        gen.decode_s += u.tpot_s * max(u.completion_tokens - 1, 0)
+                break
+        return finish
+
+    async def handle(self, work: Work) -> None:
+        gen = Generation(rid=work.rid, t0=time.perf_counter(), prompt_tokens=work.prompt_tokens)
+        started = now_ms()
+        # safety_out subscribes to stream.raw.<rid> before it answers, so no delta is published unheard.
+        ack = await self.bus.request(
+            subjects.SAFETY_OUT, StreamOpen(work=work, producer=self.bus.replica), StreamOpenAck, timeout=5.0
+        )
+        s = work.sampling
+        model = self.model
+        reasoning = work.route is not None and work.route.mode == "reasoning"
+        operation = "text_completion" if work.prompt_mode == "raw" else "chat"
+        attrs: dict[str, str | int | float] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.system": "switchyard",
+            "gen_ai.request.model": model,
+            "gen_ai.request.max_tokens": s.max_tokens,
+            "gen_ai.request.temperature": s.temperature,
+            "gen_ai.request.top_p": s.top_p,
+            "switchyard.rid": work.rid,
+            "switchyard.replica": self.bus.replica,
+            "switchyard.mode": "reasoning" if reasoning else "fast",
+        }
+        if s.seed is not None:
+            attrs["gen_ai.request.seed"] = s.seed
+        error: ErrorInfo | None = None
+        with self.bus.tracer.start_as_current_span(
+            f"{operation} {model}", kind=SpanKind.CLIENT, attributes=attrs
+        ) as span:
+            try:
+                if work.rid in self._cancelled:
+                    gen.finish = "cancelled"
+                elif reasoning:
+                    think_prompt = work.prompt + THINK_OPEN
+                    budget = thinking_budget(s)
+                    gen.finish = await self._phase(
+                        gen, "thinking", work.rid, think_prompt, params_of(s, budget, ["\n\n"]), span, True
+                    )
+                    if gen.finish in ("stop", "length"):
+                        answer_prompt = think_prompt + "".join(gen.thinking).rstrip() + ANSWER_OPEN
+                        gen.finish = await self._phase(
+                            gen,
+                            "delta",
+                            answer_request_id(work.rid),
+                            answer_prompt,
+                            params_of(s, max(1, s.max_tokens - budget), constraint=answer_constraint(work)),
+                            span,
+                            False,
+                        )
+                else:
+                    prefill = tool_prefill(work.client_tools, work.tool_choice)
+                    if prefill:
+                        gen.answer.append(prefill)
+                        await self.bus.publish_frame(
+                            subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0)
+                        )
+                        gen.seq += 1
+                    # One call at most: the answer ends where the first call does. Parallel calls: the model ends it.
+                    stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
+                    params = params_of(s, extra_stop=stops, constraint=answer_constraint(work, prefill))
+                    gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
+            except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit
+                gen.finish = "error"
+                error = ErrorInfo.of(ErrorCode.bad_request, str(e))
+            except Exception as e:
+                log.exception("generation failed")
+                gen.finish = "error"
+                error = ErrorInfo.of(ErrorCode.internal, f"generation failed: {e}")
+                span.set_status(Status(StatusCode.ERROR, str(e)))
+            usage = gen.usage()
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": usage.prompt_tokens,
+                    "gen_ai.usage.output_tokens": usage.completion_tokens,
+                    "gen_ai.usage.cache_read_input_tokens": usage.cached_tokens,
+                    "gen_ai.response.finish_reasons": [gen.finish],
+                    "gen_ai.response.model": model,
+                }
+            )
+            await self.bus.publish(
+                subjects.stream_raw(work.rid),
+                RawChunk(
+                    rid=work.rid,
+                    seq=gen.seq,
+                    finished=True,
+                    finish_reason=gen.finish,
+                    usage=usage,
+                    error=error,  # type: ignore[arg-type]
+                    logprobs=None if s.logprobs is None else to_openai(self.engine.tokenizer, gen.logprobs),
+                ),
+            )
+        await self.bus.log_stage(
+            StageRecord(
+                rid=work.rid,
+                stage="inference",
+                tenant=work.tenant,
+                started_ms=started,
+                duration_ms=(time.perf_counter() - gen.t0) * 1000,
+                status="error" if error else "ok",
+                error=error,
+                decision={
+                    "finish_reason": gen.finish,
+                    "checker": ack.replica,
+                    "completion_tokens": usage.completion_tokens,
+                },
+                part=InferencePart(
+                    model=model,
+                    replica=self.bus.replica,
+                    finish_reason=gen.finish,
+                    usage=usage,
+                    sampling=s,
+                    prompt_tokens=usage.prompt_tokens,
+                    raw_output="".join(gen.answer),
+                    thinking="".join(gen.thinking),
+                    ttft_ms=usage.ttft_ms,
+                    tpot_ms=usage.tpot_ms,
+                ),
+            )
+        )
+
+    async def accept(self, work: Work) -> WorkAccepted:
+        """Take the work and ack at once (a dead replica is then known to the sender at once)."""
+        await self.bus.hold(work.rid)
+        task = asyncio.create_task(self.handle(work))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        task.add_done_callback(lambda _: self.bus.release(work.rid))
+        return WorkAccepted(rid=work.rid, replica=self.bus.replica)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Shutdown: let the answers being streamed finish (SIGTERM loses no stream)."""
+        if self._running:
+            await asyncio.wait(list(self._running), timeout=timeout_s)
+
+    async def heartbeat_forever(self, registry: TypedKV[Heartbeat]) -> None:
+        while True:
+            m = self.engine.metrics()
+            beat = Heartbeat(
+                replica=self.bus.replica,
+                pool=self.settings.pool,
+                model=self.model,
+                max_model_len=self.engine.max_model_len,
+                running=m.running,
+                waiting=m.waiting,
+                ts_ms=now_ms(),
+            )
+            try:
+                await registry.put(self.key, beat)
+            except Exception as e:  # a reconnecting connection must not end the heartbeat
+                log.warning("heartbeat failed", error=str(e))
+            await asyncio.sleep(self.settings.heartbeat_s)
+
+
+async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable[None]] | None:
+    # A registry model's file may need assembling first (Gemma's GGUF ships in chunk packages): seconds of I/O.
+    await asyncio.to_thread(settings.serve_card)
+    engine = create_engine(settings.engine_config())
+    await engine.start()
+    service = Inference(bus, engine, settings)
+    # Every engine request streams through the meter, so /metrics carries vLLM's request figures.
+    metrics = InferenceMetrics(engine, service.model)
+    service.engine = metrics.engine
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port, settings.metrics_host)
+    # One subscription for every cancel: it also catches cancels that overtake their work.
+    await bus.subscribe(subjects.CHAT_CANCEL_ANY, CancelNotice, service.cancel, span=False)
+    # Request/reply: the sender learns at once if this replica is gone, and then hands the work to
+    # the pool's queue group instead (any live replica), so failover does not wait for the registry.
+    await bus.subscribe(subjects.infer(settings.pool, bus.replica), Work, service.accept)
+    await bus.subscribe(subjects.infer_any(settings.pool), Work, service.accept, queue=f"inference.{settings.pool}")
+    registry = await bus.kv(subjects.REPLICAS_BUCKET, Heartbeat, ttl_s=subjects.REPLICAS_TTL_S)
+    hb = asyncio.create_task(service.heartbeat_forever(registry))
+
+    async def cleanup() -> None:
+        hb.cancel()
+        # Leave the registry at once, so routers move this replica's conversations now, not at TTL.
+        await registry.delete(service.key)
+        metrics.close()
+        await service.drain(settings.drain_timeout_s)
+        await engine.stop()
+
+    return cleanup

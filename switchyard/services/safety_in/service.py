@@ -1,0 +1,140 @@
+"""Classify the new message; a block ends the request with `policy_violation` before anything is shown.
+
+safety_in is asked (request/reply on `pipeline.safety_in`) while the model prefills: by safety_out when
+it opens the stream, or first by tools when a tool is about to run. Nothing the model writes is shown,
+and no tool runs, before the verdict is in. Concurrent requests share one classifier pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.safety import InputGuard, Verdict, worst_action
+from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.safety.taxonomy import action_rank, worst_first
+from switchyard.libs.safety.tenant import TenantGuards
+from switchyard.schemas import ErrorCode, InputDecision, SafetyInPart, SafetyVerdict, StageRecord, Work, subjects
+from switchyard.services.safety_in.settings import SafetyInSettings
+
+
+def to_wire(v: Verdict, source: str) -> SafetyVerdict:
+    return SafetyVerdict(
+        category=v.category,
+        score=v.score,
+        action=v.action,  # type: ignore[arg-type]
+        classifier=v.classifier,
+        version=v.version,
+        detail=v.detail,
+        source=source,
+    )
+
+
+def client_texts(work: Work) -> list[str]:
+    """Everything the client wrote that the model will see: the new message and, on the OpenAI and
+    Anthropic APIs, the user and system messages of the conversation it sends, any of which could
+    carry the attack. A stored conversation's earlier turns were judged when they were new.
+
+    The newest first: when the classifier reads only the first few (`classifier_max_messages`), it
+    reads what the model weighs most."""
+    texts = [work.text]
+    if work.system:
+        texts.append(work.system)
+    # Assistant turns are judged as answers were; a refusal in them ("I can't help make explosives")
+    # names the harm it refused and must not block the next question.
+    texts += [
+        m.content
+        for m in reversed(work.messages)
+        if m.role in ("user", "system") and m.content.strip() and m.content != work.text
+    ]
+    return texts
+
+
+def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
+    best: dict[str, Verdict] = {}
+    for verdicts in judged:
+        for v in verdicts:
+            had = best.get(v.category)
+            if had is None or (action_rank(v.action), v.score) > (action_rank(had.action), had.score):
+                best[v.category] = v
+    return worst_first(best.values())
+
+
+class SafetyIn:
+    def __init__(self, bus: Bus, guard: InputGuard, batcher: ScoreBatcher | None, max_scored: int = 16):
+        self.bus = bus
+        self.guards = TenantGuards(guard)
+        self.batcher = batcher
+        self.max_scored = max_scored
+
+    async def check(self, work: Work) -> InputDecision:
+        t0, started = time.perf_counter(), now_ms()
+        guard = self.guards.for_tenant(work.safety)
+        texts = client_texts(work)
+        if self.batcher is not None:
+            judged = await guard.check_many_batched(texts, self.batcher, source="user", max_scored=self.max_scored)
+        else:
+            judged = guard.check_many(texts, source="user")
+        verdicts = worst_per_category(judged)
+        if "code" in work.planned_tools:  # technical text itself is already judged as such by the guard
+            verdicts = guard.for_technical(verdicts)
+        wire = [to_wire(v, "user") for v in verdicts]
+        action = worst_action(verdicts)
+        decision: dict[str, Any] = {
+            "action": action,
+            # The abuse monitor counts a flag against the key only where the tenant's policy says so.
+            "flag_is_strike": work.safety.flag_is_strike,
+        }
+        error = None
+        if action == "block":
+            names = ", ".join(sorted({v.category for v in wire if v.action == "block"}))
+            error = BusError(ErrorCode.policy_violation, f"message blocked by input safety policy ({names})")
+        await self.bus.log_stage(
+            StageRecord(
+                rid=work.rid,
+                stage="safety_in",
+                tenant=work.tenant,
+                started_ms=started,
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                status="error" if error else "ok",
+                error=error.info() if error else None,
+                decision=decision,
+                part=SafetyInPart(safety_in=wire, safety_action=action),
+            )
+        )
+        if error is not None:
+            raise error
+        return InputDecision(rid=work.rid, action=action, verdicts=wire)  # type: ignore[arg-type]
+
+
+async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[None]] | None:
+    guard = await asyncio.to_thread(InputGuard, use_embeddings=settings.use_embeddings)
+    # Warm the classifier now, so the first user does not pay for loading the embedding model.
+    await asyncio.to_thread(guard.check, "hello", source="user")
+    batcher = (
+        ScoreBatcher(
+            guard.classifier,
+            max_texts=settings.max_batch_texts,
+            nice=settings.classifier_nice,
+            threads=settings.classifier_threads,
+            max_chunks=settings.classifier_max_chunks,
+        )
+        if settings.use_embeddings
+        else None
+    )
+    await bus.subscribe(
+        subjects.SAFETY_IN,
+        Work,
+        SafetyIn(bus, guard, batcher, settings.classifier_max_messages).check,
+        queue="safety_in",
+    )
+
+    async def cleanup() -> None:
+        if batcher is not None:
+            await batcher.close()
+
+    return cleanup

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from pydantic_settings import SettingsConfigDict
+
+from switchyard.libs.bus import ServiceSettings
+
+
+class SafetyOutSettings(ServiceSettings):
+    model_config = ServiceSettings.model_config | SettingsConfigDict(env_prefix="SWITCHYARD_SAFETY_OUT_")
+
+    # Characters held back beyond the safe cut (0: release every word as soon as redaction allows).
+    holdback_chars: int = 0
+    # Judge finished sentences with the learned classifier too (rules alone otherwise).
+    use_embeddings: bool = True
+    # Judge each answer sentence after the end of the user's question. Off by default: after an unrelated
+    # benign question, harmful answers are stopped far less often (docs/safety.md), which is what a
+    # jailbreak would exploit; on, a dosing step after a question about a child's fever passes.
+    judge_with_question: bool = False
+    # Most sentences one classifier pass takes; more wait for the next pass.
+    max_batch_texts: int = 64
+    # A stream with no end by then is closed with deadline_exceeded, when the request carries no deadline.
+    default_stream_timeout_s: float = 300.0
+    # How long saving a turn may take; it has its own deadline, not the request's (which may have passed).
+    save_timeout_s: float = 10.0
+    # How long input safety may take to judge the user's text (it runs while the model prefills).
+    input_check_timeout_s: float = 10.0
+    # Classifier passes run this many nice steps below the token path and the engine, on this many
+    # torch threads: on a shared 2-core machine the engine keeps its core (docs/benchmarks.md).
+    classifier_nice: int = 10
+    classifier_threads: int = 1
+    # A stream quiet this long has its inference replica asked whether it lives; a dead one ends the
+    # stream with `unavailable` at once (partial answer kept), not at the deadline.
+    producer_idle_s: float = 1.0
+    producer_check_period_s: float = 0.25
+    producer_probe_s: float = 0.5

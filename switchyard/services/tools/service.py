@@ -1,0 +1,176 @@
+"""Plan tool calls from the user's message, run them in parallel, show them, add results to the prompt."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.embeddings import get_embedder
+from switchyard.libs.embeddings.batcher import PassBatcher
+from switchyard.libs.safety import InputGuard
+from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
+from switchyard.libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
+from switchyard.schemas import (
+    ChatEvent,
+    ChatMessage,
+    EmbedRequest,
+    ErrorCode,
+    Forward,
+    InputDecision,
+    SafetyVerdict,
+    ToolEvent,
+    ToolsPart,
+    ToolSpecs,
+    ToolSpecsQuery,
+    Work,
+    subjects,
+)
+from switchyard.services.tools.embeddings import Embeddings
+from switchyard.services.tools.settings import ToolsSettings
+
+# The classifier is batched; under load a verdict can queue behind a pass or two.
+INPUT_CHECK_TIMEOUT_S = 10.0
+
+
+def to_event(r: ToolResult) -> ToolEvent:
+    return ToolEvent(
+        id=r.call_id,
+        name=r.name,
+        arguments=r.arguments,
+        status=r.status,  # type: ignore[arg-type]
+        duration_ms=round(r.duration_ms, 1),
+        output=r.output[:2000],
+        sources=r.sources,
+    )
+
+
+def with_tool_results(messages: list[ChatMessage], data: str) -> list[ChatMessage]:
+    """Tool results go after the history and before the new message, so the history prefix (and the
+    KV blocks cached for it) stays byte-identical from turn to turn."""
+    return [*messages[:-1], ChatMessage(role="system", content=data), messages[-1]]
+
+
+class ToolsStage:
+    def __init__(
+        self,
+        bus: Bus,
+        planner: ToolPlanner,
+        runner: ToolRunner,
+        tokenizer: Tokenizer,
+        guard: InputGuard,
+        planning: PassBatcher[np.ndarray],
+    ):
+        self.bus = bus
+        # Planning embeds the message: on its own niced thread, so concurrent requests queue for one
+        # core's spare time instead of each taking a thread of the engine's, and every request
+        # waiting goes into the same pass.
+        self.planning = planning
+        self.guard = guard
+        self.planner = planner
+        self.runner = runner
+        self.tokenizer = tokenizer
+
+    async def handle(self, work: Work) -> Forward:
+        if work.route is None:
+            raise BusError(ErrorCode.internal, "tools stage got work without a route")
+        nxt = subjects.infer(work.route.pool, work.route.replica)
+        anyone = subjects.infer_any(work.route.pool)  # if the chosen replica died since the router chose it
+        if work.replay_mode == "inference":
+            # The logged prompt already holds the original tool results: replay it as it was.
+            return Forward(
+                subject=nxt,
+                work=work,
+                ack=True,
+                fallback=anyone,
+                decision={"planned": [], "replay": "prompt as logged"},
+            )
+        if work.prompt_mode == "raw":
+            # A text completion's prompt is passed verbatim: no tool runs, and nothing is added to it.
+            return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": [], "raw": True})
+        ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
+        # The planner reads only the user's own message: text inside documents or earlier tool
+        # results can never make it call a tool.
+        calls = await self.planner.plan_batched(work.text, ctx, self.planning.run_many)
+        if not calls:
+            return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
+        work.planned_tools = [c.name for c in calls]
+        if not work.input_checked:
+            # No tool runs (and no tool is shown) for a message input safety blocks: a block raises here.
+            verdict = await self.bus.request(subjects.SAFETY_IN, work, InputDecision, timeout=INPUT_CHECK_TIMEOUT_S)
+            work.verdicts += verdict.verdicts
+            work.input_checked = True
+        for c in calls:
+            await self.bus.emit(
+                ChatEvent(
+                    rid=work.rid,
+                    type="tool",
+                    tool=ToolEvent(id=c.id, name=c.name, arguments=c.arguments, status="running"),
+                )
+            )
+        results = await self.runner.run(calls, ctx)
+        work.tools = [to_event(r) for r in results]
+        # Indirect injection: tool output that tries to instruct the model is flagged (never blocked) and
+        # goes into the prompt marked as data either way.
+        for r in results:
+            for v in await asyncio.to_thread(self.guard.check, r.output, source="tool"):
+                if v.action != "allow":
+                    work.verdicts.append(
+                        SafetyVerdict(
+                            category=v.category,
+                            score=v.score,
+                            action=v.action,  # type: ignore[arg-type]
+                            classifier=v.classifier,
+                            version=v.version,
+                            detail=f"{r.name}: {v.detail}",
+                            source="tool",
+                        )
+                    )
+        for ev in work.tools:
+            await self.bus.emit(ChatEvent(rid=work.rid, type="tool", tool=ev))
+        work.tool_prompt = results_to_prompt(results)
+        if work.prompt_messages:
+            work.prompt_messages = with_tool_results(work.prompt_messages, work.tool_prompt)
+            msgs = [m.model_dump() for m in work.prompt_messages]
+            # As context rendered them: a template that lays tools out itself gets them again (for
+            # any other, our tool section is already in the system message).
+            tools = work.client_tools if work.tool_choice != "none" and self.tokenizer.template.renders_tools else None
+            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tools=tools)
+            work.prompt_tokens = self.tokenizer.count(work.prompt)
+        part = ToolsPart(
+            tools=work.tools,
+            prompt=work.prompt,
+            tool_verdicts=[v for v in work.verdicts if v.source == "tool"],
+        )
+        decision = {"planned": [c.name for c in calls]}
+        return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=decision, part=part)
+
+
+async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:
+    tokenizer = await asyncio.to_thread(load_tokenizer, settings.model_path)
+    planner = await asyncio.to_thread(ToolPlanner, settings.tools, use_embeddings=settings.use_embeddings)
+    # Load the embedding model, index the policies and probe the sandbox before taking work, so the
+    # first user neither waits for them nor gets keyword-only search.
+    await asyncio.to_thread(planner.warmup)
+    runner = ToolRunner(settings.tools)
+    await runner.warmup()
+    guard = InputGuard(use_embeddings=False)
+    planning = PassBatcher(planner.embed_clauses, name="planner", nice=settings.planner_nice, threads=1)
+    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard, planning).handle)
+
+    async def specs(_: ToolSpecsQuery) -> ToolSpecs:
+        return ToolSpecs(tools=runner.specs())
+
+    await bus.subscribe(subjects.TOOLS_SPECS, ToolSpecsQuery, specs, queue="tools", span=False)
+    if settings.use_embeddings and planner.use_embeddings:  # the encoder loaded (warmup above)
+        # get_embedder() is the one instance the planner loaded: no second copy of the model.
+        served = Embeddings(get_embedder(), planning.run_many)
+        await bus.subscribe(subjects.EMBEDDINGS, EmbedRequest, served.handle, queue="tools")
+
+    async def close() -> None:
+        await planning.close()
+        await runner.aclose()
+
+    return close
