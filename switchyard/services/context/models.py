@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from switchyard.libs.models import ModelRegistry, ensure_model_file
+from switchyard.libs.models import ModelRegistry, ensure_model_path
 from switchyard.services.context.prompt import ChatTemplate, PromptRenderer
 
 
@@ -36,9 +36,9 @@ class ModelTemplates:
 
     def _file_of(self, model: str | None) -> str | None:
         card = self.registry.find(model) if model else None
-        if card is None or card.model_file is None or card.model_file == self._default_file:
+        if card is None or card.path is None or card.path == self._default_file:
             return None
-        return card.model_file
+        return card.path
 
     async def renderer(self, model: str | None) -> PromptRenderer:
         """The renderer for `model` (its name or alias; None or an unknown name: the default model's)."""
@@ -60,6 +60,6 @@ class ModelTemplates:
         return (await self.renderer(model)).template
 
     def _load_renderer(self, model: str) -> PromptRenderer:
-        path = ensure_model_file(self.registry.get(model))
+        path = ensure_model_path(self.registry.get(model))
         assert path is not None  # _file_of returned a file for this model
         return PromptRenderer(self._load(path), self._budget, self._file_chars)

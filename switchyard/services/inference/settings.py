@@ -7,7 +7,7 @@ from pydantic_settings import SettingsConfigDict
 
 from switchyard.libs.bus import ServiceSettings
 from switchyard.libs.engine import EngineConfig, EngineSettings
-from switchyard.libs.models import ModelCard, ModelRegistry, ensure_model_file
+from switchyard.libs.models import ModelCard, ModelRegistry, ensure_model_path
 
 
 class InferenceSettings(ServiceSettings):
@@ -60,7 +60,7 @@ class InferenceSettings(ServiceSettings):
         card = self.card()
         if card is None:
             return
-        path = ensure_model_file(card)
+        path = ensure_model_path(card)
         self.engine, self.pool, self.model_name = card.engine, card.pool, card.name
         self.max_model_len = min(self.max_model_len, card.context_length)
         if card.engine != "sim":

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from switchyard.cli.settings import CliSettings
-from switchyard.libs.models import GEMMA_MODEL_NAME, ModelCard, ModelRegistry, ensure_model_file
+from switchyard.libs.models import GEMMA_MODEL_NAME, ModelCard, ModelRegistry, ensure_model_path
 from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME
 from switchyard.services.inference.settings import InferenceSettings
 
@@ -66,16 +66,16 @@ def test_an_inference_process_takes_its_model_from_the_registry() -> None:
     native = gemma.model_copy(update={"engine": "native"})
     s2 = InferenceSettings(model=GEMMA_MODEL_NAME, registry=ModelRegistry(models=[native], default_model=native.name))
     s2.serve_card()
-    assert s2.engine == "native" and s2.model_path == gemma.model_file
+    assert s2.engine == "native" and s2.model_path == gemma.path
     assert InferenceSettings().card() is None  # no model named: today's settings as they are
 
 
 def test_a_chunked_model_file_is_assembled_whole_on_first_use(tmp_path: Path) -> None:
     gemma = ModelRegistry().get(GEMMA_MODEL_NAME)
-    card = gemma.model_copy(update={"model_file": str(tmp_path / "sub" / "gemma.gguf")})
-    path = ensure_model_file(card)
-    assert path == card.model_file and not list((tmp_path / "sub").glob("*.partial"))
+    card = gemma.model_copy(update={"path": str(tmp_path / "sub" / "gemma.gguf")})
+    path = ensure_model_path(card)
+    assert path == card.path and not list((tmp_path / "sub").glob("*.partial"))
     assert hashlib.sha256(Path(path).read_bytes()).hexdigest().startswith("a5fd3b62")
-    assert ensure_model_file(card) == path  # already there: not written again
+    assert ensure_model_path(card) == path  # already there: not written again
     with pytest.raises(FileNotFoundError):
-        ensure_model_file(card.model_copy(update={"model_file": str(tmp_path / "x.gguf"), "assemble_package": None}))
+        ensure_model_path(card.model_copy(update={"path": str(tmp_path / "x.gguf"), "assemble_package": None}))
