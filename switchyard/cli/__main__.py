@@ -29,6 +29,7 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
         backoff=Backoff(initial_s=args.restart_delay, cap_s=args.restart_max_delay),
         echo_events=True,
         pools=settings.extra_pools(),
+        registry=settings.registry,
     )
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -7,6 +7,7 @@ and is counted in `stack.json`, which `switchyard status` prints. Nothing is res
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -21,8 +22,10 @@ from typing import Any
 import httpx
 
 from switchyard.cli.health import wait_pools_live, wait_stages_ready
+from switchyard.cli.pools import PoolManager
 from switchyard.cli.supervise import Backoff, ServiceStatus, StopLatch, SupervisorLog, describe_exit, write_status
 from switchyard.libs.bus.embedded import NatsServer, free_port, start_nats_server
+from switchyard.libs.models import ModelRegistry
 
 # Start order: consumers of the log and the pipeline's back half first, the gateway last, so the
 # gateway's readiness probe finds everyone.
@@ -83,6 +86,12 @@ class Stack:
     # Registry models (switchyard/libs/models) served by an inference pool of their own beside the default model's,
     # each one process `inference-<pool>` with SWITCHYARD_INFERENCE_MODEL=<name>; `run` serves every model.
     pools: dict[str, str] = field(default_factory=dict)  # model name -> its pool
+    # The registry the stack writes into the bus's key-value store at start (switchyard/libs/models/live.py);
+    # None: the one SWITCHYARD_MODELS (in `env`, else this process's environment) describes. A stack that
+    # runs inference also answers `/v1/admin/models`' requests to start and stop pools (switchyard/cli/pools.py).
+    registry: ModelRegistry | None = None
+    manage_pools: bool = True
+    pool_manager: PoolManager | None = field(default=None, repr=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _changed: threading.Condition = field(init=False, repr=False)
     _stop: StopLatch = field(default_factory=StopLatch, repr=False)
@@ -133,6 +142,11 @@ class Stack:
             **self.env,
         }
         self.service_env = env
+        if self.manage_pools and "inference" in self.services:
+            # Before any service: they read the registry from the bucket this writes.
+            registry = self.registry or _registry_from(env)
+            self.pool_manager = PoolManager(self, registry, int(env.get("NATS_REPLICAS", "1")))
+            self.pool_manager.start()
         for name in self.services:
             if self._stop.is_set():
                 raise StackStopping("asked to stop while starting")
@@ -225,6 +239,14 @@ class Stack:
                 self._write_status()
                 self._changed.notify_all()
 
+    def exit_code(self, tag: str) -> int | None:
+        """How `tag`'s process ended, when it has (under supervision: its last exit, though it restarts)."""
+        with self._lock:
+            proc, status = self.procs.get(tag), self._status.get(tag)
+            if status is not None and status.state == "restarting":
+                return status.last_exit
+            return None if proc is None else proc.poll()
+
     def wait_restarted(self, tag: str, restarts: int, timeout_s: float) -> subprocess.Popen[bytes]:
         """Until the supervisor has started `tag` `restarts` times; its current process."""
         with self._changed:
@@ -293,6 +315,9 @@ class Stack:
 
     def stop(self) -> None:
         self._stop.set()  # first: from here on nothing is restarted
+        if self.pool_manager is not None:  # nor started for the admin API
+            self.pool_manager.stop()
+            self.pool_manager = None
         with self._lock:
             self._state = "stopping"
             self._write_status()
@@ -332,6 +357,18 @@ class Stack:
                 "services": {tag: s.public() for tag, s in self._status.items()},
             },
         )
+
+
+def _registry_from(env: dict[str, str]) -> ModelRegistry:
+    """The registry the services started with `env` read (its SWITCHYARD_MODELS, ... over this process's)."""
+    names = {"SWITCHYARD_MODELS": "models", "SWITCHYARD_DEFAULT_MODEL": "default_model"}
+    names["SWITCHYARD_MODEL_FALLBACKS"] = "model_fallbacks"
+    given = {field_name: env[var] for var, field_name in names.items() if var in env}
+    if not given:
+        return ModelRegistry()
+    # Complex fields come as JSON, as pydantic-settings reads them from the environment.
+    parsed = {k: (v if k == "default_model" else json.loads(v)) for k, v in given.items()}
+    return ModelRegistry.model_validate(parsed)
 
 
 def _terminate(p: subprocess.Popen[bytes], timeout_s: float) -> None:

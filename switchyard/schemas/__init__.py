@@ -66,7 +66,16 @@ from switchyard.schemas.messages import (
     Work,
     WorkAccepted,
 )
-from switchyard.schemas.models import Capability, Mode, ModelCard
+from switchyard.schemas.models import (
+    Capability,
+    Mode,
+    ModelCard,
+    ModelEntry,
+    ModelEntryList,
+    PoolReply,
+    PoolStart,
+    PoolStop,
+)
 from switchyard.schemas.records import (
     ContextPart,
     DiffSegment,
@@ -167,6 +176,11 @@ __all__ = [
     "MemoryQuery",
     "Mode",
     "ModelCard",
+    "ModelEntry",
+    "ModelEntryList",
+    "PoolReply",
+    "PoolStart",
+    "PoolStop",
     "PreferenceList",
     "PreferencePair",
     "PreferenceQuery",

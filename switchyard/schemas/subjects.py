@@ -31,6 +31,16 @@ REPLICAS_TTL_S = 10.0
 
 ADMIN_REQUEST_GET = "admin.requests.get"
 
+# The model registry every gateway, context, router and inference process follows (a watch): one entry per
+# model, key `<pool>` (a subject token), value its ModelCard (switchyard/libs/models/live.py). Seeded from the
+# settings at stack start; `/v1/admin/models` adds and removes entries through the stack supervisor.
+MODELS_BUCKET = "models"
+# request/reply, answered by the stack supervisor (`switchyard run`), the one process that starts processes:
+# start a pool for a new entry / stop one (switchyard/schemas/models.py PoolStart, PoolStop, PoolReply). No
+# responder: a deployment without the supervisor (compose), which cannot start pools.
+POOLS_START = "supervisor.pools.start"
+POOLS_STOP = "supervisor.pools.stop"
+
 # request/reply: sentence embeddings from the service that hosts the encoder (switchyard/schemas/embeddings.py)
 EMBEDDINGS = "tools.embeddings"
 # request/reply: a prompt rendered and encoded as the context stage does it, and ids decoded (switchyard/schemas/tokens.py)

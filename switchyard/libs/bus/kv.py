@@ -48,9 +48,30 @@ class TypedKV(Generic[M]):
     async def put(self, key: str, value: M) -> int:
         return int(await self._kv.put(key, value.model_dump_json().encode()))
 
+    async def create(self, key: str, value: M) -> bool:
+        """Write `value` only where `key` has none; False when it has one already."""
+        try:
+            await self._kv.create(key, value.model_dump_json().encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True
+
     async def delete(self, key: str) -> None:
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
             await self._kv.delete(key)
+
+    async def items(self) -> dict[str, M]:
+        """Every current entry, by key (a snapshot; `watch` follows the changes)."""
+        try:
+            keys = await self._kv.keys()
+        except nats.js.errors.NoKeysError:
+            return {}
+        found: dict[str, M] = {}
+        for key in keys:
+            value = await self.get(key)
+            if value is not None:
+                found[key] = value
+        return found
 
     async def get(self, key: str) -> M | None:
         try:

@@ -11,6 +11,7 @@ import structlog
 from opentelemetry import trace
 
 from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.models.live import LiveModels
 from switchyard.libs.store.conversations import ConversationStore
 from switchyard.libs.store.db import make_engine
 from switchyard.libs.store.knowledge import KnowledgeStore
@@ -221,6 +222,8 @@ def load_template(settings: ContextSettings) -> ChatTemplate:
 async def setup(
     bus: Bus, settings: ContextSettings, template: ChatTemplate | None = None
 ) -> Callable[[], Awaitable[None]]:
+    # A model added at run time is rendered with its own template from its first request on.
+    live = await LiveModels.follow(bus, settings.registry)
     engine = make_engine(settings.db_url())
     conversations, knowledge = ConversationStore(engine), KnowledgeStore(engine)
     await conversations.init()
@@ -248,6 +251,7 @@ async def setup(
         await bus.subscribe(subjects.DETOKENIZE, DetokenizeQuery, tokens.detokenize, queue="context")
 
     async def cleanup() -> None:
+        await live.close()
         await engine.dispose()
 
     return cleanup

@@ -18,6 +18,7 @@ from sse_starlette.sse import AppStatus
 from switchyard.libs.bus import Bus
 from switchyard.libs.bus.bus import stable_id
 from switchyard.libs.bus.runner import run_loop
+from switchyard.libs.models.live import LiveModels
 from switchyard.libs.store.keys import KeyStore
 from switchyard.libs.telemetry import configure_logging, setup_tracing
 from switchyard.schemas import HealthReply, HealthRequest, SpanBatch, subjects
@@ -72,6 +73,8 @@ async def main() -> None:
     AppStatus.disable_automatic_graceful_drain()
     app = create_app(settings, bus, keys)
     gw: Gateway = app.state.gateway
+    # Before the first request: every model name resolves against the registry as the bus holds it.
+    gw.models = await LiveModels.follow(bus, settings.registry)
 
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="off"
@@ -106,6 +109,7 @@ async def main() -> None:
     except TimeoutError:
         log.warning("streams still open at shutdown")
     await gw.runs.close()
+    await gw.models.close()
     await telemetry.shutdown()
     await bus.close()
     await keys.close()

@@ -25,6 +25,7 @@ from switchyard.services.gateway import (
     files_api,
     keys_api,
     knowledge_api,
+    models_api,
     openai_api,
     openapi,
     ops_api,
@@ -125,7 +126,13 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     # Every admin route, wherever it is written, behind one guard.
     admin = APIRouter(dependencies=[Depends(require_admin)])
     # admin_api first: its /v1/admin/keys/standing is not a key id.
-    for router in (admin_api.router, ops_api.admin_router, knowledge_api.admin_router, keys_api.admin_router):
+    for router in (
+        admin_api.router,
+        ops_api.admin_router,
+        knowledge_api.admin_router,
+        keys_api.admin_router,
+        models_api.admin_router,
+    ):
         admin.include_router(router)
     app.include_router(admin)
     openapi.install(app)

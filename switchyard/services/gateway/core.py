@@ -14,6 +14,7 @@ from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus import headers as H
 from switchyard.libs.limits import Limiter
 from switchyard.libs.models import Capability
+from switchyard.libs.models.live import LiveModels
 from switchyard.libs.store.keys import ApiKey, KeyStore
 from switchyard.schemas import (
     ChatMessage,
@@ -53,6 +54,9 @@ class Gateway:
     key_policy: KeyPolicy = field(init=False)
     pdf: PdfReader = field(init=False)
     _limiter: OpenedOnUse[Limiter] = field(init=False)
+    # The registry followed from the bus (switchyard/libs/models/live.py): `settings.registry` is the object it
+    # keeps current. Set by __main__; None where the app runs on its settings' registry alone (tests).
+    models: LiveModels | None = None
 
     def __post_init__(self) -> None:
         self.runs = Runs(self.bus, self.settings, self.metrics)

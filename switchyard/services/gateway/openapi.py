@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from switchyard.libs.store.key_admin import KeyUpdate, NewKey
-from switchyard.schemas import ReplayRequest
+from switchyard.schemas import ModelCard, ReplayRequest
 from switchyard.services.gateway.anthropic_api import MessagesRequest
 from switchyard.services.gateway.body import MAX_JSON_DEPTH
 from switchyard.services.gateway.chat_api import ChatRequest
@@ -54,6 +54,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/messages/count_tokens"): CountTokensRequest,
     ("post", "/v1/admin/keys"): NewKey,
     ("patch", "/v1/admin/keys/{key_id}"): KeyUpdate,
+    ("post", "/v1/admin/models"): ModelCard,
 }
 # Bodies a client may leave out.
 OPTIONAL_BODIES = {("post", "/v1/conversations"), ("post", "/v1/admin/replay/{rid}")}
@@ -71,6 +72,7 @@ SUCCESS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
     ("post", "/v1/files"): ("201", (JSON,)),
     ("post", "/v1/memory"): ("201", (JSON,)),
     ("post", "/v1/admin/keys"): ("201", (JSON,)),
+    ("post", "/v1/admin/models"): ("201", (JSON,)),
     ("post", "/v1/feedback"): ("202", (JSON,)),
     ("post", "/v1/feedback/preference"): ("202", (JSON,)),
     ("get", "/metrics"): ("200", ("text/plain",)),

@@ -22,6 +22,7 @@ from switchyard.schemas import (
     ToolSpecsQuery,
     subjects,
 )
+from switchyard.schemas.embeddings import EMBEDDING_DIM, EMBEDDING_MAX_TOKENS, EMBEDDING_MODEL, EMBEDDING_MODEL_ALIASES
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.core import Gw
 from switchyard.services.gateway.errors import ApiError
@@ -65,12 +66,14 @@ async def metrics(gw: Gw) -> Response:
 
 
 def model_json(card: ModelCard) -> dict[str, Any]:
-    """OpenAI's model object, plus what a client needs to choose one: context length, capabilities, aliases."""
+    """OpenAI's model object, plus what a client needs to choose one: its kind, context length, capabilities,
+    aliases."""
     return {
         "id": card.name,
         "object": "model",
         "created": 0,
         "owned_by": card.owner,
+        "kind": "generation",
         "context_length": card.context_length,
         "capabilities": {c: card.can(c) for c in ("chat", "completion", "tools", "structured_outputs")},
         "chat_template": card.chat_template,
@@ -79,13 +82,32 @@ def model_json(card: ModelCard) -> dict[str, Any]:
     }
 
 
+def embedding_model_json() -> dict[str, Any]:
+    """The sentence encoder `POST /v1/embeddings` serves (hosted by the tools stage, not an inference pool)."""
+    return {
+        "id": EMBEDDING_MODEL,
+        "object": "model",
+        "created": 0,
+        "owned_by": "sentence-transformers",
+        "kind": "embedding",
+        "context_length": EMBEDDING_MAX_TOKENS,
+        "dimensions": EMBEDDING_DIM,
+        "capabilities": {"embeddings": True},
+        "aliases": sorted(EMBEDDING_MODEL_ALIASES - {EMBEDDING_MODEL}),
+    }
+
+
 @router.get("/v1/models")
 async def models(gw: Gw, key: Principal) -> dict[str, Any]:
-    return {"object": "list", "data": [model_json(c) for c in gw.settings.registry.models]}
+    """Every served model, as the live registry holds it now, and the embedding model."""
+    data = [model_json(c) for c in gw.settings.registry.models]
+    return {"object": "list", "data": [*data, embedding_model_json()]}
 
 
 @router.get("/v1/models/{model_id:path}")
 async def model(model_id: str, gw: Gw, key: Principal) -> dict[str, Any]:
+    if model_id in EMBEDDING_MODEL_ALIASES:
+        return embedding_model_json()
     card = gw.settings.registry.find(model_id[:256])
     if card is None:
         raise ApiError(ErrorCode.not_found, f"model {model_id[:80]!r} does not exist; GET /v1/models lists them")

@@ -41,6 +41,9 @@ class GatewaySettings(ServiceSettings):
     # The served models, their aliases and capabilities (switchyard/libs/models: SWITCHYARD_MODELS, SWITCHYARD_DEFAULT_MODEL,
     # SWITCHYARD_MODEL_FALLBACKS); `GET /v1/models` lists them, and every API resolves a request's model here.
     registry: ModelRegistry = Field(default_factory=ModelRegistry)
+    # `POST /v1/admin/models`: how long a new model's pool may take to serve (load, convert the weights once)
+    # before the request fails with its log and the entry is removed.
+    model_start_timeout_s: float = Field(300.0, gt=0, le=3600)
     # `POST /v1/embeddings` inputs: how many, and characters in each and in all (over any, 413; the encoder
     # reads at most 256 tokens of each, and all the vectors come back in one bus message).
     embeddings_max_inputs: int = Field(128, ge=1, le=512)

@@ -17,6 +17,7 @@ from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.bus.kv import TypedKV
 from switchyard.libs.engine import AsyncEngine, SamplingParams, create_engine
 from switchyard.libs.engine.types import ConstraintError, TokenLogprobs
+from switchyard.libs.models.live import LiveModels
 from switchyard.schemas import (
     CancelNotice,
     ErrorCode,
@@ -307,6 +308,8 @@ class Inference:
 
 
 async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable[None]] | None:
+    # The registry as the bus holds it: a model added over the admin API has its entry there only.
+    models = await LiveModels.follow(bus, settings.registry)
     # A registry model's file may need assembling first (Gemma's GGUF ships in chunk packages): seconds of I/O.
     await asyncio.to_thread(settings.serve_card)
     engine = create_engine(settings.engine_config())
@@ -327,6 +330,7 @@ async def setup(bus: Bus, settings: InferenceSettings) -> Callable[[], Awaitable
     hb = asyncio.create_task(service.heartbeat_forever(registry))
 
     async def cleanup() -> None:
+        await models.close()
         hb.cancel()
         # Leave the registry at once, so routers move this replica's conversations now, not at TTL.
         await registry.delete(service.key)

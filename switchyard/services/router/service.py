@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.models import Capability, ModelCard
+from switchyard.libs.models.live import LiveModels
 from switchyard.schemas import ErrorCode, Forward, Heartbeat, RouteDecision, RoutePart, Work, subjects
 from switchyard.services.router.replicas import ReplicaTable, rendezvous, sticky_key
 from switchyard.services.router.settings import ModelSpec, RouterSettings
@@ -156,6 +157,8 @@ class Router:
 
 async def setup(bus: Bus, settings: RouterSettings) -> Callable[[], Awaitable[None]] | None:
     router = Router(settings)
+    # Models added or removed at run time (switchyard/libs/models/live.py) are routed from the next request on.
+    models = await LiveModels.follow(bus, settings.registry)
     registry = await bus.kv(subjects.REPLICAS_BUCKET, Heartbeat, ttl_s=subjects.REPLICAS_TTL_S)
     # Every router replica watches every replica's heartbeat (a watch, not a queue group).
     await registry.watch(router.registry_changed)
@@ -166,5 +169,6 @@ async def setup(bus: Bus, settings: RouterSettings) -> Callable[[], Awaitable[No
 
     async def cleanup() -> None:
         registry.stop()
+        await models.close()
 
     return cleanup
