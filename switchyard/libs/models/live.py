@@ -25,8 +25,8 @@ from switchyard.schemas.models import ModelCard
 log = structlog.get_logger()
 
 
-async def open_models(bus: Bus) -> TypedKV[ModelCard]:
-    return await bus.kv(subjects.MODELS_BUCKET, ModelCard)
+async def open_models(bus: Bus, bucket: str = subjects.MODELS_BUCKET) -> TypedKV[ModelCard]:
+    return await bus.kv(bucket, ModelCard)
 
 
 async def reset(kv: TypedKV[ModelCard], registry: ModelRegistry) -> None:
@@ -73,9 +73,11 @@ class LiveModels:
         self._changed = asyncio.Condition()
 
     @classmethod
-    async def follow(cls, bus: Bus, registry: ModelRegistry, *, seed_empty: bool = True) -> LiveModels:
+    async def follow(
+        cls, bus: Bus, registry: ModelRegistry, *, seed_empty: bool = True, bucket: str = subjects.MODELS_BUCKET
+    ) -> LiveModels:
         """Read the bucket (seeding it from `registry` when empty), then watch it."""
-        kv = await open_models(bus)
+        kv = await open_models(bus, bucket)
         if seed_empty:
             await seed(kv, registry)
         live = cls(registry, kv)
