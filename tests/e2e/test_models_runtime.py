@@ -18,6 +18,7 @@ import pytest
 from switchyard.cli.stack import Stack
 from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME, default_model_path
 from switchyard.schemas.embeddings import EMBEDDING_MODEL
+from tests.e2e.conftest import admin_record
 from tests.e2e.warm import warm
 from tests.libs.models.test_admit import gguf_file
 
@@ -67,6 +68,9 @@ def test_a_model_added_at_run_time_serves_and_once_removed_is_a_404(
         assert r.status_code == 200, r.text
         done = r.json()
         assert done["model"] == NAME and done["choices"][0]["message"]["content"]
+    # Served by the new pool, not the default one.
+    record = admin_record(stack, r.headers["x-request-id"], lambda rec: "route" in rec["record"])["record"]
+    assert record["route"]["pool"] == POOL and record["route"]["model"] == NAME
 
     # Removed while one of its streams is in flight: that stream finishes, the next request is a 404.
     body = {"model": NAME, "messages": [{"role": "user", "content": "Count to fifty."}], "stream": True}

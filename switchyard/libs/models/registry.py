@@ -1,4 +1,8 @@
-"""The models a deployment serves, by name: one registry every service reads alike (issue 29).
+"""The models a deployment serves, by name: one registry every service reads alike.
+
+These settings are the defaults: the registry a stack runs with lives in the bus's key-value store, seeded
+from them and followed live by every reader through this same object (live.py; `/v1/admin/models` adds and
+removes entries at run time).
 
 Each model is its own inference pool. The gateway reads the registry to resolve names and aliases, to
 list models (`GET /v1/models`) and to refuse what a model cannot do; the router reads it to pick the

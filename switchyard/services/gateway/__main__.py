@@ -74,7 +74,10 @@ async def main() -> None:
     app = create_app(settings, bus, keys)
     gw: Gateway = app.state.gateway
     # Before the first request: every model name resolves against the registry as the bus holds it.
-    gw.models = await LiveModels.follow(bus, settings.registry)
+    try:
+        gw.models = await LiveModels.follow(bus, settings.registry)
+    except Exception as e:  # no JetStream: the gateway still serves, on its settings' registry (as lazy.py)
+        log.warning("model registry unavailable: serving the settings' models", error=str(e))
 
     config = uvicorn.Config(
         app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="off"
@@ -109,7 +112,8 @@ async def main() -> None:
     except TimeoutError:
         log.warning("streams still open at shutdown")
     await gw.runs.close()
-    await gw.models.close()
+    if gw.models is not None:
+        await gw.models.close()
     await telemetry.shutdown()
     await bus.close()
     await keys.close()
