@@ -140,8 +140,9 @@ class PoolManager:
         offset = log_path.stat().st_size if log_path.exists() else 0
         env = {**self.stack.service_env, "SWITCHYARD_INFERENCE_MODEL": card.name}
         log.info("starting pool", model=card.name, pool=card.pool)
+        restarts = self.stack.restarts.get(tag, 0)
         await asyncio.to_thread(self.stack.start_service, "inference", env, card.pool)
-        why = await self._wait_live(card.pool, tag, req.timeout_s)
+        why = await self._wait_live(card.pool, tag, req.timeout_s, restarts)
         if why is None:
             return PoolReply(ok=True, card=card, replicas=self.replicas_of(card.pool))
         log.warning("pool failed to start", model=card.name, pool=card.pool, why=why)
@@ -154,12 +155,15 @@ class PoolManager:
             log_tail=_tail(log_path, offset),
         )
 
-    async def _wait_live(self, pool: str, tag: str, timeout_s: float) -> str | None:
-        """None once a replica of `pool` heartbeats; else why not (its process exited, or the bound passed)."""
+    async def _wait_live(self, pool: str, tag: str, timeout_s: float, restarts: int) -> str | None:
+        """None once a replica of `pool` heartbeats; else why not (its process exited, or, under supervision,
+        was restarted: it had exited; or the bound passed)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while not self.replicas_of(pool):
             code = self.stack.exit_code(tag)
+            if code is None and self.stack.restarts.get(tag, 0) > restarts:
+                code = self.stack.last_exit(tag)
             if code is not None:
                 return f"exited with code {code} before serving"
             left = deadline - loop.time()

@@ -247,6 +247,11 @@ class Stack:
                 return status.last_exit
             return None if proc is None else proc.poll()
 
+    def last_exit(self, tag: str) -> int | None:
+        with self._lock:
+            status = self._status.get(tag)
+            return None if status is None else status.last_exit
+
     def wait_restarted(self, tag: str, restarts: int, timeout_s: float) -> subprocess.Popen[bytes]:
         """Until the supervisor has started `tag` `restarts` times; its current process."""
         with self._changed:
