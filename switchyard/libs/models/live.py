@@ -89,9 +89,15 @@ class LiveModels:
         """Take the bucket's entries as they are now (an empty bucket leaves the settings' entries)."""
         entries = await self.kv.items()
         if entries:
-            self.registry.models = [entries[k] for k in sorted(entries, key=self._order)]
+            self.registry.models = [self._own(entries[k]) for k in sorted(entries, key=self._order)]
         async with self._changed:
             self._changed.notify_all()
+
+    def _own(self, card: ModelCard) -> ModelCard:
+        """`card` with this process's SWITCHYARD_MODEL_FALLBACKS over its own `fallback`: an operator names a
+        fallback for one service (a router restarted with it) without rewriting the shared entry."""
+        fallback = self.registry.model_fallbacks.get(card.name)
+        return card if fallback is None else card.model_copy(update={"fallback": fallback})
 
     def _order(self, pool: str) -> tuple[int, str]:
         """The settings' order first (the default model leads `GET /v1/models`), added models after, by pool."""
@@ -102,7 +108,7 @@ class LiveModels:
         if card is not None and card.pool != pool:
             log.warning("model entry under another pool's key ignored", key=pool, pool=card.pool)
             return
-        self.registry.models = with_entry(self.registry.models, pool, card)
+        self.registry.models = with_entry(self.registry.models, pool, None if card is None else self._own(card))
         log.info("model registry changed", pool=pool, model=card.name if card else None, removed=card is None)
         async with self._changed:
             self._changed.notify_all()

@@ -62,6 +62,21 @@ async def test_an_empty_bucket_is_seeded_from_the_settings_and_a_full_one_is_lef
     await live.close()
 
 
+async def test_a_reader_s_own_fallbacks_apply_over_the_shared_entries(bus: Bus, bucket: str) -> None:
+    kv = await open_models(bus, bucket)
+    await reset(kv, ModelRegistry())
+    mine = ModelRegistry(model_fallbacks={GEMMA_MODEL_NAME: DEFAULT_MODEL_NAME})
+    live = await LiveModels.follow(bus, mine, bucket=bucket)
+    try:
+        assert mine.get(GEMMA_MODEL_NAME).fallback == DEFAULT_MODEL_NAME
+        await kv.put("gemma", ModelRegistry().get(GEMMA_MODEL_NAME).model_copy(update={"owner": "g"}))
+        assert await live.wait_for(lambda r: r.get(GEMMA_MODEL_NAME).owner == "g", 5.0)
+        assert mine.get(GEMMA_MODEL_NAME).fallback == DEFAULT_MODEL_NAME
+        assert (await kv.get("gemma")).fallback is None  # type: ignore[union-attr]
+    finally:
+        await live.close()
+
+
 async def test_reset_makes_the_bucket_the_settings_entries(bus: Bus, bucket: str) -> None:
     kv = await open_models(bus, bucket)
     await kv.put("stale", added(pool="stale"))
