@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 import structlog
 
 from switchyard.libs.bus import Bus
+from switchyard.libs.bus.kv import TypedKV
 from switchyard.libs.models.admit import check_files, check_names
 from switchyard.libs.models.live import LiveModels, open_models, reset
 from switchyard.libs.models.registry import ModelRegistry
 from switchyard.libs.telemetry import setup_tracing
-from switchyard.schemas import ErrorCode, Heartbeat, PoolReply, PoolStart, PoolStop, subjects
+from switchyard.schemas import ErrorCode, Heartbeat, ModelCard, PoolReply, PoolStart, PoolStop, subjects
 
 if TYPE_CHECKING:
     from switchyard.cli.stack import Stack
@@ -33,6 +34,7 @@ log = structlog.get_logger()
 LOG_TAIL_CHARS = 4000
 # A pool stopping lets its streams finish first (SWITCHYARD_INFERENCE_DRAIN_TIMEOUT_S, 30 s by default).
 STOP_WAIT_S = 40.0
+SEED_WITHIN_S = 20.0
 
 
 def pool_tag(pool: str) -> str:
@@ -57,7 +59,7 @@ class PoolManager:
 
     # ---- the thread ------------------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 30.0) -> None:
+    def start(self, timeout_s: float = 60.0) -> None:
         """Seed the registry and answer requests; returns once both are done (raises what went wrong)."""
         self._thread = threading.Thread(target=self._run, name="supervisor-pools", daemon=True)
         self._thread.start()
@@ -91,8 +93,7 @@ class PoolManager:
             self.stack.nats_url, "supervisor", uuid.uuid4().hex[:6], setup_tracing("supervisor"), self._js_replicas
         )
         try:
-            kv = await open_models(bus)
-            await reset(kv, self.registry)
+            kv = await self._seeded(bus)
             self.live = LiveModels(self.registry, kv)
             await self.live.load()
             await kv.watch(self.live.changed)
@@ -106,6 +107,22 @@ class PoolManager:
             await replicas.close()
         finally:
             await bus.close()
+
+    async def _seeded(self, bus: Bus) -> TypedKV[ModelCard]:
+        """The registry bucket, holding the settings' entries. A cluster that has just started may not have
+        elected its JetStream leader yet: tried again for a while before the stack gives up."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SEED_WITHIN_S
+        while True:
+            try:
+                kv = await open_models(bus)
+                await reset(kv, self.registry)
+                return kv
+            except Exception as e:
+                if loop.time() >= deadline:
+                    raise
+                log.warning("model registry not writable yet", error=str(e))
+                await asyncio.sleep(0.5)
 
     async def _heartbeat(self, key: str, beat: Heartbeat | None) -> None:
         if beat is None:
