@@ -1,7 +1,8 @@
 """Models added and removed at run time on the whole stack (the session's, its supervisor's pool manager
 included): a second copy of the bundled SmolLM2 GGUF added through `POST /v1/admin/models` serves chats under
 its name and alias and is listed; removed while a stream is in flight, the stream finishes, its pool's process
-is gone and the model is a 404. Bad entries are 400s that name the reason, and the default model serves on."""
+is gone and the model is a 404. Bad entries are 400s that name the reason, and the default model serves on. The console's Models
+page does the same through the same routes."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from tests.libs.models.test_admit import gguf_file
 pytestmark = pytest.mark.e2e
 
 NAME, ALIAS, POOL = "smol-copy", "smol-two", "smolcopy"
+CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -138,3 +140,36 @@ def test_a_pool_that_cannot_start_is_an_error_with_its_log_and_leaves_no_entry(
     assert time.monotonic() - started < 300
     assert "inference-broken" not in stack.procs and "broken" not in listed(client)
     assert completion(client, DEFAULT_MODEL_NAME).status_code == 200
+
+
+def test_the_console_models_page_adds_and_removes_a_model(stack: Stack, client: httpx.Client, tmp_path: Path) -> None:
+    """The console's Models page over the same routes: a model on the simulated engine (it starts in seconds)
+    added with the form, listed as serving, removed with its button."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    warm(client)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(30_000)
+        page.on("dialog", lambda d: d.accept())
+        try:
+            page.goto(f"{stack.url}/console?key={stack.admin_key}#/models")
+            page.wait_for_function("document.body.dataset.ready === '/models'")
+            assert page.locator(f'tr.model-row[data-model="{DEFAULT_MODEL_NAME}"] button.remove').count() == 0
+            form = page.locator("#add-model")
+            form.locator('input[name="name"]').fill("sim-console")
+            form.locator('input[name="pool"]').fill("simconsole")
+            form.locator('input[name="path"]').fill(default_model_path())
+            form.locator('select[name="engine"]').select_option("sim")
+            form.locator('button[type="submit"]').click()
+            row = page.locator('tr.model-row[data-model="sim-console"]')
+            row.wait_for(timeout=300_000)
+            assert row.get_attribute("data-state") == "serving"
+            assert "sim-console" in listed(client)
+            row.locator("button.remove").click()
+            row.wait_for(state="detached", timeout=120_000)
+        finally:
+            browser.close()
+    assert "sim-console" not in listed(client) and "inference-simconsole" not in stack.procs

@@ -428,18 +428,69 @@ async function renderKeyUsage(id) {
   h("p", {}, h("a", { href: "#/keys" }, "← all keys")));
 }
 
+// ---- Models (added and removed at run time: POST/DELETE /v1/admin/models) -------------------------------
+function addModelForm() {
+  const f = h("form", { class: "filters card", id: "add-model" },
+    h("label", {}, "name", h("input", { name: "name", required: true, maxlength: 128, pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]*" })),
+    h("label", {}, "pool", h("input", { name: "pool", required: true, maxlength: 64, pattern: "[A-Za-z0-9_\\-]+" })),
+    h("label", {}, "path (GGUF file or checkpoint directory)", h("input", { name: "path", required: true, maxlength: 4096 })),
+    h("label", {}, "engine", h("select", { name: "engine" }, ["native", "vllm", "tensorrt_llm", "sim"].map((e) => h("option", { value: e }, e)))),
+    h("label", {}, "aliases (comma-separated)", h("input", { name: "aliases" })),
+    h("label", {}, "context length", h("input", { name: "context_length", type: "number", min: 1, value: 8192 })),
+    h("button", { type: "submit" }, "Add model"));
+  f.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const v = Object.fromEntries(new FormData(f).entries());
+    const body = { name: v.name, pool: v.pool, path: v.path, engine: v.engine, context_length: Number(v.context_length) };
+    body.aliases = (v.aliases || "").split(",").map((a) => a.trim()).filter(Boolean);
+    toast(`starting ${v.name}: answers once a replica serves`);
+    try {
+      await api("/v1/admin/models", { method: "POST", body: JSON.stringify(body) });
+      toast(`model ${v.name} serves`);
+    } catch (err) { toast(`add failed: ${err.message}`); return; }
+    route();
+  });
+  return f;
+}
+async function removeModel(name) {
+  if (!confirm(`Remove ${name}? New requests for it get 404; its streams finish, then its pool stops.`)) return;
+  try {
+    await api(`/v1/admin/models/${encodeURIComponent(name)}`, { method: "DELETE" });
+    toast(`model ${name} removed`);
+  } catch (e) { toast(`remove failed: ${e.message}`); }
+  route();
+}
+async function renderModels() {
+  const got = await api("/v1/admin/models");
+  const body = h("tbody");
+  for (const m of got.data) {
+    const c = m.card;
+    body.append(h("tr", { class: "model-row", "data-model": c.name, "data-state": m.state },
+      h("td", {}, h("code", {}, c.name), m.default ? " (default)" : ""), h("td", {}, (c.aliases || []).join(", ") || "–"),
+      h("td", {}, h("code", {}, c.pool)), h("td", {}, c.engine), h("td", {}, h("code", {}, c.path || "bundled")),
+      h("td", { class: "num" }, fmt.n(c.context_length)),
+      h("td", {}, h("span", { class: `badge ${m.state === "serving" ? "ok" : "block"}` }, m.state)),
+      h("td", { class: "num" }, String(m.replicas.length)),
+      h("td", {}, m.default ? null : h("button", { class: "secondary remove", onclick: () => removeModel(c.name) }, "Remove"))));
+  }
+  view.replaceChildren(addModelForm(), h("div", { class: "card" }, h("h2", {}, "Models"),
+    h("table", { id: "models" }, h("thead", {}, h("tr", {}, ["model", "aliases", "pool", "engine", "path",
+      "context", "state", "replicas", ""].map((c) => h("th", {}, c)))), body)));
+}
+
 // ---- Routing --------------------------------------------------------------------------------------
 async function route() {
   const [path, query] = (location.hash.slice(1) || "/requests").split("?");
   const params = Object.fromEntries(new URLSearchParams(query || ""));
   const parts = path.split("/").filter(Boolean);
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]
-    || (a.dataset.nav === "requests" && !["dashboard", "keys"].includes(parts[0]))));
+    || (a.dataset.nav === "requests" && !["dashboard", "keys", "models"].includes(parts[0]))));
   if (!adminKey()) { view.replaceChildren(h("p", { class: "muted" }, "Enter the admin key to begin.")); return; }
   try {
     if (parts[0] === "dashboard") await renderDashboard(params);
     else if (parts[0] === "keys" && parts[1]) await renderKeyUsage(parts[1]);
     else if (parts[0] === "keys") await renderKeys(params);
+    else if (parts[0] === "models") await renderModels();
     else if (parts[0] === "r" && parts[1]) await renderRequest(parts[1]);
     else if (parts[0] === "compare" && parts[2]) await renderCompare(parts[1], parts[2]);
     else await renderRequests(params);
