@@ -49,6 +49,7 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
             print(
                 f"\nSwitchyard is ready:\n  chat     {stack.url}\n  console  {stack.url}/console\n"
                 f"  API key  {stack.api_key}\n  admin    {stack.admin_key}\n  logs     {stack.data_dir}/logs/\n"
+                f"  models   {stack.url}/v1/admin/models (admin key: add, list, remove at run time)\n"
                 f"  metrics  {stack.url}/metrics (gateway), http://127.0.0.1:{stack.metrics_port}/metrics (inference)"
                 + "".join(f", http://127.0.0.1:{p}/metrics ({t})" for t, p in stack.replica_metrics_ports.items())
                 + "\n"
