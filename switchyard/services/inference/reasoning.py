@@ -46,6 +46,11 @@ class ReasoningParser:
         return self.state != "answer"
 
     @property
+    def holding(self) -> bool:
+        """Whether text that may be the start of a delimiter waits for the next frame."""
+        return bool(self._buf)
+
+    @property
     def thought(self) -> bool:
         """Whether the output (or the prompt) opened a thinking block, so far."""
         return self.started or self._opened

@@ -224,7 +224,8 @@ class Inference:
                 parts += parser.finish()
             if was_thinking:
                 thought += tokens
-            if parser.thinking and thought >= plan.thinking_budget:
+            # A close tag the model has begun is let through: its few tokens end the thinking anyway.
+            if parser.thinking and thought >= plan.thinking_budget and not (parser.holding and not last):
                 parts += parser.finish()
                 return parts, True
             if constrained and not parser.thinking:
