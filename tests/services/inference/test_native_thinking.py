@@ -128,7 +128,7 @@ async def test_a_spent_budget_closes_the_thinking_and_the_model_answers_within_m
 
 
 async def test_thinking_off_is_a_plain_answer(served: tuple[Inference, FakeBus, CountingEngine]) -> None:
-    service, bus, engine = served
+    service, bus, _ = served
     # Context closes an empty thinking block after the prompt where the template has no switch.
     off = work(max_tokens=12, ask=ThinkingAsk(effort="none"), prompt=PROMPT + "<think>\n\n</think>\n\n")
     await service.handle(off)
