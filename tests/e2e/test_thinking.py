@@ -148,3 +148,14 @@ def test_the_thinking_is_never_saved_into_a_later_prompt(client: httpx.Client, s
     # The plan the gateway made is the one every stage read: the model's own thinking, within max_tokens.
     plan = record["stages"]["context"]["decision"]["plan"]
     assert (plan["model"], plan["thinking"], plan["max_tokens"]) == ("thinker", "native", 40), plan
+
+
+def test_responses_give_a_reasoning_item_before_the_message(oai: openai.OpenAI, thinker: str) -> None:
+    response = oai.responses.create(model=thinker, input="What is two plus two?", max_output_tokens=40, store=False)
+    kinds = [item.type for item in response.output]
+    assert kinds == ["reasoning", "message"], kinds
+    reasoning = response.output[0].model_dump()
+    text = "".join(part["text"] for part in reasoning.get("content") or [])
+    assert text.strip() and "<think>" not in text and response.output_text.strip()
+    assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens > 0
+    assert response.usage.output_tokens <= 40
