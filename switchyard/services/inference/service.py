@@ -17,7 +17,7 @@ from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.bus.kv import TypedKV
 from switchyard.libs.engine import AsyncEngine, SamplingParams, create_engine
 from switchyard.libs.engine.types import ConstraintError, TokenLogprobs
-from switchyard.libs.plan import plan_work
+from switchyard.libs.plan import PlanError, plan_work
 from switchyard.schemas import (
     CancelNotice,
     ErrorCode,
@@ -258,7 +258,16 @@ class Inference:
         )
         s = work.sampling
         model = self.model
-        plan = plan_work(work, self.settings.registry)
+        try:
+            plan = plan_work(work, self.settings.registry)
+        except PlanError:  # unplanned work no model here serves as asked (a direct caller): answer it plainly
+            plan = RequestPlan(
+                model=model,
+                mode="fast",
+                mode_reason="unplanned",
+                prompt_budget=self.engine.max_model_len,
+                max_tokens=s.max_tokens,
+            )
         reasoning = plan.mode == "reasoning"
         operation = "text_completion" if work.prompt_mode == "raw" else "chat"
         attrs: dict[str, str | int | float] = {
