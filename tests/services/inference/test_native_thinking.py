@@ -15,7 +15,16 @@ from switchyard.libs.engine.sim import SimEngine
 from switchyard.libs.engine.types import EngineConfig, SamplingParams, StreamChunk
 from switchyard.libs.models import ModelCard, ModelRegistry
 from switchyard.libs.plan import plan
-from switchyard.schemas import RawChunk, StageRecord, StreamOpenAck, ThinkingAsk, ThinkingSpec, Work
+from switchyard.schemas import (
+    RawChunk,
+    ResponseFormat,
+    Sampling,
+    StageRecord,
+    StreamOpenAck,
+    ThinkingAsk,
+    ThinkingSpec,
+    Work,
+)
 from switchyard.schemas.frames import RawFrame, decode_raw
 from switchyard.services.inference.service import Inference
 from switchyard.services.inference.settings import InferenceSettings
@@ -61,12 +70,14 @@ class CountingEngine:
         self.engine = engine
         self.tokenizer = engine.tokenizer
         self.prompts: list[str] = []
+        self.params: list[SamplingParams] = []
 
     def cancel(self, request_id: str) -> None:
         self.engine.cancel(request_id)
 
     async def generate(self, request_id: str, prompt: str, params: SamplingParams) -> AsyncIterator[StreamChunk]:
         self.prompts.append(prompt)
+        self.params.append(params)
         async for chunk in self.engine.generate(request_id, prompt, params):
             yield chunk
 
@@ -88,9 +99,9 @@ async def served() -> AsyncIterator[tuple[Inference, FakeBus, CountingEngine]]:
     await sim.stop()
 
 
-def work(max_tokens: int, ask: ThinkingAsk | None = None, prompt: str = PROMPT) -> Work:
+def work(max_tokens: int, ask: ThinkingAsk | None = None, prompt: str = PROMPT, **kw: Any) -> Work:
     p = plan(REGISTRY, model="thinker", max_tokens=max_tokens, thinking=ask)
-    return Work(rid="rid1", tenant="t", user="u", key_id="k", text="2+2?", prompt=prompt, plan=p)
+    return Work(rid="rid1", tenant="t", user="u", key_id="k", text="2+2?", prompt=prompt, plan=p, **kw)
 
 
 async def test_thinking_closed_by_the_model_streams_apart_from_the_answer_in_one_engine_request(
@@ -134,3 +145,18 @@ async def test_thinking_off_is_a_plain_answer(served: tuple[Inference, FakeBus, 
     await service.handle(off)
     assert [f.kind for f in bus.frames] == ["delta"] * len(bus.frames) and bus.text("delta")
     assert bus.final is not None and bus.final.usage is not None and bus.final.usage.reasoning_tokens == 0
+
+
+async def test_a_grammar_constrains_the_answer_alone(served: tuple[Inference, FakeBus, CountingEngine]) -> None:
+    """The thinking is free text; the answer after it is decoded under the request's grammar, so the first
+    engine request ends where the thinking does and a constrained one continues from the close tag."""
+    service, bus, engine = served
+    fmt = Sampling(max_tokens=80, response_format=ResponseFormat(type="json_object"))
+    await service.handle(work(max_tokens=80, ask=ThinkingAsk(effort="high"), sampling=fmt))
+    assert len(engine.prompts) == 2
+    assert engine.params[0].constraint is None and engine.params[1].constraint is not None
+    assert engine.prompts[1].endswith("</think>\n\n") and "</think>" not in engine.prompts[1][len(PROMPT) : -10]
+    kinds = [f.kind for f in bus.frames]
+    assert kinds == sorted(kinds, key=lambda k: k == "delta") and "delta" in kinds
+    # The free answer the first request began after its thinking was never published.
+    assert bus.final is not None and bus.final.usage is not None and bus.final.usage.completion_tokens <= 80
