@@ -66,7 +66,8 @@ from switchyard.schemas.messages import (
     Work,
     WorkAccepted,
 )
-from switchyard.schemas.models import Capability, Mode, ModelCard
+from switchyard.schemas.models import Capability, Mode, ModelCard, ThinkingSpec
+from switchyard.schemas.plan import RequestPlan, ThinkingAsk
 from switchyard.schemas.records import (
     ContextPart,
     DiffSegment,
@@ -179,6 +180,7 @@ __all__ = [
     "RequestExport",
     "RequestList",
     "RequestListQuery",
+    "RequestPlan",
     "RequestQuery",
     "RequestRecord",
     "RequestRecordReply",
@@ -211,6 +213,8 @@ __all__ = [
     "Strike",
     "TenantSafety",
     "TextDigest",
+    "ThinkingAsk",
+    "ThinkingSpec",
     "ThresholdOverride",
     "TokenLogprob",
     "TokenizeQuery",

@@ -13,6 +13,21 @@ _CHAT_MODEL: tuple[Capability, ...] = ("chat", "completion")
 _FAST: tuple[Mode, ...] = ("fast",)
 
 
+class ThinkingSpec(BaseModel):
+    """How a model that was trained to think does it: its thinking is the text between `open` and `close`
+    (Qwen3, DeepSeek-R1: `<think>` and `</think>`), written before the answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    open: str = Field("<think>", min_length=1, max_length=32)
+    close: str = Field("</think>", min_length=1, max_length=32)
+    # The chat template's keyword that turns thinking on or off (Qwen3's `enable_thinking`); None: the
+    # template has none, and thinking is turned off by rendering an empty thinking block after the prompt.
+    template_switch: str | None = Field("enable_thinking", max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # Whether a request that asks nothing about thinking gets it.
+    default_on: bool = True
+
+
 class ModelCard(BaseModel):
     """One served model."""
 
@@ -34,11 +49,18 @@ class ModelCard(BaseModel):
     capabilities: list[Capability] = Field(default_factory=lambda: list(_CHAT_MODEL))
     # A base model has none: a chat request to it is refused (or goes to `fallback`), never templated.
     chat_template: bool = True
-    # Router modes it offers (a thinking phase needs a chat model that follows the format).
+    # Router modes it offers. 'reasoning' on a model without `thinking` is a prompted thinking phase
+    # (switchyard/services/inference/phases.py), which needs a chat model that follows the format.
     modes: list[Mode] = Field(default_factory=lambda: list(_FAST))
+    # Set for a model trained to think: reasoning mode is then its own thinking, parsed out of its text.
+    thinking: ThinkingSpec | None = None
     # Another model that takes its requests when it cannot (no live replica, or no chat template for a
     # chat request); only where the operator set one. The request's record says so (route.fallback_from).
     fallback: str | None = None
+
+    def offers(self, mode: Mode) -> bool:
+        """Whether the model serves `mode`: a thinking model always offers reasoning (its own thinking)."""
+        return mode in self.modes or (mode == "reasoning" and self.thinking is not None)
 
     def can(self, capability: Capability) -> bool:
         if capability == "chat" and not self.chat_template:
