@@ -66,16 +66,9 @@ from switchyard.schemas.messages import (
     Work,
     WorkAccepted,
 )
-from switchyard.schemas.models import (
-    Capability,
-    Mode,
-    ModelCard,
-    ModelEntry,
-    ModelEntryList,
-    PoolReply,
-    PoolStart,
-    PoolStop,
-)
+from switchyard.schemas.models import Capability, Mode, ModelCard, ThinkingSpec
+from switchyard.schemas.plan import RequestPlan, ThinkingAsk
+from switchyard.schemas.pools import ModelEntry, ModelEntryList, PoolReply, PoolStart, PoolStop
 from switchyard.schemas.records import (
     ContextPart,
     DiffSegment,
@@ -193,6 +186,7 @@ __all__ = [
     "RequestExport",
     "RequestList",
     "RequestListQuery",
+    "RequestPlan",
     "RequestQuery",
     "RequestRecord",
     "RequestRecordReply",
@@ -225,6 +219,8 @@ __all__ = [
     "Strike",
     "TenantSafety",
     "TextDigest",
+    "ThinkingAsk",
+    "ThinkingSpec",
     "ThresholdOverride",
     "TokenLogprob",
     "TokenizeQuery",

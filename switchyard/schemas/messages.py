@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from switchyard.schemas.errors import ErrorInfo
+from switchyard.schemas.plan import RequestPlan, ThinkingAsk
 from switchyard.schemas.safety import TenantSafety
 
 if TYPE_CHECKING:
@@ -85,7 +86,8 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-    # Of completion_tokens, those reasoning mode's thinking phase made (OpenAI's reasoning_tokens).
+    # Of completion_tokens, those spent thinking (OpenAI's reasoning_tokens): a thinking model's own or the
+    # prompted thinking phase's.
     reasoning_tokens: int = 0
     ttft_ms: float | None = None
     tpot_ms: float | None = None
@@ -147,6 +149,10 @@ class Work(BaseModel):
     mode: Mode | None = None
     prompt_mode: PromptMode = "chat"
     sampling: Sampling = Field(default_factory=Sampling)
+    # What the client asked about thinking (reasoning_effort, Anthropic's thinking.budget_tokens).
+    thinking: ThinkingAsk | None = None
+    # The request plan (switchyard/libs/plan.py): set by the gateway before context renders; read, never rewritten.
+    plan: RequestPlan | None = None
     created_ms: int = 0
     # False for replays and evaluations: the answer is logged but no conversation changes.
     persist: bool = True

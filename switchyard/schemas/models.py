@@ -7,8 +7,6 @@ from typing import Annotated, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from switchyard.schemas.messages import Heartbeat
-
 Capability = Literal["chat", "completion", "tools", "structured_outputs"]
 Mode = Literal["fast", "reasoning"]
 _CHAT_MODEL: tuple[Capability, ...] = ("chat", "completion")
@@ -19,6 +17,21 @@ _FAST: tuple[Mode, ...] = ("fast",)
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 POOL_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 Alias = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class ThinkingSpec(BaseModel):
+    """How a model that was trained to think does it: its thinking is the text between `open` and `close`
+    (Qwen3, DeepSeek-R1: `<think>` and `</think>`), written before the answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    open: str = Field("<think>", min_length=1, max_length=32)
+    close: str = Field("</think>", min_length=1, max_length=32)
+    # The chat template's keyword that turns thinking on or off (Qwen3's `enable_thinking`); None: the
+    # template has none, and thinking is turned off by rendering an empty thinking block after the prompt.
+    template_switch: str | None = Field("enable_thinking", max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # Whether a request that asks nothing about thinking gets it.
+    default_on: bool = True
 
 
 class ModelCard(BaseModel):
@@ -43,58 +56,20 @@ class ModelCard(BaseModel):
     capabilities: list[Capability] = Field(default_factory=lambda: list(_CHAT_MODEL), max_length=8)
     # A base model has none: a chat request to it is refused (or goes to `fallback`), never templated.
     chat_template: bool = True
-    # Router modes it offers (a thinking phase needs a chat model that follows the format).
+    # Router modes it offers. 'reasoning' on a model without `thinking` is a prompted thinking phase
+    # (switchyard/services/inference/phases.py), which needs a chat model that follows the format.
     modes: list[Mode] = Field(default_factory=lambda: list(_FAST), max_length=4)
+    # Set for a model trained to think: reasoning mode is then its own thinking, parsed out of its text.
+    thinking: ThinkingSpec | None = None
     # Another model that takes its requests when it cannot (no live replica, or no chat template for a
     # chat request); only where the operator set one. The request's record says so (route.fallback_from).
     fallback: str | None = Field(None, max_length=128)
+
+    def offers(self, mode: Mode) -> bool:
+        """Whether the model serves `mode`: a thinking model always offers reasoning (its own thinking)."""
+        return mode in self.modes or (mode == "reasoning" and self.thinking is not None)
 
     def can(self, capability: Capability) -> bool:
         if capability == "chat" and not self.chat_template:
             return False
         return capability in self.capabilities
-
-
-# ---- the admin API's pools (`/v1/admin/models`): the gateway asks, the stack supervisor starts and stops ----
-
-
-class PoolStart(BaseModel):
-    """Start a pool for `card` (the gateway has checked its names; the supervisor checks its files) and answer
-    once one of its replicas heartbeats, or with the reason it could not within `timeout_s`."""
-
-    card: ModelCard
-    timeout_s: float = Field(120.0, gt=0, le=3600)
-
-
-class PoolStop(BaseModel):
-    """Remove model `name` from the registry (new requests for it: 404) and stop its pool once the requests it
-    holds are done."""
-
-    name: str = Field(min_length=1, max_length=128, pattern=MODEL_NAME_PATTERN)
-
-
-class PoolReply(BaseModel):
-    """The supervisor's answer: the entry as the registry holds it, or why not (`code` an ErrorCode value)."""
-
-    ok: bool
-    card: ModelCard | None = None
-    code: str = ""
-    message: str = ""
-    # The last lines the pool's process wrote, when it failed to start.
-    log_tail: str = ""
-    # The replicas heartbeating for its pool when the supervisor answered.
-    replicas: list[Heartbeat] = Field(default_factory=list)
-
-
-class ModelEntry(BaseModel):
-    """`GET /v1/admin/models`: a registry entry, and the replicas of its pool that heartbeat now."""
-
-    card: ModelCard
-    default: bool = False
-    state: Literal["serving", "no_replica"]
-    replicas: list[Heartbeat] = Field(default_factory=list)
-
-
-class ModelEntryList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelEntry]

@@ -10,7 +10,10 @@ almost no CPU of its own (one list lookup and one queue put per token), which is
 inference process's CPU under it is the pipeline's relay work, not the model's.
 
 Never a default. It honours max_tokens, stop strings and logprobs (made-up values); it ignores EOS and
-grammars: its answers are for measuring, not reading.
+grammars: its answers are for measuring, not reading. Serving a thinking model's card (`sim_thinking`), it
+writes `<think>`, a few sentences' tokens, `</think>` before its answer, as such a model does; a prompt that
+ends inside an open thinking block gets the thinking without the open tag, and one that ends with the close
+tag (thinking turned off, or closed by a budget) gets only the answer.
 
 Default timing (docs/benchmarks.md cites it): NVIDIA NIM 1.8.0, Llama-3.1-8B-Instruct on one H100,
 inter-token latency 4.63 ms at concurrency 1 rising to 16.14 ms at 250, TTFT 10.26 ms at concurrency 1
@@ -83,6 +86,8 @@ class _Seq:
     made: int = 0
     last_at: float | None = None
     text: str = ""  # what it has sent, for its stop strings
+    # Tokens written before the answer (a thinking model's thinking block): (id, text) each.
+    before: tuple[tuple[int, str], ...] = ()
 
 
 class SimEngine:
@@ -134,12 +139,32 @@ class SimEngine:
             asyncio.Queue(),
             now,
             now + self.timing.ttft_s,
+            before=self._thinking(prompt if isinstance(prompt, str) else self.tokenizer.decode(ids), digest),
         )
         self._waiting.append(seq)
         self._wake.set()
         async with contextlib.aclosing(relay(seq.queue, lambda: self.cancel(request_id))) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    def _thinking(self, prompt: str, digest: int) -> tuple[tuple[int, str], ...]:
+        """The thinking block a thinking model writes before answering this prompt (none for other models)."""
+        if self.config.sim_thinking is None:
+            return ()
+        open_tag, close_tag = self.config.sim_thinking
+        tail = prompt.rstrip()
+        if tail.endswith(close_tag):
+            return ()
+        start = self._starts[(digest // 7) % len(self._starts)]
+        n = len(self._ids)
+        body = [
+            (self._ids[(start + i) % n], self._pieces[(start + i) % n]) for i in range(self.config.sim_think_tokens)
+        ]
+        opening = [] if tail.endswith(open_tag) else self._pieces_of(open_tag + "\n")
+        return (*opening, *body, *self._pieces_of("\n" + close_tag + "\n\n"))
+
+    def _pieces_of(self, text: str) -> list[tuple[int, str]]:
+        return [(i, self.tokenizer.decode([i])) for i in self.tokenizer.encode(text)]
 
     def cancel(self, request_id: str) -> None:
         self._cancelled.add(request_id)
@@ -189,12 +214,17 @@ class SimEngine:
         m.last_batch_size = len(self._running)
         m.max_batch_size_seen = max(m.max_batch_size_seen, m.last_batch_size)
         for rid, seq in list(self._running.items()):
-            pos = (seq.offset + seq.made) % len(self._ids)
+            thinking = seq.made < len(seq.before)
+            pos = (seq.offset + seq.made - len(seq.before)) % len(self._ids)
             seq.made += 1
             seq.last_at = now
             m.generated_tokens += 1
-            ids, text = [self._ids[pos]], self._pieces[pos]
-            if seq.made == 1:  # an answer opens on a sentence, not on the space before it
+            if thinking:
+                tok, text = seq.before[seq.made - 1]
+                ids = [tok]
+            else:
+                ids, text = [self._ids[pos]], self._pieces[pos]
+            if seq.made == len(seq.before) + 1:  # an answer opens on a sentence, not on the space before it
                 text = text.lstrip()
             lps = self._logprobs(seq, pos)
             cut = self._stop_at(seq, text)

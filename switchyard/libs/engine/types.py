@@ -151,6 +151,10 @@ class EngineConfig:
     sim_ttft_ms: float = 10.26
     sim_tpot_ms: float = 0.0
     sim_step_table: str = "1:4.63,5:4.58,25:5.19,50:5.91,100:7.57,150:9.81,200:12.65,250:16.14"
+    # A thinking model's delimiters (its card's ThinkingSpec): the simulated model then thinks for
+    # `sim_think_tokens` tokens between them before it answers, unless the prompt already closed the thinking.
+    sim_thinking: tuple[str, str] | None = None
+    sim_think_tokens: int = 24
     # Bounds on constraints and their compiles (SWITCHYARD_GRAMMAR_* through EngineSettings); the defaults
     # are built without reading the environment.
     grammar_limits: GrammarLimits = field(default_factory=GrammarLimits.model_construct)

@@ -77,6 +77,10 @@ class ModelTemplate:
         """Whether the model's own file defines this template (a chat model), not a fallback."""
         return self.name == "file"
 
+    def reads(self, variable: str) -> bool:
+        """Whether the template uses `variable` (a switch such as `enable_thinking` only works where it does)."""
+        return variable in _variables(self.source)
+
     @property
     def renders_tools(self) -> bool:
         """Whether the template itself lays out `tools` (else they go in the system message)."""
@@ -134,17 +138,20 @@ def render_prompt(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     add_generation_prompt: bool = True,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> str:
-    """The prompt text for `messages` (dicts with at least role and content) under this model's template."""
+    """The prompt text for `messages` (dicts with at least role and content) under this model's template.
+    `template_kwargs` are further variables, as HF's `apply_chat_template(**kwargs)` passes them (Qwen3's
+    `enable_thinking`); they cannot replace the ones above."""
     msgs = with_tool_section(model_template, messages, tools)
-    text = _compiled(model_template.source).render(
-        messages=msgs,
-        tools=list(tools) if tools and model_template.renders_tools else None,
-        add_generation_prompt=add_generation_prompt,
-        bos_token=model_template.bos_token,
-        eos_token=model_template.eos_token,
-        **model_template.extra,
-    )
+    fixed = {
+        "messages": msgs,
+        "tools": list(tools) if tools and model_template.renders_tools else None,
+        "add_generation_prompt": add_generation_prompt,
+        "bos_token": model_template.bos_token,
+        "eos_token": model_template.eos_token,
+    }
+    text = _compiled(model_template.source).render({**model_template.extra, **(template_kwargs or {}), **fixed})
     bos = model_template.bos_token
     if model_template.tokenizer_adds_bos and bos and text.startswith(bos):
         text = text[len(bos) :]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -177,29 +177,42 @@ class PromptRenderer:
         messages: list[ChatMessage],
         add_generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        after: str = "",
     ) -> str:
-        """`messages` from `messages()`; `tools` reach the template only where it renders them."""
+        """`messages` from `messages()`; `tools` reach the template only where it renders them. `after`
+        follows the generation prompt (switchyard/libs/plan.py `template_inputs`)."""
         tpl = self.template.template
         msgs = [m.model_dump() for m in messages]
-        return render_prompt(tpl, msgs, tools if tpl.renders_tools else None, add_generation_prompt)
+        text = render_prompt(tpl, msgs, tools if tpl.renders_tools else None, add_generation_prompt, template_kwargs)
+        return text + after if add_generation_prompt else text
 
-    def render(self, parts: PromptParts, max_tokens: int) -> Rendered:
-        """Render within `budget` (prompt + max_tokens); raises PromptTooLong when even no history is too long."""
+    def render(
+        self,
+        parts: PromptParts,
+        max_tokens: int,
+        budget: int | None = None,
+        template_kwargs: Mapping[str, Any] | None = None,
+        after: str = "",
+    ) -> Rendered:
+        """Render within the budget (prompt + max_tokens; this renderer's, or the smaller `budget`, the plan's);
+        raises PromptTooLong when even no history is too long."""
         cache: dict[int, tuple[list[ChatMessage], str, int]] = {}
+        limit = self.budget if budget is None else min(self.budget, budget)
 
         def attempt(cut: int) -> tuple[list[ChatMessage], str, int]:
             if cut not in cache:
                 msgs = self.messages(parts, cut)
-                text = self.render_messages(msgs, tools=parts.tools)
+                text = self.render_messages(msgs, tools=parts.tools, template_kwargs=template_kwargs, after=after)
                 cache[cut] = (msgs, text, self.template.count(text))
             return cache[cut]
 
         def fits(cut: int) -> bool:
-            return attempt(cut)[2] + max_tokens <= self.budget
+            return attempt(cut)[2] + max_tokens <= limit
 
         n = len(parts.history)
         cut = aligned_cut(n, fits)
         msgs, text, tokens = attempt(cut)
-        if tokens + max_tokens > self.budget:
-            raise PromptTooLong(tokens, self.budget, max_tokens)
+        if tokens + max_tokens > limit:
+            raise PromptTooLong(tokens, limit, max_tokens)
         return Rendered(messages=msgs, prompt=text, tokens=tokens, history_turns=n - cut, trimmed_turns=cut)

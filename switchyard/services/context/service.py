@@ -11,7 +11,9 @@ import structlog
 from opentelemetry import trace
 
 from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.models import ModelRegistry
 from switchyard.libs.models.live import LiveModels
+from switchyard.libs.plan import PlanError, plan_work, template_inputs
 from switchyard.libs.store.conversations import ConversationStore
 from switchyard.libs.store.db import make_engine
 from switchyard.libs.store.knowledge import KnowledgeStore
@@ -24,6 +26,7 @@ from switchyard.schemas import (
     ErrorCode,
     FileVerdict,
     Forward,
+    RequestPlan,
     SaveTurn,
     SaveTurnAck,
     TenantSafety,
@@ -112,25 +115,40 @@ class Context:
     async def render_for(self, work: Work, add_generation_prompt: bool = True) -> str:
         """The prompt `assemble` would render for `work`, untrimmed (for counting its tokens)."""
         parts, _ = await self._parts(work)
-        renderer = await self.renderer_for(work.model)
+        p = self.plan(work)
+        renderer = await self.renderer_for(p.model)
+        kwargs, after = template_inputs(p, renderer.template.template)
         messages = renderer.messages(parts)
-        return await asyncio.to_thread(renderer.render_messages, messages, add_generation_prompt, parts.tools)
+        return await asyncio.to_thread(
+            renderer.render_messages, messages, add_generation_prompt, parts.tools, kwargs, after
+        )
+
+    def plan(self, work: Work) -> RequestPlan:
+        """The work's plan (the gateway's); made here only for work that arrives without one."""
+        try:
+            return plan_work(work, self.models.registry if self.models is not None else ModelRegistry())
+        except PlanError as e:
+            raise BusError(ErrorCode.bad_request, str(e)) from e
 
     async def assemble(self, work: Work) -> Forward:
+        p = self.plan(work)
         if work.prompt_mode == "raw":
-            return await self.assemble_raw(work)
+            return await self.assemble_raw(work.model_copy(update={"plan": p}))
         parts, safety = await self._parts(work)
-        renderer = await self.renderer_for(work.model)
+        # The plan's model: a chat the named model cannot serve is rendered for the fallback that serves it.
+        renderer = await self.renderer_for(p.model)
+        kwargs, after = template_inputs(p, renderer.template.template)
         try:
             # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
             r, file_verdicts = await asyncio.gather(
-                asyncio.to_thread(renderer.render, parts, work.sampling.max_tokens),
+                asyncio.to_thread(renderer.render, parts, p.max_tokens, p.prompt_budget, kwargs, after),
                 self.file_checks.check(parts.files, safety),
             )
         except PromptTooLong as e:
             raise BusError(ErrorCode.payload_too_large, str(e)) from e
         out = work.model_copy(
             update={
+                "plan": p,
                 "prompt_messages": r.messages,
                 "prompt": r.prompt,
                 "prompt_tokens": r.tokens,
@@ -148,7 +166,8 @@ class Context:
             "history_turns": r.history_turns,
             "trimmed_turns": r.trimmed_turns,
             "prompt_tokens": r.tokens,
-            "budget": renderer.budget,
+            "budget": min(renderer.budget, p.prompt_budget),
+            "plan": p.model_dump(mode="json"),
             "memory_items": len(parts.memory),
             "files": [info.id for info, _ in parts.files],
             "flagged_files": list(file_verdicts),
@@ -170,7 +189,7 @@ class Context:
         files or instructions); the tenant's safety policy is still read, for the safety stages. Its token
         count is the model's own tokenizer's (the router checks it against the pool's context length)."""
         (_instructions, safety), renderer = await asyncio.gather(
-            self.knowledge.tenant_settings(work.tenant), self.renderer_for(work.model)
+            self.knowledge.tenant_settings(work.tenant), self.renderer_for(work.plan.model if work.plan else work.model)
         )
         tokens = await asyncio.to_thread(renderer.template.count, work.text)
         out = work.model_copy(

@@ -24,7 +24,14 @@ from switchyard.services.gateway.anthropic_tools import (
 )
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
-from switchyard.services.gateway.core import Gw, check_text, resolve_model, sampling, start_run
+from switchyard.services.gateway.core import (
+    Gw,
+    anthropic_thinking_ask,
+    check_text,
+    resolve_model,
+    sampling,
+    start_run,
+)
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.params import Strict, refuse_unsupported
 from switchyard.services.gateway.relay import Encoder, frames_of, sse, stream_response, whole_answers
@@ -245,8 +252,7 @@ async def messages(
     refuse_unsupported(body)
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
-    if body.thinking and body.thinking.get("type") == "enabled":
-        mode = mode or "reasoning"
+    thinking = anthropic_thinking_ask(body.thinking)
     if body.messages[-1].role != "user":
         raise ApiError(ErrorCode.bad_request, "messages must end with a user message")
     text = check_text(gw.settings, _text(body.messages[-1].content), "the last user message")
@@ -278,6 +284,7 @@ async def messages(
         ),
         client_tools=tool_specs(body.tools),
         tool_choice=tool_choice,
+        thinking=thinking,
     )
     if body.stream:
         return await stream_response(gw, [run], request, MessageEncoder(run.rid, model, tool_names))

@@ -15,6 +15,7 @@ from switchyard.libs.bus import headers as H
 from switchyard.libs.limits import Limiter
 from switchyard.libs.models import Capability
 from switchyard.libs.models.live import LiveModels
+from switchyard.libs.plan import PlanError, plan
 from switchyard.libs.store.keys import ApiKey, KeyStore
 from switchyard.schemas import (
     ChatMessage,
@@ -23,6 +24,7 @@ from switchyard.schemas import (
     ErrorCode,
     ResponseFormat,
     Sampling,
+    ThinkingAsk,
     Work,
     subjects,
 )
@@ -113,6 +115,35 @@ def resolve_model(
             )
         raise ApiError(ErrorCode.bad_request, f"model {card.name!r} does not serve {need}")
     return card.name, mode
+
+
+EFFORTS = ("none", "minimal", "low", "medium", "high")
+
+
+def effort_ask(effort: str | None) -> ThinkingAsk | None:
+    """OpenAI's `reasoning_effort` (Chat Completions) / `reasoning.effort` (Responses) as a thinking ask;
+    'xhigh' is served as 'high', the most this deployment offers."""
+    if effort is None:
+        return None
+    effort = "high" if effort == "xhigh" else effort
+    if effort not in EFFORTS:
+        raise ApiError(ErrorCode.bad_request, f"reasoning_effort must be one of {', '.join(EFFORTS)}, not {effort!r}")
+    return ThinkingAsk(effort=effort)  # type: ignore[arg-type]
+
+
+def anthropic_thinking_ask(thinking: dict[str, Any] | None) -> ThinkingAsk | None:
+    """Anthropic's `thinking`: {"type": "enabled", "budget_tokens": N} or {"type": "disabled"}."""
+    if not thinking:
+        return None
+    kind = thinking.get("type")
+    if kind == "disabled":
+        return ThinkingAsk(enabled=False)
+    if kind != "enabled":
+        raise ApiError(ErrorCode.bad_request, "thinking.type must be 'enabled' or 'disabled'")
+    budget = thinking.get("budget_tokens")
+    if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+        raise ApiError(ErrorCode.bad_request, "thinking.budget_tokens must be a positive integer")
+    return ThinkingAsk(enabled=True, budget_tokens=budget)
 
 
 # Past any vocabulary (the largest are ~262k tokens): a bound, so no absurd integer reaches a record.
@@ -239,12 +270,26 @@ async def start_run(
     rid: str | None = None,
     persist: bool = True,
     parallel_tool_calls: bool = False,
+    thinking: ThinkingAsk | None = None,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
     Limits come before the conversation so a refused request creates nothing.
     """
     check_input_budget(gw.settings, text, system, messages or [])
+    # The request plan, once, before anything starts: a request that cannot be served is refused here.
+    try:
+        request_plan = plan(
+            gw.settings.registry,
+            model=model,
+            mode=mode,
+            prompt_mode=prompt_mode,
+            text=text,
+            max_tokens=sampling.max_tokens,
+            thinking=thinking,
+        )
+    except PlanError as e:
+        raise ApiError(ErrorCode.bad_request, str(e)) from e
     # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
     rid = rid or request_id(request)
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
@@ -288,6 +333,8 @@ async def start_run(
             mode=mode,
             prompt_mode=prompt_mode,
             sampling=sampling,
+            thinking=thinking,
+            plan=request_plan,
             created_ms=run.started_ms,
             client_tools=client_tools or [],
             tool_choice=tool_choice,

@@ -17,6 +17,7 @@ from switchyard.services.gateway.core import (
     MAX_SEED,
     Gw,
     check_text,
+    effort_ask,
     request_id,
     resolve_model,
     sampling,
@@ -309,8 +310,7 @@ async def chat_completions(
     refuse_unsupported(body)
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
-    if body.reasoning_effort and body.reasoning_effort not in ("none", "minimal"):
-        mode = mode or "reasoning"
+    thinking = effort_ask(body.reasoning_effort)
     system, earlier, text = split_messages(body.messages)
     tool_choice = choice_of(body.tools, body.tool_choice)
     tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()
@@ -358,6 +358,7 @@ async def chat_completions(
                     tool_choice=tool_choice,
                     rid=None if i == 0 else f"{request_id(request)}-{i}",
                     parallel_tool_calls=parallel,
+                    thinking=thinking,
                 )
             )
     except ApiError:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from switchyard.libs.bus import BusError
 from switchyard.libs.bus import headers as H
+from switchyard.libs.plan import PlanError, plan_work
 from switchyard.libs.store.keys import ApiKey
 from switchyard.schemas import (
     ChatMessage,
@@ -99,6 +100,14 @@ async def _history(gw: Gateway, record: RequestRecord, request: RecordedRequest)
 
 
 async def _work(gw: Gateway, key: ApiKey, rid: str, record: RequestRecord, req: ReplayRequest) -> tuple[Work, str]:
+    work, subject = await _unplanned(gw, key, rid, record, req)
+    try:
+        return work.model_copy(update={"plan": plan_work(work, gw.settings.registry)}), subject
+    except PlanError as e:
+        raise ApiError(ErrorCode.bad_request, str(e)) from e
+
+
+async def _unplanned(gw: Gateway, key: ApiKey, rid: str, record: RequestRecord, req: ReplayRequest) -> tuple[Work, str]:
     request = record.request
     if request is None or not request.model_fields_set:
         raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged request yet (still running?)")

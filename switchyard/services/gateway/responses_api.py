@@ -35,7 +35,16 @@ from switchyard.schemas import conversations as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
-from switchyard.services.gateway.core import Gateway, Gw, check_text, request_id, resolve_model, sampling, start_run
+from switchyard.services.gateway.core import (
+    Gateway,
+    Gw,
+    check_text,
+    effort_ask,
+    request_id,
+    resolve_model,
+    sampling,
+    start_run,
+)
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.params import refuse_unsupported
 from switchyard.services.gateway.relay import stream_response, whole_answers
@@ -213,8 +222,7 @@ async def create_response(
     refuse_unsupported(body)
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
-    if body.reasoning is not None and body.reasoning.effort not in (None, "none", "minimal"):
-        mode = mode or "reasoning"
+    thinking = effort_ask(body.reasoning.effort if body.reasoning is not None else None)
     if body.background and (body.stream or not body.store):
         raise ApiError(ErrorCode.bad_request, "background responses need store: true and are not streamed")
     system, earlier, text = read_input(body.input)
@@ -262,6 +270,7 @@ async def create_response(
         tool_choice=tool_choice,
         persist=body.store,
         parallel_tool_calls=body.parallel_tool_calls is not False,
+        thinking=thinking,
     )
     kept(request).put(rid, template, tool_names)
     encoder = ResponseEncoder(template, tool_names)

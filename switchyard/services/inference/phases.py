@@ -1,6 +1,8 @@
-"""Generation phases. Fast mode is one phase; reasoning mode first thinks (streamed as `thinking`),
-then answers with the thinking in its context. Both phases share the prompt, so the answer phase is
-served from the prefix cache the thinking phase filled."""
+"""Generation phases. Fast mode is one phase; reasoning mode on a model that was never trained to think
+first thinks as prompted (streamed as `thinking`, within the request plan's thinking budget), then answers
+with the thinking in its context. Both phases share the prompt, so the answer phase is served from the
+prefix cache the thinking phase filled. A model whose card says it thinks does so by itself instead
+(switchyard/services/inference/reasoning.py)."""
 
 from __future__ import annotations
 
@@ -35,11 +37,6 @@ def params_of(
         constraint=constraint,
         logprobs=s.logprobs,
     )
-
-
-def thinking_budget(s: Sampling) -> int:
-    # A third of the budget for thinking, the rest for the answer.
-    return max(16, s.max_tokens // 3)
 
 
 def answer_request_id(rid: str) -> str:

@@ -18,6 +18,7 @@ from switchyard.libs.bus.kv import TypedKV
 from switchyard.libs.engine import AsyncEngine, SamplingParams, create_engine
 from switchyard.libs.engine.types import ConstraintError, TokenLogprobs
 from switchyard.libs.models.live import LiveModels
+from switchyard.libs.plan import PlanError, plan_work
 from switchyard.schemas import (
     CancelNotice,
     ErrorCode,
@@ -25,6 +26,7 @@ from switchyard.schemas import (
     Heartbeat,
     InferencePart,
     RawChunk,
+    RequestPlan,
     StageRecord,
     StreamOpen,
     StreamOpenAck,
@@ -43,12 +45,16 @@ from switchyard.services.inference.phases import (
     answer_constraint,
     answer_request_id,
     params_of,
-    thinking_budget,
     tool_prefill,
 )
+from switchyard.services.inference.reasoning import ReasoningParser
 from switchyard.services.inference.settings import InferenceSettings
 
 log = structlog.get_logger()
+
+# A chunk's text and token count, and whether it is the request's last, to (kind, text) parts to publish and
+# whether the request ends here.
+Splitter = Callable[[str, int, bool], tuple[list[tuple[str, str]], bool]]
 
 
 def served_name(model_path: str) -> str:
@@ -113,34 +119,49 @@ class Inference:
         params: SamplingParams,
         span: Span,
         first_phase: bool,
+        split: Splitter | None = None,
     ) -> str:
-        """Stream one engine request as `kind` chunks; returns the finish reason."""
+        """Stream one engine request as `kind` chunks; returns the finish reason. With `split`, each chunk's
+        text is parted into thinking and answer by it instead, and the request ends (finish reason
+        'thinking_budget') where it says so."""
         raw = subjects.stream_raw(gen.rid)
-        out = gen.thinking if kind == "thinking" else gen.answer
         finish = "error"
         first_ns: int | None = None
+        ended = False  # `split` ended it: what the engine still sends is drained, not published
         # With logprobs asked for, each answer frame carries its tokens' entries; tokens whose text the
         # engine still holds (half a character, a possible stop string) go with the next frame's text.
         framed: list[TokenLogprobs] | None = [] if kind == "delta" and params.logprobs is not None else None
         async for chunk in self.engine.generate(request_id, prompt, params):
             if first_ns is None:
                 first_ns = time.time_ns()  # the span event sits where the first token came out, not at the end
-            if chunk.logprobs and kind == "delta":
+            parts: list[tuple[str, str]] = []
+            if not ended:
+                if split is None:
+                    parts = [(kind, chunk.text)] if chunk.text else []
+                else:
+                    got, ended = split(chunk.text, len(chunk.token_ids), chunk.finished)
+                    parts = list(got)
+                    if ended and not chunk.finished:
+                        self.engine.cancel(request_id)
+            # Logprobs are the answer's: a chunk that is all answer carries its tokens' entries.
+            answer_only = bool(parts) and all(k == "delta" for k, _ in parts)
+            if chunk.logprobs and kind == "delta" and (split is None or answer_only):
                 gen.logprobs.extend(chunk.logprobs)
                 if framed is not None:
                     framed.extend(chunk.logprobs)
-            if chunk.text:
-                out.append(chunk.text)
+            for part, text in parts:
+                (gen.thinking if part == "thinking" else gen.answer).append(text)
                 lps = None
-                if framed is not None:
+                if framed is not None and part == "delta":
                     lps = [t.model_dump() for t in to_openai(self.engine.tokenizer, framed)]
                     framed.clear()
                 # One frame per chunk: the engine merged what this stream made since the last one.
-                frame = encode_raw(gen.seq, kind, chunk.text, len(chunk.token_ids), lps)  # type: ignore[arg-type]
+                n = len(chunk.token_ids) if len(parts) == 1 else 0
+                frame = encode_raw(gen.seq, part, text, n, lps)  # type: ignore[arg-type]
                 await self.bus.publish_frame(raw, frame)
                 gen.seq += 1
             if chunk.finished:
-                finish = chunk.finish_reason or "stop"
+                finish = "thinking_budget" if ended else (chunk.finish_reason or "stop")
                 if chunk.usage is not None:
                     u = chunk.usage
                     gen.completion_tokens += u.completion_tokens
@@ -155,6 +176,80 @@ class Inference:
                 break
         return finish
 
+    async def _answer(
+        self,
+        gen: Generation,
+        work: Work,
+        plan: RequestPlan,
+        request_id: str,
+        prompt: str,
+        prefill: str,
+        span: Span,
+        first_phase: bool,
+    ) -> str:
+        """The answer after a thinking phase: within what is left of max_tokens, under the request's grammar,
+        opened with a forced tool call's prefill."""
+        left = plan.max_tokens - gen.completion_tokens
+        if work.rid in self._cancelled:
+            return "cancelled"
+        if left <= 0:
+            return "length"
+        if prefill:
+            gen.answer.append(prefill)
+            await self.bus.publish_frame(subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0))
+            gen.seq += 1
+        stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
+        params = params_of(work.sampling, left, extra_stop=stops, constraint=answer_constraint(work, prefill))
+        return await self._phase(gen, "delta", request_id, prompt + prefill, params, span, first_phase)
+
+    async def _native(self, gen: Generation, work: Work, plan: RequestPlan, span: Span) -> str:
+        """A model that thinks by itself: its text is split at its delimiters as it streams. When its thinking
+        reaches the plan's budget, the request ends there and a second one continues from the prompt, the
+        thinking and the close tag, so the model answers (its prompt is served from the prefix cache). A
+        request with a grammar or a forced tool call also ends where the thinking does, and the answer is
+        decoded under the grammar in the second request; otherwise the model answers in the first."""
+        spec = plan.thinking_spec
+        assert spec is not None  # native thinking is planned only for a card that says how the model thinks
+        parser = ReasoningParser(spec.open, spec.close, started=work.prompt.rstrip().endswith(spec.open))
+        prefill = tool_prefill(work.client_tools, work.tool_choice)
+        constrained = bool(prefill) or answer_constraint(work, prefill) is not None
+        raw: list[str] = []  # the engine's text as the model wrote it, for the continuation's prompt
+        thought = 0
+
+        def split(text: str, tokens: int, last: bool) -> tuple[list[tuple[str, str]], bool]:
+            nonlocal thought
+            was_thinking = parser.thinking
+            raw.append(text)
+            parts: list[tuple[str, str]] = list(parser.feed(text))
+            if last:
+                parts += parser.finish()
+            if was_thinking:
+                thought += tokens
+            # A close tag the model has begun is let through: its few tokens end the thinking anyway.
+            if parser.thinking and thought >= plan.thinking_budget and not (parser.holding and not last):
+                parts += parser.finish()
+                return parts, True
+            if constrained and not parser.thinking:
+                # The answer must be decoded under the grammar: drop the free answer and go on constrained.
+                return [(k, t) for k, t in parts if k == "thinking"], True
+            return parts, False
+
+        stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
+        params = params_of(work.sampling, plan.max_tokens, extra_stop=[] if constrained else stops)
+        finish = await self._phase(gen, "delta", work.rid, work.prompt, params, span, True, split)
+        gen.reasoning_tokens += min(thought, gen.completion_tokens)
+        if finish != "thinking_budget":
+            return finish
+        if work.rid in self._cancelled:
+            return "cancelled"
+        text = "".join(raw)
+        at = text.find(spec.close)
+        # The thinking as the model wrote it (open tag included); a model that answered without thinking gets
+        # an empty thinking block, as its template writes one when thinking is off.
+        thinking = (text if at < 0 else text[:at]) if parser.thought else f"{spec.open}\n\n"
+        prompt = f"{work.prompt}{thinking}{spec.close}\n\n"
+        return await self._answer(gen, work, plan, answer_request_id(work.rid), prompt, prefill, span, False)
+
     async def handle(self, work: Work) -> None:
         gen = Generation(rid=work.rid, t0=time.perf_counter(), prompt_tokens=work.prompt_tokens)
         started = now_ms()
@@ -164,18 +259,30 @@ class Inference:
         )
         s = work.sampling
         model = self.model
-        reasoning = work.route is not None and work.route.mode == "reasoning"
+        try:
+            plan = plan_work(work, self.settings.registry)
+        except PlanError:  # unplanned work no model here serves as asked (a direct caller): answer it plainly
+            plan = RequestPlan(
+                model=model,
+                mode="fast",
+                mode_reason="unplanned",
+                prompt_budget=self.engine.max_model_len,
+                max_tokens=s.max_tokens,
+            )
+        reasoning = plan.mode == "reasoning"
         operation = "text_completion" if work.prompt_mode == "raw" else "chat"
         attrs: dict[str, str | int | float] = {
             "gen_ai.operation.name": operation,
             "gen_ai.system": "switchyard",
             "gen_ai.request.model": model,
-            "gen_ai.request.max_tokens": s.max_tokens,
+            "gen_ai.request.max_tokens": plan.max_tokens,
             "gen_ai.request.temperature": s.temperature,
             "gen_ai.request.top_p": s.top_p,
             "switchyard.rid": work.rid,
             "switchyard.replica": self.bus.replica,
             "switchyard.mode": "reasoning" if reasoning else "fast",
+            "switchyard.thinking": plan.thinking,
+            "switchyard.thinking_budget": plan.thinking_budget,
         }
         if s.seed is not None:
             attrs["gen_ai.request.seed"] = s.seed
@@ -186,22 +293,18 @@ class Inference:
             try:
                 if work.rid in self._cancelled:
                     gen.finish = "cancelled"
-                elif reasoning:
+                elif plan.thinking == "native":
+                    gen.finish = await self._native(gen, work, plan, span)
+                elif plan.thinking == "prompted":
                     think_prompt = work.prompt + THINK_OPEN
-                    budget = thinking_budget(s)
+                    budget = plan.thinking_budget
                     gen.finish = await self._phase(
                         gen, "thinking", work.rid, think_prompt, params_of(s, budget, ["\n\n"]), span, True
                     )
                     if gen.finish in ("stop", "length"):
                         answer_prompt = think_prompt + "".join(gen.thinking).rstrip() + ANSWER_OPEN
-                        gen.finish = await self._phase(
-                            gen,
-                            "delta",
-                            answer_request_id(work.rid),
-                            answer_prompt,
-                            params_of(s, max(1, s.max_tokens - budget), constraint=answer_constraint(work)),
-                            span,
-                            False,
+                        gen.finish = await self._answer(
+                            gen, work, plan, answer_request_id(work.rid), answer_prompt, "", span, False
                         )
                 else:
                     prefill = tool_prefill(work.client_tools, work.tool_choice)
@@ -213,7 +316,9 @@ class Inference:
                         gen.seq += 1
                     # One call at most: the answer ends where the first call does. Parallel calls: the model ends it.
                     stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
-                    params = params_of(s, extra_stop=stops, constraint=answer_constraint(work, prefill))
+                    params = params_of(
+                        s, plan.max_tokens, extra_stop=stops, constraint=answer_constraint(work, prefill)
+                    )
                     gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
             except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit
                 gen.finish = "error"

@@ -72,5 +72,9 @@ class InferenceSettings(ServiceSettings):
         alike = {f.name for f in dataclasses.fields(EngineConfig)} & set(type(self).model_fields)
         config = EngineConfig(kind=self.engine, **{name: getattr(self, name) for name in alike})
         config.cache_dir = self.cache_dir or f"{self.data_dir}/cache/engine"
+        card = self.card()
+        if config.kind == "sim" and card is not None and card.thinking is not None:
+            # The simulated model thinks as the card says its model does (switchyard/libs/engine/sim.py).
+            config.sim_thinking = (card.thinking.open, card.thinking.close)
         config = self.engine_env.apply(config)
         return self.engine_env.vllm_config(config) if config.kind == "vllm" else config

@@ -1,33 +1,26 @@
-"""Routing: model and mode from the request, the smallest pool that fits, a sticky replica."""
+"""Routing: the pool and replica for the request plan's model (switchyard/libs/plan.py decided model, mode
+and budgets before context rendered): the smallest pool that fits, a sticky replica, failover."""
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Awaitable, Callable
 
 from switchyard.libs.bus import Bus, BusError
-from switchyard.libs.models import Capability, ModelCard
+from switchyard.libs.models import ModelCard
 from switchyard.libs.models.live import LiveModels
-from switchyard.schemas import ErrorCode, Forward, Heartbeat, RouteDecision, RoutePart, Work, subjects
+from switchyard.libs.plan import PlanError, classify_mode, plan_work
+from switchyard.schemas import ErrorCode, Forward, Heartbeat, RequestPlan, RouteDecision, RoutePart, Work, subjects
 from switchyard.services.router.replicas import ReplicaTable, rendezvous, sticky_key
-from switchyard.services.router.settings import ModelSpec, RouterSettings
+from switchyard.services.router.settings import RouterSettings
 
-# Messages that benefit from a thinking phase: proofs, multi-step maths, explicit requests to reason.
-_REASONING = re.compile(
-    r"\b(step[- ]by[- ]step|prove|proof|derive|reason(?:ing)? through|think (?:it )?through|why does|"
-    r"calculate|solve)\b",
-    re.IGNORECASE,
-)
+__all__ = ["Router", "classify_mode", "setup"]
 
 
-def classify_mode(text: str) -> str:
-    return "reasoning" if _REASONING.search(text) else "fast"
-
-
-def _need(work: Work) -> Capability:
-    return "completion" if work.prompt_mode == "raw" else "chat"
+def same_prompt(a: ModelCard, b: ModelCard) -> bool:
+    """Whether a prompt rendered for `a` reads the same to `b`: the same model files (tokenizer and template)."""
+    return a.path == b.path
 
 
 class Router:
@@ -45,40 +38,29 @@ class Router:
             self.replicas.observe(beat)
             self.first_replica.set()
 
-    def _spec(self, card: ModelCard) -> ModelSpec:
-        """The router's own knobs for a model (modes, reasoning budget): configured, else from its registry entry."""
-        for spec in self.settings.models:
-            if spec.name == card.name:
-                return spec
-        return ModelSpec(name=card.name, engine=card.engine, modes=list(card.modes))
-
-    def _card(self, work: Work) -> ModelCard:
-        name = (work.model or self.settings.registry.default_model).split(":")[0]
-        # Unknown model names (SDK defaults like "gpt-4o") go to the default model; the gateway has
-        # already refused them on the HTTP APIs (404), so only internal callers get here with one.
-        return self.settings.registry.find(name) or self.settings.registry.get(None)
-
-    def _able(self, card: ModelCard, work: Work) -> tuple[ModelCard, str | None]:
-        """The model that takes the request: `card` when it can serve the request's prompt mode, else its
-        operator-configured fallback (with the reason), else a 400."""
-        need = _need(work)
-        if card.can(need):
-            return card, None
-        what = "chat (it has no chat template)" if need == "chat" and not card.chat_template else need
-        fallback = self.settings.registry.find(card.fallback) if card.fallback else None
-        if fallback is None or not fallback.can(need):
-            raise BusError(ErrorCode.bad_request, f"model {card.name} does not serve {what}")
-        return fallback, f"fallback: {card.name} does not serve {what}; its configured fallback is {fallback.name}"
+    def _plan(self, work: Work) -> RequestPlan:
+        try:
+            return plan_work(work, self.settings.registry)
+        except PlanError as e:
+            raise BusError(ErrorCode.bad_request, str(e)) from e
 
     async def _live(self, card: ModelCard, work: Work) -> tuple[ModelCard, list[Heartbeat], str | None]:
-        """`card`'s live replicas, else (none within the wait) its configured fallback's, when that one can
-        serve the request's prompt mode."""
+        """`card`'s live replicas, else (none within the wait) its configured fallback's. The prompt is already
+        rendered for `card`, and the plan is not rewritten: the fallback takes the request only where that
+        prompt reads the same to it (a text completion, or the same model files); otherwise the request
+        fails as unavailable rather than reach a model in another's template."""
         try:
             return card, await self._wait_live(card.name), None
-        except BusError:
+        except BusError as e:
             fallback = self.settings.registry.find(card.fallback) if card.fallback else None
-            if fallback is None or not fallback.can(_need(work)):
+            if fallback is None or not fallback.can("completion" if work.prompt_mode == "raw" else "chat"):
                 raise
+            if work.prompt_mode != "raw" and not same_prompt(card, fallback):
+                raise BusError(
+                    ErrorCode.unavailable,
+                    f"{e.message}; its fallback {fallback.name} reads another chat template, and the prompt "
+                    f"was rendered for {card.name}",
+                ) from e
         live = self.replicas.live(fallback.name) or await self._wait_live(fallback.name)
         return (
             fallback,
@@ -87,38 +69,22 @@ class Router:
         )
 
     async def route(self, work: Work) -> Forward:
-        asked = self._card(work)
-        card, why_fallback = self._able(asked, work)
-        reasons: list[str] = [] if why_fallback is None else [why_fallback]
-        spec = self._spec(card)
-        mode: str
-        if work.prompt_mode == "raw":
-            mode, why = "fast", "text completion"
-        elif work.mode:
-            mode, why = work.mode, "requested"
-        elif work.model and ":" in work.model:
-            mode, why = work.model.split(":", 1)[1], "model name"
-        else:
-            mode, why = classify_mode(work.text), "classifier"
-        if mode not in spec.modes:
-            mode, why = "fast", f"{mode} not offered by {spec.name}"
-        reasons.append(f"mode {mode} ({why})")
-        if mode == "reasoning":
-            work.sampling.max_tokens = max(work.sampling.max_tokens, spec.reasoning_max_tokens)
-
-        need = work.prompt_tokens + work.sampling.max_tokens
+        plan = self._plan(work)
+        if work.plan is None:  # planned here, once, for work that came without a plan
+            work = work.model_copy(update={"plan": plan})
+        card = self.settings.registry.find(plan.model) or self.settings.registry.get(None)
+        reasons: list[str] = [] if plan.fallback_reason is None else [plan.fallback_reason]
+        reasons.append(f"mode {plan.mode} ({plan.mode_reason})")
+        need = work.prompt_tokens + plan.max_tokens
         served, live, why_down = await self._live(card, work)
         if why_down is not None:
             reasons.append(why_down)
-            card, spec = served, self._spec(served)
-            if mode not in spec.modes:
-                mode = "fast"
         fitting = sorted((r for r in live if r.max_model_len >= need), key=lambda r: r.max_model_len)
         if not fitting:
             raise BusError(
                 ErrorCode.bad_request,
-                f"prompt of {work.prompt_tokens} tokens plus {work.sampling.max_tokens} "
-                f"output tokens exceeds every pool of {spec.name}",
+                f"prompt of {work.prompt_tokens} tokens plus {plan.max_tokens} "
+                f"output tokens exceeds every pool of {served.name}",
             )
         pool = fitting[0].pool
         candidates = [r for r in fitting if r.pool == pool]
@@ -132,15 +98,15 @@ class Router:
         else:
             reasons.append("sticky by conversation" if work.chat_id else "hashed by request")
         self._last[key] = chosen.replica
+        asked = plan.asked or plan.model
         work.route = RouteDecision(
-            model=spec.name,
-            mode=mode,
+            model=served.name,
+            mode=plan.mode,
             pool=pool,
             replica=chosen.replica,  # type: ignore[arg-type]
             reason="; ".join(reasons),
-            fallback_from=asked.name if card.name != asked.name else None,
+            fallback_from=asked if served.name != asked else None,
         )
-        work.mode = mode  # type: ignore[assignment]
         return Forward(subject=subjects.TOOLS, work=work, part=RoutePart(route=work.route))
 
     async def _wait_live(self, model: str) -> list[Heartbeat]:

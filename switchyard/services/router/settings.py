@@ -14,12 +14,12 @@ class PoolSpec(BaseModel):
 
 
 class ModelSpec(BaseModel):
+    """Kept so existing SWITCHYARD_ROUTER_MODELS settings still load: modes and budgets are the request
+    plan's now (switchyard/libs/plan.py, from the model card), and pools come from replicas' heartbeats."""
+
     name: str
     engine: str = "native"
-    modes: list[str] = Field(default_factory=lambda: ["fast", "reasoning"])
     pools: list[PoolSpec] = Field(default_factory=lambda: [PoolSpec(name="default", context_length=8192)])
-    # Reasoning mode gets a larger output budget than fast mode.
-    reasoning_max_tokens: int = 768
 
 
 class RouterSettings(ServiceSettings):

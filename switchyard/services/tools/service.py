@@ -10,8 +10,10 @@ import numpy as np
 from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.embeddings import get_embedder
 from switchyard.libs.embeddings.batcher import PassBatcher
+from switchyard.libs.plan import template_inputs
 from switchyard.libs.safety import InputGuard
 from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
+from switchyard.libs.tokenizer.template import render_prompt
 from switchyard.libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
 from switchyard.schemas import (
     ChatEvent,
@@ -137,7 +139,9 @@ class ToolsStage:
             # As context rendered them: a template that lays tools out itself gets them again (for
             # any other, our tool section is already in the system message).
             tools = work.client_tools if work.tool_choice != "none" and self.tokenizer.template.renders_tools else None
-            work.prompt = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tools=tools)
+            # With the plan's template switch (and empty thinking block) as context rendered it too.
+            kwargs, after = template_inputs(work.plan, self.tokenizer.template)
+            work.prompt = render_prompt(self.tokenizer.template, msgs, tools, True, kwargs) + after
             work.prompt_tokens = self.tokenizer.count(work.prompt)
         part = ToolsPart(
             tools=work.tools,

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from switchyard.libs.bus import BusError
+from switchyard.libs.models import ModelCard, ModelRegistry
+from switchyard.libs.plan import plan
 from switchyard.schemas import (
     ChatEvent,
     ChatMessage,
@@ -24,6 +26,8 @@ from switchyard.schemas import (
     SaveTurn,
     SaveTurnAck,
     StageRecord,
+    ThinkingAsk,
+    ThinkingSpec,
     Turn,
     TurnDelete,
     Work,
@@ -295,3 +299,28 @@ async def test_stored_history_then_the_clients_own_messages_and_turn_delete(harn
     assert e.value.code == ErrorCode.not_found
     ack = await c.request(csubj.TURN_DELETE, TurnDelete(tenant="acme", chat_id=chat_id, rid=first.rid), DeleteAck)
     assert ack.id == first.rid and ack.deleted
+
+
+async def test_context_renders_by_the_plan_it_is_given_and_plans_work_that_has_none(harness: Harness) -> None:
+    """The gateway's plan decides: a thinking model asked not to think, under a template without the
+    switch, gets an empty thinking block after the prompt; its max_tokens (never raised) is what the
+    budget keeps room for; the plan is forwarded as it came. Work without one is planned here, once."""
+    thinker = ModelCard(name="thinker", pool="thinker", engine="sim", thinking=ThinkingSpec())
+    registry = ModelRegistry(models=[*ModelRegistry().models, thinker])
+    base = {"tenant": "acme", "user": "alice", "key_id": "k", "text": "What is two plus two?"}
+    off = plan(registry, model="thinker", max_tokens=64, thinking=ThinkingAsk(effort="none"))
+    on = plan(registry, model="thinker", max_tokens=64)
+    got_off = await harness.assemble(Work(rid=uuid.uuid4().hex, plan=off, **base))  # type: ignore[arg-type]
+    got_on = await harness.assemble(Work(rid=uuid.uuid4().hex, plan=on, **base))  # type: ignore[arg-type]
+    assert isinstance(got_off, Work) and isinstance(got_on, Work)
+    assert got_off.plan == off and got_on.plan == on
+    assert got_off.prompt == got_on.prompt + "<think>\n\n</think>\n\n"
+    assert got_off.prompt_tokens > got_on.prompt_tokens
+    # Too long for the plan's max_tokens within the budget (2048 here): refused, not trimmed into the answer.
+    big = plan(registry, model="thinker", max_tokens=2040)
+    refused = await harness.assemble(Work(rid=uuid.uuid4().hex, plan=big, **base))  # type: ignore[arg-type]
+    assert isinstance(refused, ChatEvent) and refused.error is not None
+    assert refused.error.code == ErrorCode.payload_too_large
+    unplanned = await harness.assemble(Work(rid=uuid.uuid4().hex, **base))  # type: ignore[arg-type]
+    assert isinstance(unplanned, Work) and unplanned.plan is not None
+    assert unplanned.plan.max_tokens == unplanned.sampling.max_tokens

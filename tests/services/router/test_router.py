@@ -4,7 +4,8 @@ import pytest
 
 from switchyard.libs.bus import BusError
 from switchyard.libs.bus.headers import now_ms
-from switchyard.libs.models import ModelRegistry
+from switchyard.libs.models import ModelCard, ModelRegistry
+from switchyard.libs.plan import plan
 from switchyard.schemas import ErrorCode, Heartbeat, Work
 from switchyard.services.router.service import Router, classify_mode
 from switchyard.services.router.settings import ModelSpec, PoolSpec, RouterSettings
@@ -66,7 +67,9 @@ async def test_modes_and_no_replica() -> None:
     assert e.value.code == ErrorCode.unavailable
     r.replicas.observe(beat("a"))
     fwd = await r.route(work(model="SmolLM2-135M-Instruct:reasoning"))
-    assert fwd.work.route.mode == "reasoning" and fwd.work.sampling.max_tokens >= 768  # type: ignore[union-attr]
+    # The client's max_tokens bounds the whole answer, thinking included: no stage raises it.
+    assert fwd.work.route.mode == "reasoning" and fwd.work.sampling.max_tokens == 256  # type: ignore[union-attr]
+    assert fwd.work.plan is not None and (fwd.work.plan.max_tokens, fwd.work.plan.thinking) == (256, "prompted")
     assert (await r.route(work(mode="fast"))).work.route.mode == "fast"  # type: ignore[union-attr]
     assert classify_mode("Prove that the square root of 2 is irrational") == "reasoning"
     assert classify_mode("hi there") == "fast"
@@ -120,3 +123,37 @@ async def test_a_configured_fallback_takes_a_chat_the_model_cannot_serve_and_say
     route = (await r.route(work(model="gemma-3-270m", prompt_mode="raw"))).work.route
     assert route is not None and (route.model, route.fallback_from) == ("SmolLM2-135M-Instruct", "gemma-3-270m")
     assert "no replica of gemma-3-270m is live" in route.reason
+
+
+async def test_the_router_reads_the_plan_and_never_rewrites_it() -> None:
+    r = router()
+    r.replicas.observe(beat("a", "8k"))
+    planned = plan(ModelRegistry(), model="smollm2", mode="fast", text="Prove it step by step", max_tokens=40)
+    w = work(prompt_tokens=100, plan=planned).model_copy(update={"text": "Prove it step by step"})
+    fwd = await r.route(w)
+    assert fwd.work.plan is planned and fwd.work.route is not None and fwd.work.route.mode == "fast"
+    assert "fits 140 tokens" in fwd.work.route.reason and "mode fast (requested)" in fwd.work.route.reason
+
+
+async def test_a_chat_fails_over_for_liveness_only_to_a_fallback_that_reads_its_prompt() -> None:
+    """The prompt was rendered for the planned model's template: a fallback with other model files would
+    read it in the wrong format, so the request is unavailable instead; the same files take it."""
+    other = ModelCard(name="other", pool="other", path="/models/other.gguf")
+    same = ModelCard(name="same", pool="same")  # the bundled model's files, as SmolLM2's card
+    registry = ModelRegistry(
+        models=[ModelCard(name="SmolLM2-135M-Instruct", pool="default"), other, same],
+        model_fallbacks={"SmolLM2-135M-Instruct": "other"},
+    )
+    r = router(registry=registry)
+    r.replicas.observe(Heartbeat(replica="o", pool="other", model="other", max_model_len=8192, ts_ms=now_ms()))
+    with pytest.raises(BusError) as e:
+        await r.route(work())
+    assert e.value.code == ErrorCode.unavailable and "another chat template" in e.value.message
+    # A text completion's prompt is the client's text: any fallback reads it.
+    raw = (await r.route(work(prompt_mode="raw"))).work.route
+    assert raw is not None and (raw.model, raw.fallback_from) == ("other", "SmolLM2-135M-Instruct")
+    registry = ModelRegistry(models=registry.models, model_fallbacks={"SmolLM2-135M-Instruct": "same"})
+    r = router(registry=registry)
+    r.replicas.observe(Heartbeat(replica="s", pool="same", model="same", max_model_len=8192, ts_ms=now_ms()))
+    chat = (await r.route(work())).work.route
+    assert chat is not None and (chat.model, chat.fallback_from) == ("same", "SmolLM2-135M-Instruct")
