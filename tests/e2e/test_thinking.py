@@ -6,12 +6,10 @@ max_tokens and the thinking budget it asked for, and never into a later prompt.
 No real thinking model is available offline, and a random-weight checkpoint would not write the delimiters:
 the thinking model here is the simulated engine serving a card with `thinking` set (switchyard/libs/engine/sim.py
 writes `<think>`, a few sentences' tokens and `</think>` before its answer, as such a model does). It runs as
-its own pool beside the session's SmolLM2; the gateway, context and router are restarted to read a registry
-that names it, and restarted back afterwards."""
+its own pool beside the session's SmolLM2, added to the registry at run time and removed afterwards."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import anthropic
@@ -19,9 +17,9 @@ import httpx
 import openai
 import pytest
 
-from switchyard.cli.health import wait_pools_live
 from switchyard.cli.stack import Stack
-from switchyard.libs.models import ModelCard, default_models
+from switchyard.libs.models import ModelCard
+from switchyard.libs.tokenizer.paths import default_model_path
 from switchyard.schemas import ThinkingSpec
 from tests.e2e.conftest import admin_record, chat
 
@@ -30,34 +28,21 @@ pytestmark = pytest.mark.e2e
 THINKER = ModelCard(name="thinker", aliases=["thinker-sim"], pool="thinker", engine="sim", thinking=ThinkingSpec())
 # The sim's thinking is this many tokens; budgets below it are cut short.
 SIM_THINK_TOKENS = 24
-REREAD = ("gateway", "context", "router")
-
-
-def _check() -> None:
-    return None
 
 
 @pytest.fixture(scope="module")
 def thinker(stack: Stack) -> Iterator[str]:
-    models = json.dumps([c.model_dump(mode="json") for c in [*default_models(), THINKER]])
-    env = {"SWITCHYARD_MODELS": models}
-    tag = f"inference-{THINKER.pool}"
-    stack.start_service(
-        "inference", {**stack.service_env, **env, "SWITCHYARD_INFERENCE_MODEL": THINKER.name}, THINKER.pool
-    )
-    for name in REREAD:
-        stack.restart_service(name, env)
-    assert stack.nats_url is not None
-    try:
-        wait_pools_live(stack.nats_url, {THINKER.pool}, 120, _check)
-        stack.wait_ready(120)
-        yield THINKER.name
-    finally:
-        if tag in stack.procs:
-            stack.stop_service(tag)
-        for name in REREAD:
-            stack.restart_service(name)
-        stack.wait_ready(120)
+    """Added at run time (`POST /v1/admin/models`): the stack's supervisor starts its pool, and every gateway,
+    context and router sees its entry in the registry at once; removed again afterwards."""
+    card = THINKER.model_copy(update={"path": default_model_path()})  # the sim keeps the bundled tokenizer
+    admin = {"Authorization": f"Bearer {stack.admin_key}"}
+    with httpx.Client(base_url=stack.url, headers=admin, timeout=300) as c:
+        r = c.post("/v1/admin/models", json=card.model_dump(mode="json"))
+        assert r.status_code == 201, r.text
+        try:
+            yield THINKER.name
+        finally:
+            assert c.delete(f"/v1/admin/models/{THINKER.name}").status_code == 200
 
 
 @pytest.fixture(scope="module")
