@@ -473,7 +473,9 @@ class Bus:
                 await self.nc.publish(
                     reply, err.info().model_dump_json().encode(), headers={H.STATUS: "error", H.RID: ctx.rid}
                 )
-            elif err.code == ErrorCode.deadline_exceeded and ctx.rid and msg.subject.startswith("pipeline."):
+            elif (
+                err.code == ErrorCode.deadline_exceeded and ctx.rid and msg.subject.startswith(subjects.PIPELINE_PREFIX)
+            ):
                 await self.emit(ChatEvent(rid=ctx.rid, type="error", error=err.info()))
 
     # ---- lifecycle -----------------------------------------------------------------------

@@ -26,7 +26,8 @@ from switchyard.libs.store.key_admin import (
     update_key,
 )
 from switchyard.schemas import ErrorCode
-from switchyard.schemas.keys import ADMIN_KEY_USAGE, KeyUsage, KeyUsageQuery
+from switchyard.schemas.keys import KeyUsage, KeyUsageQuery
+from switchyard.schemas.subjects import ADMIN_KEY_USAGE
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw
 from switchyard.services.gateway.errors import ApiError

@@ -29,7 +29,7 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas import conversations as csubj
+from switchyard.schemas import subjects as csubj
 from tests.services.context.harness import Harness
 
 
@@ -204,7 +204,7 @@ async def test_stage_record_carries_the_decision(harness: Harness) -> None:
     assert record is not None and record.rid == rid and record.status == "ok"
     d = _logged(record)
     assert (d["history_turns"], d["trimmed_turns"], d["prompt_tokens"]) == (0, 0, w.prompt_tokens)
-    assert d["record"] == {"prompt": w.prompt, "chat_id": rid, "file_verdicts": []}
+    assert d["record"] == {"prompt": w.prompt, "chat_id": rid, "prompt_tokens": w.prompt_tokens, "file_verdicts": []}
     assert d["files"] == [] and d["flagged_files"] == []
 
 

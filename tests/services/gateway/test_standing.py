@@ -11,7 +11,7 @@ import httpx
 
 from switchyard.libs.bus import Bus
 from switchyard.libs.bus.headers import now_ms
-from switchyard.schemas import GatewayPart, StageRecord
+from switchyard.schemas import GatewayPart, SafetyInPart, StageRecord
 from switchyard.services.logger.abuse import start_abuse_monitor
 from switchyard.services.logger.settings import LoggerSettings
 from tests.services.gateway.harness import Gateway, Responder
@@ -27,6 +27,7 @@ async def flagged_request(bus: Bus, key_id: str, action: str) -> str:
             duration_ms=1,
             status="error" if action == "block" else "ok",
             decision={"action": action},
+            part=SafetyInPart(safety_action=action),
         )
     )
     await bus.log_stage(

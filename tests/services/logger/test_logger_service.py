@@ -34,7 +34,7 @@ from switchyard.schemas import (
     Usage,
     subjects,
 )
-from switchyard.schemas.records import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
+from switchyard.schemas.subjects import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
 from switchyard.services.logger.service import setup
 from switchyard.services.logger.settings import LoggerSettings
 
@@ -213,7 +213,7 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
             stage="context",
             duration_ms=2.0,
             decision={"prompt_tokens": 9},
-            part=ContextPart(prompt="P"),
+            part=ContextPart(prompt="P", prompt_tokens=9),
             **base,
         ),  # type: ignore[arg-type]
         StageRecord(
