@@ -2,7 +2,7 @@
 
 Every subject with a variable part is built here, and each part goes through `token`: a client's id
 that held `>` or `*` would otherwise subscribe to every tenant's stream, and one with `.` would name
-another subject (issue 28). The gateway refuses such ids at the edge (`ID_PATTERN`); `token` is the
+another subject. The gateway refuses such ids at the edge (`ID_PATTERN`); `token` is the
 second wall, for whatever reaches a subject some other way.
 """
 

@@ -86,7 +86,7 @@ requests = Table(
     # Raw text removed (retention): the purge skips these rows.
     Column("text_purged", Boolean, nullable=False, default=False),
     Column("record", JSON, nullable=False),
-    # The API key that sent it (gateway record key `key_id`): usage per key (issue 30).
+    # The API key that sent it (gateway record key `key_id`): usage per key.
     Column("key_id", String(64)),
     Index("ix_requests_created", "created_ms"),
     Index("ix_requests_replay_of", "replay_of"),

@@ -1,4 +1,4 @@
-"""`/v1/admin/keys`: API keys an operator manages over HTTP (issue 30). The app includes `admin_router`
+"""`/v1/admin/keys`: API keys an operator manages over HTTP. The app includes `admin_router`
 behind the admin guard. The work is switchyard/libs/store/key_admin.py's, the same code the `keys` CLI runs; every
 change is announced to every gateway (key_policy.py), so a revoked or rotated secret is refused at once
 everywhere."""
