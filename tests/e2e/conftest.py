@@ -23,10 +23,15 @@ def chat(client: httpx.Client, chat_id: str, text: str, **extra: Any) -> tuple[l
 def admin_record(stack: Stack, rid: str, until: Any = None, timeout_s: float = 30.0) -> dict[str, Any]:
     """The logger writes asynchronously: poll until the record satisfies `until`."""
 
-    def stored() -> dict[str, Any] | None:
+    def stored() -> dict[str, Any]:
         r = httpx.get(f"{stack.url}/v1/admin/requests/{rid}", headers={"Authorization": f"Bearer {stack.admin_key}"})
-        got: dict[str, Any] | None = r.json() if r.status_code == 200 else None
-        return got if got is not None and (until is None or until(got)) else None
+        assert r.status_code == 200, f"HTTP {r.status_code}"
+        got: dict[str, Any] = r.json()
+        # Not yet: the timeout reports the record as it last stood.
+        assert until is None or until(got), got
+        return got
 
-    record: dict[str, Any] = wait_until(stored, timeout_s, f"the record of {rid} to satisfy the condition", 0.3)
+    record: dict[str, Any] = wait_until(
+        stored, timeout_s, f"the record of {rid} to satisfy the condition", 0.3, ignore=(AssertionError,)
+    )
     return record
