@@ -97,6 +97,17 @@ PIPELINE_PREFIX = "pipeline."
 CHAT_EVENTS_STREAM = "CHAT_EVENTS"
 
 
+def template(subject: str) -> str:
+    """`subject` with its variable part named instead of given, for low-cardinality span names:
+    `chat.events.{rid}`, not the rid itself."""
+    parts = subject.split(".")
+    if parts[0] in ("stream", "chat") and len(parts) == 3:
+        return f"{parts[0]}.{parts[1]}.{{rid}}"
+    if parts[0] == "infer" and len(parts) == 3 and parts[1] != "heartbeat":
+        return f"infer.{parts[1]}.{{replica}}"
+    return subject
+
+
 def token(value: str) -> str:
     """`value` as one subject token; ValueError when it is empty, too long, or holds a separator,
     a wildcard, whitespace or a control character."""

@@ -422,7 +422,7 @@ class Bus:
         try:
             if with_span:
                 with self.tracer.start_as_current_span(
-                    f"process {_subject_template(msg.subject)}",
+                    f"process {subjects.template(msg.subject)}",
                     kind=SpanKind.CONSUMER,
                     attributes={
                         "messaging.system": "nats",
@@ -509,16 +509,6 @@ def run_none(fn: Callable[[Work], Awaitable[None]]) -> Callable[[Work], Awaitabl
         return None
 
     return wrapped
-
-
-def _subject_template(subject: str) -> str:
-    """Keep span names low-cardinality: `chat.events.<rid>` not the rid itself."""
-    parts = subject.split(".")
-    if parts[0] in ("stream", "chat") and len(parts) == 3:
-        return f"{parts[0]}.{parts[1]}.{{rid}}"
-    if parts[0] == "infer" and len(parts) == 3 and parts[1] != "heartbeat":
-        return f"infer.{parts[1]}.{{replica}}"
-    return subject
 
 
 def stable_id(*parts: str) -> str:
