@@ -1,4 +1,4 @@
-"""The models a deployment serves, by name: one registry every service reads alike.
+"""The models a deployment serves, by name: one registry every service reads alike (issue 29).
 
 Each model is its own inference pool. The gateway reads the registry to resolve names and aliases, to
 list models (`GET /v1/models`) and to refuse what a model cannot do; the router reads it to pick the
