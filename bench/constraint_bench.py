@@ -102,7 +102,7 @@ async def main() -> None:
     masks = {s: mask_cost_ms(eng, s) for s in base}
     lines = [
         MARK_BEGIN,
-        "## Constraint cost (grammar-constrained decoding)",
+        "### Constraint cost (grammar-constrained decoding)",
         "",
         f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}; load average at start {load:.2f}",

@@ -388,11 +388,11 @@ def ratio(a: Any, b: Any) -> float | None:
 
 def render(args: argparse.Namespace, r: dict[str, Any]) -> str:
     s_cols = args.streams
-    lines = [MARK_BEGIN, "## Engine benchmark", ""]
+    lines = [MARK_BEGIN, "### Engine benchmark", ""]
     if args.isa == "avx2":
         lines = [
             AVX2_BEGIN,
-            "## Engine benchmark, AVX2 code paths on this CPU (`--isa avx2`)",
+            "### Engine benchmark, AVX2 code paths on this CPU (`--isa avx2`)",
             "",
             "The AVX2 class measured on a newer CPU: every engine runs the code an AVX2-only CPU runs "
             f"(ours: {', '.join(f'{k}={v}' for k, v in AVX2_ENV.items())}; llama.cpp: a build without AVX-512, "

@@ -148,7 +148,7 @@ def main() -> None:
     s = a.streams
     lines = [
         BEGIN,
-        "## Gemma 3 270M (Q4_K_M): native engine vs llama-cpp-python",
+        "### Gemma 3 270M (Q4_K_M): native engine vs llama-cpp-python",
         "",
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {machine()}, {a.threads} thread(s) each, "
         f"{a.tokens} tokens a stream; `python bench/gemma_bench.py --threads {a.threads}`.",

@@ -119,7 +119,7 @@ def main() -> int:
     agree = {d: asyncio.run(greedy(c, 32)) for d, c in configs.items()}
     lines = [
         MARK_BEGIN,
-        "## Native engine on CUDA",
+        "### Native engine on CUDA",
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; GPU: {torch.cuda.get_device_name(0)}; "
         f"torch {torch.__version__}",

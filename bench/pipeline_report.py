@@ -273,7 +273,7 @@ def render(tokens: int, r: dict[str, Any]) -> str:
     eng = r["engine"]
     lines = [
         MARK_BEGIN,
-        "## Pipeline benchmark",
+        "### Pipeline benchmark",
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {machine()}; engine threads {eng.get('threads', '-')} (as the inference service), "

@@ -82,7 +82,7 @@ def main() -> None:
     ttft_ms, tpot_ms = asyncio.run(engine_baseline())
     lines = [
         MARK_BEGIN,
-        "## Safety cost",
+        "### Safety cost",
         "",
         f"Date {dt.date.today().isoformat()}, machine: {machine()}; guard {learned.version}; "
         "command: `python -m bench.safety_bench` (part of `make bench`).",

@@ -203,7 +203,7 @@ def render(engine: str, args: argparse.Namespace, s: dict[str, Any], ready_s: fl
     short, long = min(args.lengths), max(args.lengths)
     lines = [
         MARK_BEGIN.format(engine=engine),
-        f"## Stage CPU, engine `{engine.removesuffix('-scaled')}`"
+        f"### Stage CPU, engine `{engine.removesuffix('-scaled')}`"
         + (", two gateways and two safety_outs (queue groups)" if engine.endswith("-scaled") else ""),
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; machine: {machine()}",

@@ -90,7 +90,7 @@ def main() -> None:
     section = "\n".join(
         [
             MARK_BEGIN,
-            "## Tokenizer speed",
+            "### Tokenizer speed",
             "",
             f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
             f"- machine: {machine()}; load average at start {os.getloadavg()[0]:.2f} (a shared machine)",

@@ -83,7 +83,7 @@ def render(
     heads = ["1-stream decode tok/s", *(f"{s} streams tok/s" for s in streams)]
     lines = [
         MARK_BEGIN,
-        "## vLLM against the native engine",
+        "### vLLM against the native engine",
         "",
         f"- date: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- machine: {machine()}; load average at start {load} (other jobs were running: read the ratios)",

@@ -34,7 +34,8 @@ from switchyard.libs.store.key_admin import (
 )
 from switchyard.libs.store.keys import TIERS, KeyStore
 from switchyard.libs.telemetry import setup_tracing
-from switchyard.schemas.keys import KEYS_CHANGED, KeyChanged
+from switchyard.schemas.keys import KeyChanged
+from switchyard.schemas.subjects import KEYS_CHANGED
 from switchyard.services.gateway.settings import GatewaySettings
 
 CONNECT_S = 3.0

@@ -9,22 +9,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-# Request/reply subjects (queue group `context`).
-CONVERSATIONS_LIST = "context.conversations.list"
-CONVERSATIONS_RENAME = "context.conversations.rename"
-CONVERSATIONS_DELETE = "context.conversations.delete"
-CONVERSATIONS_SEARCH = "context.conversations.search"
-TURN_DELETE = "context.turn.delete"
-MEMORY_LIST = "context.memory.list"
-MEMORY_ADD = "context.memory.add"
-MEMORY_DELETE = "context.memory.delete"
-FILES_PUT = "context.files.put"
-FILES_LIST = "context.files.list"
-FILES_GET = "context.files.get"
-FILES_DELETE = "context.files.delete"
-INSTRUCTIONS_GET = "context.instructions.get"
-INSTRUCTIONS_SET = "context.instructions.set"
-
 
 class ConversationSummary(BaseModel):
     chat_id: str

@@ -17,9 +17,6 @@ from pydantic import BaseModel, Field
 
 from switchyard.schemas.subjects import ID_PATTERN
 
-KEYS_CHANGED = "keys.changed"
-ADMIN_KEY_USAGE = "admin.keys.usage"
-
 
 class KeyChanged(BaseModel):
     key_id: str = Field(pattern=ID_PATTERN)

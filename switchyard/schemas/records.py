@@ -22,16 +22,6 @@ from switchyard.schemas.messages import (
     Work,
 )
 
-ADMIN_REQUESTS_LIST = "admin.requests.list"
-# Dashboard aggregates over a window, bucketed.
-ADMIN_STATS = "admin.requests.stats"
-# Full records a page at a time (datasets); preference pairs joined with both answers.
-ADMIN_REQUESTS_EXPORT = "admin.requests.export"
-ADMIN_PREFERENCES_EXPORT = "admin.preferences.export"
-# Feedback travels through JetStream like the stage records, so it survives a logger restart.
-LOG_FEEDBACK = "log.feedback"
-ADMIN_FEEDBACK_LIST = "admin.feedback.list"
-
 
 class RequestSummary(BaseModel):
     """The filterable columns of one request's record."""
@@ -237,6 +227,8 @@ class ContextPart(OnlySet):
     kind: Literal["context"] = "context"
     prompt: str = ""
     chat_id: str | None = None
+    # The rendered prompt's length; a replay reuses it when the request never reached inference.
+    prompt_tokens: int | None = None
     file_verdicts: list[FileVerdict] = Field(default_factory=list)
 
 
@@ -244,6 +236,8 @@ class SafetyInPart(OnlySet):
     kind: Literal["safety_in"] = "safety_in"
     safety_in: list[SafetyVerdict] = Field(default_factory=list)
     safety_action: str | None = None
+    # The tenant's policy: whether a flag counts against the key (the abuse monitor reads it).
+    flag_is_strike: bool | None = None
 
 
 class RoutePart(OnlySet):
@@ -460,6 +454,7 @@ class RequestRecord(BaseModel):
     chat_id: str | None = None
     # safety_in
     safety_action: str | None = None
+    flag_is_strike: bool | None = None
     # router
     route: RouteDecision | None = None
     # inference and safety_out

@@ -44,9 +44,6 @@ SafetyCategory = Literal[
 # path and a block stops the stream. "judged": each sentence is held until the classifier judged it.
 AnswerRelease = Literal["stream", "judged"]
 
-SAFETY_POLICY_GET = "context.safety_policy.get"
-SAFETY_POLICY_SET = "context.safety_policy.set"
-
 
 class ThresholdOverride(BaseModel):
     """One category's override; a field left out keeps the default, `block_at: null` never blocks.

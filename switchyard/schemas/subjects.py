@@ -2,7 +2,7 @@
 
 Every subject with a variable part is built here, and each part goes through `token`: a client's id
 that held `>` or `*` would otherwise subscribe to every tenant's stream, and one with `.` would name
-another subject (issue 28). The gateway refuses such ids at the edge (`ID_PATTERN`); `token` is the
+another subject. The gateway refuses such ids at the edge (`ID_PATTERN`); `token` is the
 second wall, for whatever reaches a subject some other way.
 """
 
@@ -29,7 +29,38 @@ CONVERSATION_OPEN = "context.conversation.open"
 REPLICAS_BUCKET = "replicas"
 REPLICAS_TTL_S = 10.0
 
+# Conversations, memory, files and instructions (request/reply, queue group `context`).
+CONVERSATIONS_LIST = "context.conversations.list"
+CONVERSATIONS_RENAME = "context.conversations.rename"
+CONVERSATIONS_DELETE = "context.conversations.delete"
+CONVERSATIONS_SEARCH = "context.conversations.search"
+TURN_DELETE = "context.turn.delete"
+MEMORY_LIST = "context.memory.list"
+MEMORY_ADD = "context.memory.add"
+MEMORY_DELETE = "context.memory.delete"
+FILES_PUT = "context.files.put"
+FILES_LIST = "context.files.list"
+FILES_GET = "context.files.get"
+FILES_DELETE = "context.files.delete"
+INSTRUCTIONS_GET = "context.instructions.get"
+INSTRUCTIONS_SET = "context.instructions.set"
+# A tenant's safety policy, kept by the context service beside its instructions.
+SAFETY_POLICY_GET = "context.safety_policy.get"
+SAFETY_POLICY_SET = "context.safety_policy.set"
+
+# The logger's queries over request records (request/reply).
 ADMIN_REQUEST_GET = "admin.requests.get"
+ADMIN_REQUESTS_LIST = "admin.requests.list"
+# Dashboard aggregates over a window, bucketed.
+ADMIN_STATS = "admin.requests.stats"
+# Full records a page at a time (datasets); preference pairs joined with both answers.
+ADMIN_REQUESTS_EXPORT = "admin.requests.export"
+ADMIN_PREFERENCES_EXPORT = "admin.preferences.export"
+ADMIN_FEEDBACK_LIST = "admin.feedback.list"
+ADMIN_KEY_USAGE = "admin.keys.usage"
+
+# API keys: a key created, revoked or changed, so every gateway drops its cached copy.
+KEYS_CHANGED = "keys.changed"
 
 # The model registry every gateway, context, router and inference process follows (a watch): one entry per
 # model, key `<pool>` (a subject token), value its ModelCard (switchyard/libs/models/live.py). Seeded from the
@@ -67,6 +98,24 @@ LOG_STREAM = "LOG"
 LOG_SUBJECTS = "log.>"
 LOG_STAGES_ANY = "log.*"  # one token under `log.`: the stages' records (`log_stage`), spans and feedback
 LOG_SPANS = "log.spans"
+# Feedback travels through JetStream like the stage records, so it survives a logger restart.
+LOG_FEEDBACK = "log.feedback"
+# The start of every pipeline stage's subject (a stage's deadline ends the client's stream too).
+PIPELINE_PREFIX = "pipeline."
+
+# The gateway's in-memory JetStream stream of each chat's events and owner marker, for resuming a stream.
+CHAT_EVENTS_STREAM = "CHAT_EVENTS"
+
+
+def template(subject: str) -> str:
+    """`subject` with its variable part named instead of given, for low-cardinality span names:
+    `chat.events.{rid}`, not the rid itself."""
+    parts = subject.split(".")
+    if parts[0] in ("stream", "chat") and len(parts) == 3:
+        return f"{parts[0]}.{parts[1]}.{{rid}}"
+    if parts[0] == "infer" and len(parts) == 3 and parts[1] != "heartbeat":
+        return f"infer.{parts[1]}.{{replica}}"
+    return subject
 
 
 def token(value: str) -> str:

@@ -261,7 +261,7 @@ def test_a_tiny_run_against_the_real_stack(tmp_path: Path) -> None:
     total = sum(v["adds_p50"] or 0.0 for v in stages.values())
     assert total == pytest.approx(level["client_ttft_ms"]["p50"], abs=0.5)
     text = out.read_text()
-    assert MARK_BEGIN in text and "## Pipeline benchmark" in text and "| 1 | 1 |" in text
+    assert MARK_BEGIN in text and "### Pipeline benchmark" in text and "| 1 | 1 |" in text
 
 
 @pytest.mark.e2e

@@ -14,7 +14,8 @@ from switchyard.cli import keys as keys_cli
 from switchyard.libs.bus import Bus, NatsServer
 from switchyard.libs.store.keys import KeyStore
 from switchyard.libs.telemetry import setup_tracing
-from switchyard.schemas.keys import KEYS_CHANGED, KeyChanged
+from switchyard.schemas.keys import KeyChanged
+from switchyard.schemas.subjects import KEYS_CHANGED
 
 
 async def run(*argv: str) -> int:

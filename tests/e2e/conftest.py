@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
 
 from switchyard.cli.stack import Stack
 from tests.e2e.sse import Event, events
+from tests.wait import wait_until
 
 
 def chat(client: httpx.Client, chat_id: str, text: str, **extra: Any) -> tuple[list[Event], httpx.Response]:
@@ -22,13 +22,16 @@ def chat(client: httpx.Client, chat_id: str, text: str, **extra: Any) -> tuple[l
 
 def admin_record(stack: Stack, rid: str, until: Any = None, timeout_s: float = 30.0) -> dict[str, Any]:
     """The logger writes asynchronously: poll until the record satisfies `until`."""
-    deadline = time.monotonic() + timeout_s
-    last: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    def stored() -> dict[str, Any]:
         r = httpx.get(f"{stack.url}/v1/admin/requests/{rid}", headers={"Authorization": f"Bearer {stack.admin_key}"})
-        if r.status_code == 200:
-            last = r.json()
-            if until is None or until(last):
-                return last
-        time.sleep(0.3)
-    raise AssertionError(f"record of {rid} never satisfied the condition; last: {str(last)[:2000]}")
+        assert r.status_code == 200, f"HTTP {r.status_code}"
+        got: dict[str, Any] = r.json()
+        # Not yet: the timeout reports the record as it last stood.
+        assert until is None or until(got), got
+        return got
+
+    record: dict[str, Any] = wait_until(
+        stored, timeout_s, f"the record of {rid} to satisfy the condition", 0.3, ignore=(AssertionError,)
+    )
+    return record

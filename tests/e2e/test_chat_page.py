@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import httpx
 import pytest
 
 from switchyard.cli.stack import Stack
+from tests.wait import wait_until
 
 playwright = pytest.importorskip("playwright.sync_api")
 
@@ -48,16 +48,6 @@ def answers(pg: Any) -> list[dict[str, str]]:
     )
 
 
-def wait_for(cond: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Client) -> None:
     pg = page
     pg.goto(f"{stack.url}/?key={stack.api_key}")
@@ -79,7 +69,7 @@ def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Clie
     # 2. A long answer, stopped mid-way: the partial text stays, and the stored turn says stopped.
     pg.fill("#input", "Write a very long story about a dragon and a knight.")
     pg.click("#send")
-    wait_for(lambda: len(answers(pg)) == 2 and len(answers(pg)[1]["text"]) >= 20, 120, "the long answer to stream")
+    wait_until(lambda: len(answers(pg)) == 2 and len(answers(pg)[1]["text"]) >= 20, 120, "the long answer to stream")
     assert answers(pg)[1]["state"] == "streaming"
     pg.click("#stop")
     pg.wait_for_selector(".msg.assistant[data-state=stopped]", timeout=10_000)
@@ -90,7 +80,7 @@ def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Clie
         turns = client.get(f"/v1/conversations/{chat_id}").json().get("turns", [])
         return turns[-1] if len(turns) == 2 and turns[-1]["status"] == "stopped" else None
 
-    turn = wait_for(stopped_turn, 20, "the stopped turn to be saved")
+    turn = wait_until(stopped_turn, 20, "the stopped turn to be saved")
     assert turn["answer"] and turn["usage"]["completion_tokens"] < 256
 
     # 3. Feedback is offered on each answer (the endpoint may not exist yet: the page copes).

@@ -7,7 +7,6 @@ The key and tenant are this test's own, so no other test sees its policy or its 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from switchyard.libs.store.keys import KeyStore
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.test_console import ARGS, ARTIFACTS, CHROMIUM, Page, _goto, sync_api
 from tests.e2e.warm import warm
+from tests.wait import wait_until
 
 CODE_RUN = "Run this Python code: print(2+2)"
 
@@ -55,16 +55,18 @@ def _admin(stack: Stack) -> httpx.Client:
 
 def _standing(stack: Stack, key_id: str, until: Any, timeout_s: float = 30.0) -> dict[str, Any]:
     """The logger counts asynchronously: poll the admin listing until the key's standing satisfies `until`."""
-    deadline = time.monotonic() + timeout_s
-    last: dict[str, Any] = {}
     with _admin(stack) as admin:
-        while time.monotonic() < deadline:
+
+        def satisfied() -> dict[str, Any] | None:
             listed = admin.get("/v1/admin/keys/standing").json()["data"]
-            last = next((s for s in listed if s["key_id"] == key_id), {})
-            if last and until(last):
-                return last
-            time.sleep(0.3)
-    raise AssertionError(f"standing of {key_id} never satisfied the condition; last: {last}")
+            mine: dict[str, Any] = next((s for s in listed if s["key_id"] == key_id), {})
+            assert mine and until(mine), mine
+            return mine
+
+        got: dict[str, Any] = wait_until(
+            satisfied, timeout_s, f"the standing of {key_id} to satisfy the condition", 0.3, ignore=(AssertionError,)
+        )
+        return got
 
 
 def _set_policy(stack: Stack, tenant: str, policy: dict[str, Any]) -> None:

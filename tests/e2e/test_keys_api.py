@@ -5,7 +5,6 @@ and once revoked on one gateway both refuse it at once. Then the console's Keys 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from switchyard.cli.stack import Stack
 from switchyard.libs.bus.embedded import free_port
 from tests.e2e.warm import warm
+from tests.wait import wait_until
 
 MODEL = "SmolLM2-135M-Instruct"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -32,15 +32,11 @@ def second_gateway(stack: Stack, client: httpx.Client) -> Iterator[str]:
     port = free_port()
     stack.start_service("gateway", {**stack.service_env, "SWITCHYARD_PORT": str(port)}, replica="keys2")
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=3).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"second gateway not ready; see {stack.data_dir}/logs"
-        time.sleep(0.5)
+
+    def ready() -> bool:
+        return httpx.get(f"{url}/readyz", timeout=3).status_code == 200
+
+    wait_until(ready, 120, f"the second gateway to be ready (see {stack.data_dir}/logs)", 0.5, (httpx.HTTPError,))
     yield url
     stack.stop_service("gateway-keys2")
 
@@ -51,15 +47,15 @@ def admin_client(url: str, stack: Stack) -> httpx.Client:
 
 def usage_when(admin: httpx.Client, key_id: str, requests: int, timeout_s: float = 60.0) -> dict[str, Any]:
     """The key's usage once the logger has stored `requests` complete records with their tokens."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def counted() -> dict[str, Any] | None:
         got = admin.get(f"/v1/admin/keys/{key_id}/usage")
         assert got.status_code == 200, got.text
         body: dict[str, Any] = got.json()
-        if body["total"]["requests"] >= requests and body["total"]["completion_tokens"] > 0:
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.3)
+        return body if body["total"]["requests"] >= requests and body["total"]["completion_tokens"] > 0 else None
+
+    usage: dict[str, Any] = wait_until(counted, timeout_s, f"{requests} requests counted for {key_id}", 0.3)
+    return usage
 
 
 def ask(sdk: openai.OpenAI, text: str) -> Any:

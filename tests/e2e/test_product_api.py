@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ from switchyard.cli.stack import Stack
 from switchyard.libs.store.db import database_url
 from switchyard.libs.store.keys import KeyStore
 from tests.e2e.conftest import admin_record, chat
+from tests.wait import wait_until
 
 
 async def _new_key(stack: Stack, tenant: str) -> str:
@@ -91,10 +91,7 @@ def test_conversation_search_finds_a_question(client: httpx.Client) -> None:
     word = f"zebu{uuid.uuid4().hex[:6]}"
     chat_id = f"c-{uuid.uuid4().hex[:8]}"
     chat(client, chat_id, f"What is a {word}?")
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        hits = client.get("/v1/conversations/search", params={"q": word}).json()["hits"]
-        if hits:
-            break
-        time.sleep(0.2)
+    hits = wait_until(
+        lambda: client.get("/v1/conversations/search", params={"q": word}).json()["hits"], 5, f"a hit for {word}", 0.2
+    )
     assert hits and {h["chat_id"] for h in hits} == {chat_id}  # a hit per matching turn, and the title

@@ -17,6 +17,7 @@ import httpx
 from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
 from tests.e2e.warm import warm
+from tests.wait import wait_until
 
 
 def _admin(stack: Stack) -> httpx.Client:
@@ -128,13 +129,12 @@ def test_cli_exports_and_replays_a_set(client: httpx.Client, stack: Stack, tmp_p
     got = _cli(stack, "replay", a)
     assert got.returncode == 0 and "matched token for token" in got.stdout, got.stdout + got.stderr
     prefs = tmp_path / "prefs.jsonl"
-    deadline = time.monotonic() + 20
-    while True:
+
+    def exported() -> dict[str, Any] | None:
         got = _cli(stack, "export", "--preferences", str(prefs))
         assert got.returncode == 0, got.stderr
         pairs = [json.loads(line) for line in prefs.read_text().splitlines()]
-        pair = next((p for p in pairs if p["chosen_rid"] == a), None)
-        if pair is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+        return next((p for p in pairs if p["chosen_rid"] == a), None)
+
+    pair = wait_until(exported, 20, f"the preference pair chosen {a}", 0.5)
     assert pair is not None and pair["rejected_rid"] == b and pair["prompt"] and pair["chosen"] and pair["rejected"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -13,6 +12,7 @@ from switchyard.libs.bus.headers import now_ms
 from switchyard.schemas import Heartbeat
 from switchyard.services.router.replicas import rendezvous, sticky_key
 from tests.e2e.conftest import admin_record, chat
+from tests.wait import wait_until
 
 
 def route_of(stack: Stack, rid: str) -> dict[str, Any]:
@@ -42,13 +42,16 @@ def test_sticky_replica_cache_hit_and_failover(client: httpx.Client, stack: Stac
             for c in (f"s-{i}-{uuid.uuid4().hex[:6]}" for i in range(100))
             if rendezvous(sticky_key(tenant, c, ""), beats).replica == second
         )
-        deadline = time.monotonic() + 180
-        while True:
+
+        def routed_to_second() -> dict[str, Any]:
             route, _ = send(client, stack, chat_id, "Name a colour.")
-            if route["replica"] == second or time.monotonic() > deadline:
-                break
-            assert proc.poll() is None, f"replica {second} exited; see {stack.data_dir}/logs"
-            time.sleep(2)
+            assert route["replica"] == second or proc.poll() is None, (
+                f"replica {second} exited; see {stack.data_dir}/logs"
+            )
+            # Not second yet: falsy, and the route itself is what the timeout reports.
+            return route if route["replica"] == second else {}
+
+        route = wait_until(routed_to_second, 180, f"the router to route to {second}", 2)
         assert route["replica"] == second, route
         route2, usage2 = send(client, stack, chat_id, "Name another colour.")
         assert route2["replica"] == second and "sticky" in route2["reason"]

@@ -10,6 +10,7 @@ ends with its gateway, which is the load balancer's business, not the pipeline's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ from switchyard.libs.bus.embedded import free_port
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.schemas import HealthReply, HealthRequest, subjects
 from tests.e2e.sse import Event, events
+from tests.wait import WaitTimeout, wait_for, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -115,32 +117,28 @@ class Load:
 
 async def _replicas_answer(nats_url: str, stages: list[str], replica: str, timeout_s: float) -> None:
     bus = await Bus.connect(nats_url, "test", uuid.uuid4().hex[:6], setup_tracing("test"))
-    deadline = time.monotonic() + timeout_s
     try:
         missing = list(stages)
-        while missing:
-            assert time.monotonic() < deadline, f"replicas {replica} of {missing} never answered"
+
+        async def all_answered() -> bool:
             for stage in list(missing):
                 try:
                     await bus.request(subjects.health_of(stage, replica), HealthRequest(), HealthReply, timeout=1.0)
                     missing.remove(stage)
                 except BusError:
                     pass
-            await asyncio.sleep(0.5)
+            return not missing
+
+        await wait_for(all_answered, timeout_s, f"replicas {replica} of {missing} to answer", 0.5)
     finally:
         await bus.close()
 
 
 def _wait_http_ready(url: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=3).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} was not ready within {timeout_s}s")
+    def ready() -> bool:
+        return httpx.get(f"{url}/readyz", timeout=3).status_code == 200
+
+    wait_until(ready, timeout_s, f"{url} to be ready", 0.5, ignore=(httpx.HTTPError,))
 
 
 def _monitor(node: ClusterNode, path: str) -> Any:
@@ -213,29 +211,33 @@ def scaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScaledStack]:
 def _records(stack: Stack, rids: list[str], timeout_s: float) -> dict[str, list[dict[str, Any]]]:
     """Every listed record of `rids`, once each request's record carries the gateway's ending."""
     since = int(time.time() * 1000) - 600_000
-    deadline = time.monotonic() + timeout_s
     headers = {"Authorization": f"Bearer {stack.admin_key}"}
-    with httpx.Client(base_url=stack.url, headers=headers, timeout=30) as admin:
+    listed: dict[str, list[dict[str, Any]]] = {}
+
+    def settled() -> bool:
+        nonlocal listed
+        listed = {rid: [] for rid in rids}
+        cursor = None
         while True:
-            listed: dict[str, list[dict[str, Any]]] = {rid: [] for rid in rids}
-            cursor = None
-            while True:
-                params: dict[str, Any] = {"since": since, "limit": 500, "replays": "false"}
-                if cursor:
-                    params["cursor"] = cursor
-                r = admin.get("/v1/admin/requests", params=params)
-                r.raise_for_status()
-                body = r.json()
-                for item in body["items"]:
-                    if item["rid"] in listed:
-                        listed[item["rid"]].append(item)
-                cursor = body["next_cursor"]
-                if not cursor:
-                    break
-            settled = all(len(v) == 1 and v[0]["status"] in ("complete", "error") for v in listed.values())
-            if settled or time.monotonic() > deadline:
-                return listed
-            time.sleep(1.0)
+            params: dict[str, Any] = {"since": since, "limit": 500, "replays": "false"}
+            if cursor:
+                params["cursor"] = cursor
+            r = admin.get("/v1/admin/requests", params=params)
+            r.raise_for_status()
+            body = r.json()
+            for item in body["items"]:
+                if item["rid"] in listed:
+                    listed[item["rid"]].append(item)
+            cursor = body["next_cursor"]
+            if not cursor:
+                break
+        return all(len(v) == 1 and v[0]["status"] in ("complete", "error") for v in listed.values())
+
+    with httpx.Client(base_url=stack.url, headers=headers, timeout=30) as admin:
+        # Unsettled at the deadline, the caller's assertions say which request went wrong and how.
+        with contextlib.suppress(WaitTimeout):
+            wait_until(settled, timeout_s, "every record to settle", 1.0)
+    return listed
 
 
 @pytest.mark.timeout(600)  # with starting 3 NATS nodes and 15 services, two of them engines
@@ -249,14 +251,14 @@ def test_losing_a_nats_node_and_a_replica_of_every_stage_loses_no_request(scaled
     ):
         # The router needs a heartbeat before it routes: one answered request per gateway.
         for c in (first, second):
-            deadline = time.monotonic() + 120
-            while True:
+
+            def answered(c: httpx.Client = c) -> bool:
                 with c.stream("POST", "/chat", json={"chatId": "so-warm", "text": "Hi.", "max_tokens": 2}) as r:
                     evs = list(events(r)) if r.status_code == 200 else []
-                if evs and evs[-1].event == "done":
-                    break
-                assert time.monotonic() < deadline, f"the scaled stack never answered: {r.status_code} {evs[-1:]}"
-                time.sleep(1)
+                assert evs and evs[-1].event == "done", f"the scaled stack never answered: {r.status_code} {evs[-1:]}"
+                return True
+
+            wait_until(answered, 120, "the scaled stack to answer", 1.0, ignore=(AssertionError,))
 
         load = Load()
         tag = uuid.uuid4().hex[:6]

@@ -7,12 +7,13 @@ without that environment this skips, and SWITCHYARD_TEST_VLLM=1 (CI) makes it re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from switchyard.libs.tokenizer.paths import DEFAULT_MODEL_NAME
 from tests.e2e.conftest import chat
 from tests.e2e.test_replicas import route_of
 from tests.engine.test_vllm_venv import REQUIRED, vllm_python
+from tests.wait import WaitTimeout, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -80,14 +82,22 @@ def vllm_replica(stack: Stack):
 
 def test_a_registry_mixing_a_native_and_a_vllm_pool(client: httpx.Client, stack: Stack, vllm_replica) -> None:
     chat_id = f"v-{uuid.uuid4().hex[:8]}"
-    deadline = time.monotonic() + 420  # an eager vLLM load, and the router seeing its heartbeat
-    while True:
+    evs: list[Any] = []
+    route: dict[str, Any] = {}
+
+    def routed_to_vllm() -> bool:
+        nonlocal evs, route
         evs, resp = chat(client, chat_id, "Name a colour.", max_tokens=16)
         route = route_of(stack, resp.headers["x-request-id"]) if evs and evs[-1].event == "done" else {}
-        if route.get("pool") == VLLM_POOL or time.monotonic() > deadline:
-            break
+        if route.get("pool") == VLLM_POOL:
+            return True
         assert vllm_replica.poll() is None, f"the vLLM replica exited; see {stack.data_dir}/logs"
-        time.sleep(3)
+        return False
+
+    # An eager vLLM load, and the router seeing its heartbeat; at the deadline the assertions below say
+    # where it went instead.
+    with contextlib.suppress(WaitTimeout):
+        wait_until(routed_to_vllm, 420, f"a route to the {VLLM_POOL} pool", 3)
     assert route.get("replica") == REPLICA, (route, evs[-3:])
     assert "".join(e.data.get("text", "") for e in evs if e.event == "delta").strip()
     assert evs[-1].data["completion_tokens"] > 0

@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 from switchyard.libs.embeddings.batcher import PassBatcher
+from tests.wait import wait_for
 
 
 class Recorder:
@@ -33,7 +34,8 @@ async def test_a_big_caller_is_split_and_a_small_one_waits_at_most_one_pass() ->
         assert await asyncio.to_thread(fn.started.wait, 10)
         big = asyncio.create_task(batcher.run_many([f"b{i}" for i in range(50)]))
         small = asyncio.create_task(batcher.run_many(["s0", "s1"]))
-        await asyncio.sleep(0.05)
+        # Both callers queued behind the held pass before it ends.
+        await wait_for(lambda: batcher._queue is not None and batcher._queue.qsize() == 2, what="both callers queued")
         fn.release.set()
         assert await first == ["HOLD"]
         assert await small == ["S0", "S1"]

@@ -10,6 +10,7 @@ from switchyard.libs.engine import EngineConfig, SamplingParams, StreamChunk, cr
 from switchyard.libs.engine.engine import NativeEngine
 from switchyard.libs.engine.request import TextStream
 from tests.engine.conftest import make_engine, tiny_model
+from tests.wait import wait_for
 
 
 async def _collect(eng, rid, prompt, params) -> tuple[str, list[int], StreamChunk]:
@@ -61,7 +62,7 @@ async def test_cancel_frees_blocks_at_next_step(tiny_engine):
     # sees the cancel, so a few more chunks may already be queued; an ignored cancel would run
     # on towards max_tokens.
     assert len(chunks) < 100
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: tiny_engine.metrics().kv_blocks_used == 0, timeout=5, what="the cancelled blocks freed")
     assert tiny_engine.metrics().kv_blocks_used == 0
 
 
@@ -69,10 +70,7 @@ async def test_abandoned_stream_is_cancelled(tiny_engine):
     agen = tiny_engine.generate("gone", _prompt(10, 8), SamplingParams(max_tokens=10_000))
     await agen.__anext__()
     await agen.aclose()
-    for _ in range(100):
-        if tiny_engine.metrics().running == 0:
-            break
-        await asyncio.sleep(0.02)
+    await wait_for(lambda: tiny_engine.metrics().running == 0, what="the abandoned stream cancelled")
     assert tiny_engine.metrics().running == 0
 
 

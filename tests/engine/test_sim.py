@@ -8,6 +8,7 @@ import pytest
 
 from switchyard.libs.engine import EngineConfig, SamplingParams, StreamChunk, create_engine
 from switchyard.libs.engine.sim import SimEngine, SimTiming
+from tests.wait import wait_for
 
 
 def sim(tpot_ms: float = 1.0, ttft_ms: float = 2.0) -> SimEngine:
@@ -47,7 +48,8 @@ async def test_same_request_same_text_and_batches_join_per_step() -> None:
     try:
         first = await run(engine, "same", 12)
         long = asyncio.create_task(run(engine, "long", 30))
-        await asyncio.sleep(0.01)  # the second request joins a batch that is already stepping
+        # The second request joins a batch that is already stepping.
+        await wait_for(lambda: engine.metrics().running == 1, what="the long request stepping", interval=0.001)
         again = await run(engine, "same", 12)
         await long
     finally:

@@ -37,3 +37,10 @@ def test_ids_the_server_makes_are_tokens_and_match_the_edge_pattern() -> None:
 @pytest.mark.parametrize("bad", [*BAD, "x" * 65, "é", "a/b", "%3E"])
 def test_the_edge_pattern_refuses_what_is_not_a_server_id(bad: str) -> None:
     assert not re.fullmatch(subjects.ID_PATTERN, bad)
+
+
+def test_span_names_name_the_variable_part_not_its_value() -> None:
+    assert subjects.template(subjects.chat_events("abc123")) == "chat.events.{rid}"
+    assert subjects.template(subjects.stream_raw("abc123")) == "stream.raw.{rid}"
+    assert subjects.template(subjects.infer("default", "r7")) == "infer.default.{replica}"
+    assert subjects.template(subjects.CONTEXT) == subjects.CONTEXT

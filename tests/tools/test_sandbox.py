@@ -1,6 +1,6 @@
 """Each hostile snippet must be stopped or contained, quickly, and leave the host able to run code."""
 
-import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -14,6 +14,7 @@ from switchyard.libs.tools import ToolCall, ToolContext, ToolRunner, ToolSetting
 from switchyard.libs.tools.base import ToolError
 from switchyard.libs.tools.sandbox import CodeTool, Sandbox
 from switchyard.libs.tools.settings import REPO_ROOT
+from tests.wait import WaitTimeout, wait_for
 
 CTX = ToolContext(tenant="default", user="dev", rid="r1")
 TIGHT: dict[str, Any] = dict(
@@ -55,12 +56,9 @@ def sandbox_procs_left() -> list[int]:
 async def sandbox_procs_gone(timeout_s: float = 10.0) -> list[int]:
     """The sandbox processes still alive once they have all gone or `timeout_s` has passed: a killed
     sandbox's processes leave /proc as the kernel reaps them, a moment after the tool returns."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = sandbox_procs_left()
-        if not left or time.monotonic() > deadline:
-            return left
-        await asyncio.sleep(0.02)
+    with contextlib.suppress(WaitTimeout):
+        await wait_for(lambda: not sandbox_procs_left(), timeout_s, "the sandbox processes to leave /proc", 0.02)
+    return sandbox_procs_left()
 
 
 async def assert_healthy(tool: CodeTool) -> None:

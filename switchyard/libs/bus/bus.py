@@ -422,7 +422,7 @@ class Bus:
         try:
             if with_span:
                 with self.tracer.start_as_current_span(
-                    f"process {_subject_template(msg.subject)}",
+                    f"process {subjects.template(msg.subject)}",
                     kind=SpanKind.CONSUMER,
                     attributes={
                         "messaging.system": "nats",
@@ -473,7 +473,9 @@ class Bus:
                 await self.nc.publish(
                     reply, err.info().model_dump_json().encode(), headers={H.STATUS: "error", H.RID: ctx.rid}
                 )
-            elif err.code == ErrorCode.deadline_exceeded and ctx.rid and msg.subject.startswith("pipeline."):
+            elif (
+                err.code == ErrorCode.deadline_exceeded and ctx.rid and msg.subject.startswith(subjects.PIPELINE_PREFIX)
+            ):
                 await self.emit(ChatEvent(rid=ctx.rid, type="error", error=err.info()))
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -507,16 +509,6 @@ def run_none(fn: Callable[[Work], Awaitable[None]]) -> Callable[[Work], Awaitabl
         return None
 
     return wrapped
-
-
-def _subject_template(subject: str) -> str:
-    """Keep span names low-cardinality: `chat.events.<rid>` not the rid itself."""
-    parts = subject.split(".")
-    if parts[0] in ("stream", "chat") and len(parts) == 3:
-        return f"{parts[0]}.{parts[1]}.{{rid}}"
-    if parts[0] == "infer" and len(parts) == 3 and parts[1] != "heartbeat":
-        return f"infer.{parts[1]}.{{replica}}"
-    return subject
 
 
 def stable_id(*parts: str) -> str:

@@ -23,6 +23,7 @@ class ServiceSettings(BaseSettings):
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint")
     )
     # Torch intra-op threads for this service's own model work (classifier, embeddings); 0 leaves torch's
-    # default. One: on the shared 2-core box a MiniLM pass beside the busy engine took 83 ms (p50) on
-    # two threads and 11 ms on one, and the engine keeps its core.
+    # default. One: beside a busy engine a MiniLM pass on two threads waits on the engine for its
+    # second core and runs several times slower than on one, and the engine keeps its core
+    # (docs/benchmarks.md, "Measurements behind the code's choices").
     torch_threads: int = Field(1, validation_alias=AliasChoices("SWITCHYARD_TORCH_THREADS", "torch_threads"))

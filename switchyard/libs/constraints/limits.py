@@ -16,7 +16,7 @@ class GrammarLimits(BaseSettings):
     max_schema_bytes: int = 64 * 1024
     # `$ref` hops along any path through a schema, and objects nested along any path once every `$ref` is
     # replaced by what it names. xgrammar converts a schema recursively: a flat 4,500-hop chain overflowed
-    # its stack (issue 28).
+    # its stack.
     max_ref_depth: int = 32
     max_depth: int = 64
     # Values of one `enum` (or `structured_outputs.choice` list), and the bytes of every enum, const and

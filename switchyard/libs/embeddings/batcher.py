@@ -9,7 +9,7 @@ pass runs forms the next one.
 
 A pass holds at most ``max_texts`` texts, shared round-robin between the callers waiting: a caller with
 thousands of texts is served over many passes, and one that arrives meanwhile has its share of the next
-pass, so no caller waits on another's work for more than one pass (issue 28: one 966 KB request held
+pass, so no caller waits on another's work for more than one pass (one 966 KB request once held
 input safety 35 s and everyone else's timed out).
 """
 

@@ -92,8 +92,8 @@ class Embedder:
                     if tuple(delta.shape) != tuple(p.shape):
                         raise ValueError(f"{name}: delta shape {delta.shape} != {tuple(p.shape)}")
                     p.add_(torch.from_numpy(np.asarray(delta, dtype=np.float32)))
-        # bf16 weights where the CPU multiplies bf16 natively (AVX-512 BF16, AMX): about 3x less CPU per
-        # text for scores within 0.007 of fp32's (docs/benchmarks.md); elsewhere bf16 is emulated, so fp32.
+        # bf16 weights where the CPU multiplies bf16 natively (AVX-512 BF16, AMX): less CPU per text for
+        # scores close to fp32's (docs/benchmarks.md); elsewhere bf16 is emulated, so fp32.
         self.dtype = ("bf16" if native_bf16() else "fp32") if dtype == "auto" else dtype
         if self.dtype == "bf16":
             model.to(torch.bfloat16)

@@ -46,9 +46,9 @@ log = logging.getLogger(__name__)
 def engine_threads(requested: int = 0) -> int:
     """Intra-op threads for the step loop: `requested` (EngineConfig.threads), else cores - 1.
 
-    Measured on the shared 2-core box: with another busy process, 2 OpenMP threads spin on
-    each other and a step gets 5-10x slower, while 1 thread degrades gracefully. So leave one
-    core to the rest of the pipeline unless told otherwise.
+    With another busy process on the cores, an OpenMP team waits at every op for a member the
+    kernel has descheduled, while one thread degrades gracefully (docs/benchmarks.md, "Measurements
+    behind the code's choices"). So leave one core to the rest of the pipeline unless told otherwise.
     """
     if requested > 0:
         return requested
@@ -107,8 +107,8 @@ class NativeEngine:
     def _run(self, loaded: asyncio.Future[None]) -> None:
         """The engine thread: loads the model, then steps. Every torch call of the engine runs on
         this one thread: with more than one intra-op thread, each thread that calls torch gets its
-        own OpenMP team, and a second team (e.g. one left by loading on a worker thread) made
-        steps here 2-3x slower."""
+        own OpenMP team, and a second team (e.g. one left by loading on a worker thread) competes
+        with the first for the same cores at every op."""
         loop = loaded.get_loop()
         try:
             torch.set_num_threads(engine_threads(self.config.threads))

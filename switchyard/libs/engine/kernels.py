@@ -1,7 +1,7 @@
 """Matrix-product kernels for the weight formats, and the measurement that picks between them.
 
 Which format is fastest depends on the CPU, not on the model: with AVX-512 BF16, bf16 products
-run 4-5x faster than fp32 from 8 rows up, while one row (single-stream decode) is bound by how
+run several times faster than fp32 from 8 rows up, while one row (single-stream decode) is bound by how
 many weight bytes stream from memory, where int8 wins. On AVX2-only CPUs bf16 is slow. So
 `auto` measures the layer shapes once at load instead of trusting a table.
 
@@ -72,7 +72,7 @@ class BlockWeight:
     """A matrix in the GGUF's own blocks of 32 values, for the native kernels: 4-bit (Q4_0/Q4_1,
     w = d * q + m) or 8-bit (Q8_0: int8 `values`, w = d * q, m None). 4-bit `values` are packed
     two to a byte, in ggml's order per row (d, m [N, K/32]) or, where N is a multiple of 8,
-    interleaved by 8 columns (`x8`: d, m [N/8, K/32, 8]), 2.5x faster on AVX2 (block_matmul.cpp);
+    interleaved by 8 columns (`x8`: d, m [N/8, K/32, 8]), which halves AVX2's integer multiplies (block_matmul.cpp);
     8-bit ones as [N, K] rows (d [N, K/32]) or interleaved the same way (`x8`: q8x8, fp16 d)."""
 
     values: torch.Tensor
@@ -212,8 +212,8 @@ def quantize_q8_0(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def pack_dense(w: torch.Tensor) -> torch.Tensor:
     """A CPU bf16 matrix reordered once into oneDNN's blocked layout (as torch.compile's CPU
-    freezing does), so a product does not reorder it on every call: 1.3-2.7x faster products of
-    8-64 rows measured here, with the same bits as F.linear. Unchanged where oneDNN cannot."""
+    freezing does), so a product does not reorder it on every call (faster products of
+    8-64 rows), with the same bits as F.linear. Unchanged where oneDNN cannot."""
     if w.dtype != torch.bfloat16 or w.device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return w
     try:
@@ -300,9 +300,8 @@ class Calibration:
     def best_dtype(self) -> str:
         """'native' wherever its kernels run and beat int8 at one row and at the most rows measured:
         end to end it led every other format on each CPU class measured, AMX included, where bf16
-        tiles win a lone product but the engine's steps lost (16-core Xeon, 2026-12-04: 1 stream 95
-        vs 78 tok/s, 32 streams 697 vs 68 for hybrid). Else 'hybrid' when bf16 is the fastest
-        batched kernel, else 'int8'."""
+        tiles win a lone product but the engine's steps lost (docs/benchmarks.md, AMX class). Else
+        'hybrid' when bf16 is the fastest batched kernel, else 'int8'."""
         big, one = max(self.us["bf16"]), min(self.us["bf16"])
         nat, i8 = self.us.get("native"), self.us["int8"]
         if nat is not None and nat[one] < i8[one] and nat[big] < i8[big]:

@@ -615,7 +615,7 @@ class LlamaModel:
         nkv, hd = kc.shape[0], kc.shape[2]
         width = batch.decode_bias.shape[-1]
         # index_select on a flat index copies whole slot rows; advanced indexing with a 2-D
-        # index was 5x slower here and dominated batched decode steps.
+        # index was several times slower and dominated batched decode steps.
         kd = kc.index_select(1, batch.decode_slots).view(nkv, bd, width, hd)
         vd = vc.index_select(1, batch.decode_slots).view(nkv, bd, width, hd)
         if kc.dtype != q.dtype:

@@ -31,7 +31,7 @@ class EngineSettings(TokenizerSettings):
     vllm_model: str | None = None
     # SWITCHYARD_VLLM_ENFORCE_EAGER: skip the start-up compile (minutes on 2 cores; ~10 % slower decode).
     vllm_enforce_eager: bool = False
-    # SWITCHYARD_VLLM_DTYPE: float32 on AVX2 CPUs (bf16 is emulated there, ~4x slower); bfloat16 on GPUs.
+    # SWITCHYARD_VLLM_DTYPE: float32 on AVX2 CPUs (bf16 is emulated there, and slower); bfloat16 on GPUs.
     vllm_dtype: str = "float32"
     # SWITCHYARD_VLLM_TENSOR_PARALLEL_SIZE: GPUs one replica spans.
     vllm_tensor_parallel_size: int = 1

@@ -1,4 +1,4 @@
-"""A simulated engine at GPU token rates, to measure everything but the model (issue 27).
+"""A simulated engine at GPU token rates, to measure everything but the model.
 
 `SWITCHYARD_INFERENCE_ENGINE=sim` serves the `AsyncEngine` interface with the real tokenizer and
 continuous-batching semantics: requests join at a step boundary once their prefill time has passed,

@@ -65,9 +65,9 @@ class VllmEngineConfig(EngineConfig):
 
     kind: str = "vllm"
     vllm_model: str | None = None  # HF checkpoint dir; None => written once under cache_dir from the GGUF
-    # Eager mode skips the start-up compile (60-100 s on 2 cores, about 10 % slower to decode).
+    # Eager mode skips the start-up compile, for a slightly slower decode (docs/benchmarks.md).
     enforce_eager: bool = False
-    # vLLM's dtype; fp32 on AVX2 CPUs (bf16 is emulated there, about 4x slower), bfloat16 on GPUs.
+    # vLLM's dtype; fp32 on AVX2 CPUs (bf16 is emulated there, and slower), bfloat16 on GPUs.
     vllm_dtype: str = "float32"
     tensor_parallel_size: int = 1
 

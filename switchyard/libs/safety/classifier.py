@@ -6,7 +6,7 @@ more of the wording ("without getting caught", "so she can't resist") than the o
 which was trained to encode topic; one forward pass gives both. The weights are a few tens of
 kilobytes of numpy (``data/classifier.npz``, written by ``python -m training.safety.train``).
 
-Since 2026-12-02 the weight file also carries low-rank adapters for MiniLM (``lora_A:*`` /
+The weight file also carries low-rank adapters for MiniLM (``lora_A:*`` /
 ``lora_B:*``, trained by ``training/safety/lora.py``) together with the head, so the encoder
 separates intent rather than topic. The classifier then loads its own MiniLM instance with the
 adapters merged into the weights (``adapter_deltas``; one ordinary forward pass per batch); the

@@ -1,5 +1,5 @@
 """API keys: stored hashed, each bound to a tenant, a user and a rate-limit tier, and optionally to a
-list of allowed models, token budgets per day and month, and an expiry (issue 30: what an operator sets
+list of allowed models, token budgets per day and month, and an expiry (what an operator sets
 over `/v1/admin/keys`; key_admin.py validates those values for the API and the CLI alike).
 
 Keys are 256-bit random tokens, so a single SHA-256 is enough: a slow password hash (bcrypt, argon2)
@@ -45,7 +45,7 @@ class ApiKeyRow(_Base):
     # BigInteger: epoch ms is past PostgreSQL's 32-bit INTEGER (SQLite's INTEGER is 64-bit anyway).
     created: Mapped[int] = mapped_column(BigInteger)  # epoch ms
     revoked: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # epoch ms
-    # Added by issue 30 (migrate() adds them to an older table).
+    # Added after the first release of this table: migrate() adds them to an older one.
     name: Mapped[str] = mapped_column(String(128), default="")
     models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # None: every model
     budget_day: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # tokens per UTC day

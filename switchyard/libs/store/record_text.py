@@ -10,6 +10,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from pydantic import BaseModel
+
+from switchyard.schemas import RecordedRequest, RequestRecord, RequestSummary
+from switchyard.schemas.records import Text
+
 # Top-level keys that hold text the user or the model wrote.
 TEXT_KEYS = ("prompt", "output", "released", "raw_output", "thinking")
 REQUEST_TEXT_KEYS = ("text", "system")
@@ -63,44 +68,53 @@ def scrub(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _text(value: Any) -> str:
+def _plain(value: Any) -> Any:
+    """A stored value as it was stored: a model back to the JSON it was read from."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)
+    return value
+
+
+def _text(value: Text | None) -> str:
     return value if isinstance(value, str) else ""
 
 
-def dataset_row(rid: str, summary: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+def dataset_row(summary: RequestSummary, record: RequestRecord, feedback: list[dict[str, Any]]) -> dict[str, Any]:
     """One logged request as a dataset line: what was asked, the prompt, the answer, and how it went."""
-    req = record.get("request") if isinstance(record.get("request"), dict) else {}
-    assert isinstance(req, dict)
-    route = record.get("route") if isinstance(record.get("route"), dict) else {}
-    assert isinstance(route, dict)
+    req = record.request or RecordedRequest()
+    sampling = record.sampling or req.sampling
+    # What the user saw when output safety reported it (even empty: an answer held back), else the model's.
+    output = record.released if "released" in record.model_fields_set else record.output
+    # `tools` stays as stored (scrubbing rewrites it), an extra field of the record.
+    tools = getattr(record, "tools", None)
     return {
-        "rid": rid,
-        "tenant": summary.get("tenant"),
-        "created_ms": summary.get("created_ms"),
-        "api": summary.get("api"),
-        "model": summary.get("model"),
-        "mode": summary.get("mode") or route.get("mode"),
-        "status": summary.get("status"),
-        "finish_reason": record.get("finish_reason"),
-        "replay_of": summary.get("replay_of"),
-        "chat_id": req.get("chat_id"),
-        "text": req.get("text"),
-        "messages": req.get("messages") or [],
-        "system": req.get("system"),
-        "prompt": record.get("prompt"),
-        "output": record.get("released", record.get("output")),
-        "raw_output": record.get("raw_output"),
-        "thinking": record.get("thinking") or None,
-        "sampling": record.get("sampling") or req.get("sampling"),
-        "tools": record.get("tools") or [],
-        "safety_action": summary.get("safety_action"),
-        "usage": record.get("usage") or {},
-        "ttft_ms": summary.get("ttft_ms"),
-        "tpot_ms": summary.get("tpot_ms"),
-        "feedback": record.get("feedback") or [],
+        "rid": summary.rid,
+        "tenant": summary.tenant,
+        "created_ms": summary.created_ms,
+        "api": summary.api,
+        "model": summary.model,
+        "mode": summary.mode or (record.route.mode if record.route else None),
+        "status": summary.status,
+        "finish_reason": record.finish_reason,
+        "replay_of": summary.replay_of,
+        "chat_id": req.chat_id,
+        "text": _plain(req.text) if "text" in req.model_fields_set else None,
+        "messages": req.messages,
+        "system": _plain(req.system),
+        "prompt": _plain(record.prompt),
+        "output": _plain(output),
+        "raw_output": _plain(record.raw_output),
+        "thinking": _plain(record.thinking) or None,
+        "sampling": _plain(sampling),
+        "tools": tools or [],
+        "safety_action": summary.safety_action,
+        "usage": _plain(record.usage) or {},
+        "ttft_ms": summary.ttft_ms,
+        "tpot_ms": summary.tpot_ms,
+        "feedback": feedback,
     }
 
 
-def answer_text(record: dict[str, Any]) -> str:
+def answer_text(record: RequestRecord) -> str:
     """What the user saw (after output redaction), else what the model wrote."""
-    return _text(record.get("released")) or _text(record.get("output")) or _text(record.get("raw_output"))
+    return _text(record.released) or _text(record.output) or _text(record.raw_output)

@@ -50,6 +50,7 @@ from switchyard.schemas import (
     PreferencePair,
     PreferenceQuery,
     RequestListQuery,
+    RequestRecord,
     RequestSummary,
     SpanBatch,
     SpanRecord,
@@ -85,7 +86,7 @@ requests = Table(
     # Raw text removed (retention): the purge skips these rows.
     Column("text_purged", Boolean, nullable=False, default=False),
     Column("record", JSON, nullable=False),
-    # The API key that sent it (gateway record key `key_id`): usage per key (issue 30).
+    # The API key that sent it (gateway record key `key_id`): usage per key.
     Column("key_id", String(64)),
     Index("ix_requests_created", "created_ms"),
     Index("ix_requests_replay_of", "replay_of"),
@@ -206,10 +207,11 @@ class RecordStore:
             record = merge_stage(record, stage)
         # Scrubbed before it is written: an opted-out tenant's text never reaches the disk, and a stage
         # record redelivered after the retention purge does not bring the text back.
-        if purged or record.get("tenant") in self.no_raw_text:
+        summary = summarize(record)
+        if purged or summary["tenant"] in self.no_raw_text:
             record = scrub(record)
         await conn.execute(
-            update(requests).where(requests.c.rid == rid).values(record=record, updated_ms=now, **summarize(record))
+            update(requests).where(requests.c.rid == rid).values(record=record, updated_ms=now, **summary)
         )
 
     async def get(self, rid: str) -> tuple[RequestSummary, dict[str, Any]] | None:
@@ -276,9 +278,8 @@ class RecordStore:
                     )
         items = []
         for r in page:
-            summary = _summary(r).model_dump()
-            record = {**dict(r.record), "feedback": ratings.get(r.rid, [])}
-            items.append(dataset_row(r.rid, summary, record))
+            record = RequestRecord.model_validate(dict(r.record))
+            items.append(dataset_row(_summary(r), record, ratings.get(r.rid, [])))
         nxt = encode_cursor(page[-1].created_ms, page[-1].rid) if len(rows) > q.limit else None
         return items, nxt
 
@@ -391,21 +392,19 @@ class RecordStore:
             page = prefs[: q.limit]
             rids = {p.rid for p in page} | {p.other_rid for p in page}
             got = await conn.execute(select(requests.c.rid, requests.c.record).where(requests.c.rid.in_(rids)))
-            recs = {r.rid: dict(r.record) for r in got}
+            recs = {r.rid: RequestRecord.model_validate(dict(r.record)) for r in got}
         items = []
         for p in page:
-            chosen, rejected = recs.get(p.rid, {}), recs.get(p.other_rid, {})
-            req = chosen.get("request") if isinstance(chosen.get("request"), dict) else {}
-            assert isinstance(req, dict)
-            prompt = chosen.get("prompt")
+            chosen, rejected = recs.get(p.rid, RequestRecord()), recs.get(p.other_rid, RequestRecord())
+            text = chosen.request.text if chosen.request else None
             items.append(
                 PreferencePair(
                     tenant=p.tenant,
                     user=p.user,
                     chosen_rid=p.rid,
                     rejected_rid=p.other_rid,
-                    prompt=prompt if isinstance(prompt, str) else "",
-                    text=req.get("text") if isinstance(req.get("text"), str) else "",
+                    prompt=chosen.prompt if isinstance(chosen.prompt, str) else "",
+                    text=text if isinstance(text, str) else "",
                     chosen=answer_text(chosen),
                     rejected=answer_text(rejected),
                     created_ms=p.created_ms,

@@ -37,8 +37,8 @@ from switchyard.schemas import (
     SearchReply,
     TurnDelete,
 )
-from switchyard.schemas import conversations as subj
-from switchyard.schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
+from switchyard.schemas import subjects as subj
+from switchyard.schemas.subjects import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 
 QUEUE = "context"
 

@@ -1,4 +1,4 @@
-"""Each served model's tokenizer and chat template, by the model a request names (issue 29).
+"""Each served model's tokenizer and chat template, by the model a request names.
 
 Context runs before the router, on the model the gateway resolved (`work.model`), so the prompt is
 rendered and counted with that model's own template and vocabulary: the default model's is loaded at

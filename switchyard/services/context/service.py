@@ -177,6 +177,7 @@ class Context:
         part = ContextPart(
             prompt=r.prompt,
             chat_id=work.chat_id,
+            prompt_tokens=r.tokens,
             # Like the tools stage's `tool_verdicts`, each naming its file.
             file_verdicts=[FileVerdict(file_id=f, **v.model_dump()) for f, vs in file_verdicts.items() for v in vs],
         )
@@ -202,7 +203,7 @@ class Context:
         )
         trace.get_current_span().set_attribute("switchyard.prompt_tokens", tokens)
         decision = {"prompt_mode": "raw", "prompt_tokens": tokens, "safety_policy": safety.model_dump(mode="json")}
-        part = ContextPart(prompt=work.text, chat_id=work.chat_id)
+        part = ContextPart(prompt=work.text, chat_id=work.chat_id, prompt_tokens=tokens)
         return Forward(subject=subjects.ROUTE, work=out, decision=decision, part=part)
 
     async def open(self, q: ConversationQuery) -> ConversationReply:

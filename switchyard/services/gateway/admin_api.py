@@ -26,7 +26,12 @@ from switchyard.schemas import (
     Stats,
     StatsQuery,
 )
-from switchyard.schemas.records import ADMIN_PREFERENCES_EXPORT, ADMIN_REQUESTS_EXPORT, ADMIN_REQUESTS_LIST, ADMIN_STATS
+from switchyard.schemas.subjects import (
+    ADMIN_PREFERENCES_EXPORT,
+    ADMIN_REQUESTS_EXPORT,
+    ADMIN_REQUESTS_LIST,
+    ADMIN_STATS,
+)
 from switchyard.services.gateway.auth import AdminKey
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw

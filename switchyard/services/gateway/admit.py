@@ -22,7 +22,7 @@ class Debit:
 @contextlib.asynccontextmanager
 async def limited(gw: Gateway, key: ApiKey, rid: str, model: str | None = None) -> AsyncIterator[Debit]:
     """Refuses with 429 (and `Retry-After`) when a limit does; the lease goes back however the body ends.
-    With `model`, the key's own policy too (issue 30): 403 for a model it may not use, 429 for a spent token
+    With `model`, the key's own policy too: 403 for a model it may not use, 429 for a spent token
     budget, and the tokens used counted against its budgets."""
     if model is None:
         async with _tier_limited(gw, key, rid) as debit:

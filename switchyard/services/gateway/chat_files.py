@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from switchyard.libs.store.keys import ApiKey
 from switchyard.schemas import ErrorCode, FileContent, FileInfo, FileListQuery, FileQuery, FileUpload
-from switchyard.schemas import conversations as subj
+from switchyard.schemas import subjects as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.core import Gateway
 from switchyard.services.gateway.errors import ApiError

@@ -214,7 +214,7 @@ def check_text(settings: GatewaySettings, text: str, what: str = "text") -> str:
 
 def check_input_budget(settings: GatewaySettings, text: str, system: str | None, messages: list[ChatMessage]) -> None:
     """The request's whole input within the budget, or 413 naming the limit: what input safety reads grows
-    with it, and one oversized request must not hold everyone else's (issue 28)."""
+    with it, and one oversized request must not hold everyone else's."""
     count = len(messages) + 1
     if count > settings.max_messages:
         raise ApiError(
@@ -295,7 +295,7 @@ async def start_run(
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
     async with gw.runs.starting(run):
         with run.activate():
-            # The key's own models and budgets (issue 30) before the tenant's limits: a refused request
+            # The key's own models and budgets before the tenant's limits: a refused request
             # takes no lease.
             debit = await gw.key_policy.admit(key, gw.settings.registry.get(model).name)
             if debit is not None:

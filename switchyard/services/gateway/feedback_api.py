@@ -20,7 +20,7 @@ from switchyard.libs.bus import BusError
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.store.keys import ApiKey
 from switchyard.schemas import ErrorCode, Feedback, RequestQuery, RequestRecord, RequestRecordReply, subjects
-from switchyard.schemas.records import LOG_FEEDBACK
+from switchyard.schemas.subjects import LOG_FEEDBACK
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw

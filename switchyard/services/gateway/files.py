@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from switchyard.schemas import FileContent, FileInfo, FileList, FileListQuery, FileQuery, FileUpload
-from switchyard.schemas import conversations as subj
+from switchyard.schemas import subjects as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.core import Gateway
 

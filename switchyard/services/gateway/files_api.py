@@ -18,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from switchyard.schemas import DeleteAck, ErrorCode, FileListQuery, FileQuery, FileUpload
-from switchyard.schemas import conversations as subj
+from switchyard.schemas import subjects as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import read_body

@@ -1,5 +1,5 @@
 """The ids a client sends, as parameter types: each is checked against its pattern before a handler runs,
-so a malformed id is 400 in the one error shape and never reaches the bus (issue 28: a rid of `>` once
+so a malformed id is 400 in the one error shape and never reaches the bus (a rid of `>` once
 read every tenant's stream).
 
 Request, file, memory-item and key ids are the server's own (`switchyard.schemas.subjects.ID_PATTERN`). Chat ids are

@@ -19,7 +19,8 @@ from switchyard.libs.limits.budget import BudgetRefusal, KeyBudgets
 from switchyard.libs.store.key_admin import Change, iso
 from switchyard.libs.store.keys import ApiKey, KeyStore
 from switchyard.schemas import ErrorCode
-from switchyard.schemas.keys import KEYS_CHANGED, KeyChanged
+from switchyard.schemas.keys import KeyChanged
+from switchyard.schemas.subjects import KEYS_CHANGED
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.lazy import OpenedOnUse
 from switchyard.services.gateway.settings import GatewaySettings

@@ -1,4 +1,4 @@
-"""`/v1/admin/keys`: API keys an operator manages over HTTP (issue 30). The app includes `admin_router`
+"""`/v1/admin/keys`: API keys an operator manages over HTTP. The app includes `admin_router`
 behind the admin guard. The work is switchyard/libs/store/key_admin.py's, the same code the `keys` CLI runs; every
 change is announced to every gateway (key_policy.py), so a revoked or rotated secret is refused at once
 everywhere."""
@@ -26,7 +26,8 @@ from switchyard.libs.store.key_admin import (
     update_key,
 )
 from switchyard.schemas import ErrorCode
-from switchyard.schemas.keys import ADMIN_KEY_USAGE, KeyUsage, KeyUsageQuery
+from switchyard.schemas.keys import KeyUsage, KeyUsageQuery
+from switchyard.schemas.subjects import ADMIN_KEY_USAGE
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw
 from switchyard.services.gateway.errors import ApiError

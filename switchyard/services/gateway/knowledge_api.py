@@ -23,8 +23,8 @@ from switchyard.schemas import (
     SafetyPolicyQuery,
     TenantSafety,
 )
-from switchyard.schemas import conversations as subj
-from switchyard.schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
+from switchyard.schemas import subjects as subj
+from switchyard.schemas.subjects import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import AdminKey, Principal
 from switchyard.services.gateway.body import json_body

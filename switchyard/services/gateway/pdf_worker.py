@@ -1,7 +1,7 @@
 """The PDF text extractor as a process of its own: `python -m switchyard.services.gateway.pdf_worker LIMITS_JSON`,
 the PDF on stdin, one JSON line on stdout: `{"text": ...}` or `{"error": "too_large"|"bad", "message": ...}`.
 
-A hostile PDF is cheap to make and dear to read (issue 28: 9,856 bytes that inflate to 6.3 MB of text
+A hostile PDF is cheap to make and dear to read (9,856 bytes once inflated to 6.3 MB of text
 operators held the gateway 31 CPU-s). Here the parse counts what it decompresses and the pages it reads,
 and the kernel holds it to its CPU seconds and address space, while the gateway (pdf.py) kills it at its
 wall-clock limit: whatever a file does, it does it outside the gateway's event loop and is stopped.

@@ -141,10 +141,8 @@ async def _unplanned(gw: Gateway, key: ApiKey, rid: str, record: RequestRecord, 
         prompt = _str(record.prompt)
         if not prompt:
             raise ApiError(ErrorCode.bad_request, f"request {rid} has no logged prompt to replay")
-        context = record.stages.get("context")
-        tokens = (record.usage.prompt_tokens if record.usage else 0) or (
-            context.decision.get("prompt_tokens") if context else None
-        )
+        # The prompt's length as inference counted it, else as the context stage rendered it.
+        tokens = (record.usage.prompt_tokens if record.usage else 0) or record.prompt_tokens
         work = Work(
             **common,
             model=o.model or record.model or (route.model if route else None) or request.model,

@@ -31,7 +31,7 @@ from switchyard.schemas import (
     TurnDelete,
     subjects,
 )
-from switchyard.schemas import conversations as subj
+from switchyard.schemas import subjects as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body

@@ -20,12 +20,10 @@ from switchyard.schemas.frames import decode_event
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.run import TERMINAL
 
-EVENTS_STREAM = "CHAT_EVENTS"
-
 
 async def ensure_events_stream(bus: Bus, max_age_s: float, max_bytes: int) -> None:
     await ensure_memory_stream(
-        bus, EVENTS_STREAM, [subjects.CHAT_EVENTS_ALL, subjects.CHAT_OWNER_ALL], max_age_s, max_bytes
+        bus, subjects.CHAT_EVENTS_STREAM, [subjects.CHAT_EVENTS_ALL, subjects.CHAT_OWNER_ALL], max_age_s, max_bytes
     )
 
 
@@ -36,7 +34,7 @@ async def mark_owner(bus: Bus, rid: str, tenant: str) -> None:
 
 async def stream_tenant(bus: Bus, rid: str) -> str | None:
     """The tenant a kept stream belongs to, or None when none is kept."""
-    headers = await last_headers(bus, EVENTS_STREAM, subjects.chat_owner(rid))
+    headers = await last_headers(bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_owner(rid))
     return (headers or {}).get(H.TENANT) or None
 
 
@@ -52,7 +50,9 @@ async def kept_events(
     """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet."""
     deadline = time.monotonic() + timeout_s
     seq = -1
-    events = follow(bus, EVENTS_STREAM, subjects.chat_events(rid), functools.partial(decode_event, rid), idle_s)
+    events = follow(
+        bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_events(rid), functools.partial(decode_event, rid), idle_s
+    )
     try:
         async for event in events:
             if event is None:

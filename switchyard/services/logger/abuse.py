@@ -75,11 +75,12 @@ class AbuseMonitor:
         if rec.stage == "gateway":
             p.key_id = rec.part.key_id if isinstance(rec.part, GatewayPart) else None
         else:
-            p.action = rec.decision.get("action")
+            part = rec.part if isinstance(rec.part, SafetyInPart) else None
+            p.action = part.safety_action if part else None
             p.started_ms = rec.started_ms
-            p.flag_is_strike = rec.decision.get("flag_is_strike") is True
+            p.flag_is_strike = part is not None and part.flag_is_strike is True
             if p.action in ("block", "flag"):
-                p.categories = _categories(rec.part if isinstance(rec.part, SafetyInPart) else None, p.action)
+                p.categories = _categories(part, p.action)
         while len(self._pending) > 10_000:
             self._pending.popitem(last=False)
         if p.key_id is None or p.action is None:

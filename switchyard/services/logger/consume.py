@@ -19,7 +19,7 @@ from switchyard.libs.bus import headers as H
 from switchyard.libs.bus.durable import BatchConsumer, Delivery
 from switchyard.libs.store.records import Item, RecordStore
 from switchyard.schemas import Feedback, SpanBatch, StageRecord, subjects
-from switchyard.schemas.records import LOG_FEEDBACK
+from switchyard.schemas.subjects import LOG_FEEDBACK
 from switchyard.services.logger.settings import LoggerSettings
 
 log = structlog.get_logger()

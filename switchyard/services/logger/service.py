@@ -29,9 +29,10 @@ from switchyard.schemas import (
     StatsQuery,
     subjects,
 )
-from switchyard.schemas.keys import ADMIN_KEY_USAGE, KeyUsage, KeyUsageQuery
-from switchyard.schemas.records import (
+from switchyard.schemas.keys import KeyUsage, KeyUsageQuery
+from switchyard.schemas.subjects import (
     ADMIN_FEEDBACK_LIST,
+    ADMIN_KEY_USAGE,
     ADMIN_PREFERENCES_EXPORT,
     ADMIN_REQUESTS_EXPORT,
     ADMIN_REQUESTS_LIST,

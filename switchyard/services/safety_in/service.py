@@ -103,7 +103,7 @@ class SafetyIn:
                 status="error" if error else "ok",
                 error=error.info() if error else None,
                 decision=decision,
-                part=SafetyInPart(safety_in=wire, safety_action=action),
+                part=SafetyInPart(safety_in=wire, safety_action=action, flag_is_strike=work.safety.flag_is_strike),
             )
         )
         if error is not None:

@@ -20,6 +20,7 @@ from switchyard.libs.bus import cluster as cluster_module
 from switchyard.libs.bus.cluster import ClusterNode, NatsCluster, start_nats_cluster
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.schemas import subjects
+from tests.wait import wait_for
 
 
 class Note(BaseModel):
@@ -65,14 +66,12 @@ async def test_the_log_survives_its_leader_node(cluster: NatsCluster) -> None:
 
 async def _new_leader(bus: Bus, stream: str, gone: str, timeout_s: float = 60.0) -> None:
     """Returns once `stream` has a leader other than `gone` (asking again while it elects one)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        with contextlib.suppress(Exception):
-            info = await bus.js.stream_info(stream)
-            if info.cluster is not None and info.cluster.leader not in (None, gone):
-                return
-        assert asyncio.get_running_loop().time() < deadline, f"{stream} elected no new leader"
-        await asyncio.sleep(0.2)
+
+    async def elected() -> bool:
+        info = await bus.js.stream_info(stream)
+        return info.cluster is not None and info.cluster.leader not in (None, gone)
+
+    await wait_for(elected, timeout_s, f"{stream} to elect a new leader", 0.2, ignore=(Exception,))
 
 
 def _consumer_node(cluster: NatsCluster, stream: str) -> ClusterNode:

@@ -10,6 +10,7 @@ from switchyard.libs.bus import Bus, Liveness, NatsServer
 from switchyard.libs.bus.bus import MsgContext, _current
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.schemas import HealthReply, HealthRequest, subjects
+from tests.wait import wait_for
 
 
 async def test_a_gone_holder_is_reported_and_a_live_one_is_not(nats_server: NatsServer) -> None:
@@ -70,9 +71,13 @@ async def test_a_live_holder_that_let_go_is_reported_only_when_nothing_follows(n
     for h in (kept, dropped, revived):
         h.took("safety_out", holder.replica)
     # An event for `revived` keeps arriving (as a next holder's would): its let-go clock restarts each time.
-    while lost.empty():
+
+    def dropped_reported() -> bool:
         revived.heard()
-        await asyncio.sleep(0.15)  # quiet long enough to be probed, not long enough to count
+        return not lost.empty()
+
+    # Asked every 0.15 s: quiet long enough to be probed, not long enough to count.
+    await wait_for(dropped_reported, what="the dropped run reported", interval=0.15)
     assert await lost.get() == ("dropped", "let_go")
     assert set(live.runs) == {"kept", "revived"}
     seen: set[str] = set()

@@ -36,8 +36,8 @@ from switchyard.schemas import (
     TenantSafety,
     Work,
 )
-from switchyard.schemas import conversations as S
-from switchyard.schemas.safety import SAFETY_POLICY_GET, SAFETY_POLICY_SET
+from switchyard.schemas import subjects as S
+from switchyard.schemas.subjects import SAFETY_POLICY_GET, SAFETY_POLICY_SET
 from tests.services.context.harness import Harness
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
@@ -33,8 +32,9 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas import conversations as csubj
+from switchyard.schemas import subjects as csubj
 from tests.services.context.harness import Harness
+from tests.wait import wait_for
 
 
 async def test_open_is_idempotent_and_get_needs_the_conversation(harness: Harness) -> None:
@@ -198,17 +198,11 @@ async def test_stage_record_carries_the_decision(harness: Harness) -> None:
     rid = uuid.uuid4().hex
     w = await harness.assemble(Work(rid=rid, tenant="acme", user="alice", key_id="k", chat_id=rid, text="hello there"))
     assert isinstance(w, Work)
-    record: StageRecord | None = None
-    for _ in range(50):
-        msg = await harness.client.js.get_last_msg(subjects.LOG_STREAM, subjects.log_stage("context"))
-        record = StageRecord.model_validate_json(msg.data or b"{}")
-        if record.rid == rid:
-            break
-        await asyncio.sleep(0.05)
+    record = await _context_record(harness, rid)
     assert record is not None and record.rid == rid and record.status == "ok"
     d = _logged(record)
     assert (d["history_turns"], d["trimmed_turns"], d["prompt_tokens"]) == (0, 0, w.prompt_tokens)
-    assert d["record"] == {"prompt": w.prompt, "chat_id": rid, "file_verdicts": []}
+    assert d["record"] == {"prompt": w.prompt, "chat_id": rid, "prompt_tokens": w.prompt_tokens, "file_verdicts": []}
     assert d["files"] == [] and d["flagged_files"] == []
 
 
@@ -218,14 +212,20 @@ def _logged(record: StageRecord) -> dict[str, Any]:
     return {**record.decision, "record": record.part.model_dump(mode="json", exclude={"kind"})}
 
 
-async def _stage_record(harness: Harness, rid: str) -> dict[str, Any]:
-    for _ in range(100):
+async def _context_record(harness: Harness, rid: str) -> StageRecord:
+    """The context stage's record of `rid`, once it is the stage's latest in the log stream."""
+
+    async def logged() -> StageRecord | None:
         msg = await harness.client.js.get_last_msg(subjects.LOG_STREAM, subjects.log_stage("context"))
         record = StageRecord.model_validate_json(msg.data or b"{}")
-        if record.rid == rid:
-            return _logged(record)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no context record for {rid}")
+        return record if record.rid == rid else None
+
+    got: StageRecord = await wait_for(logged, what=f"the context record of {rid}")
+    return got
+
+
+async def _stage_record(harness: Harness, rid: str) -> dict[str, Any]:
+    return _logged(await _context_record(harness, rid))
 
 
 async def test_attached_files_are_checked_and_fenced_as_data(harness: Harness) -> None:

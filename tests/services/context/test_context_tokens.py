@@ -23,7 +23,7 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas import conversations as csubj
+from switchyard.schemas import subjects as csubj
 from tests.services.context.harness import Harness
 
 TOOL = {"name": "lookup", "description": "Look a word up", "parameters": {"type": "object", "properties": {}}}

@@ -44,6 +44,7 @@ from switchyard.schemas import (
 from switchyard.services.gateway.app import create_app
 from switchyard.services.gateway.resume import ensure_events_stream
 from switchyard.services.gateway.settings import GatewaySettings, TierLimits
+from tests.wait import wait_for
 
 USAGE = Usage(prompt_tokens=42, cached_tokens=16, completion_tokens=3, ttft_ms=12.5, tpot_ms=4.0)
 
@@ -196,10 +197,7 @@ async def serve(app: FastAPI) -> AsyncIterator[str]:
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="off"))
     task = asyncio.create_task(server.serve())
-    for _ in range(500):
-        if server.started:
-            break
-        await asyncio.sleep(0.02)
+    await wait_for(lambda: server.started, what="uvicorn to start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from switchyard.schemas import (
 from switchyard.services.logger.service import setup as logger_setup
 from switchyard.services.logger.settings import LoggerSettings
 from tests.services.gateway.harness import Gateway, connect, gateway
+from tests.wait import wait_for
 
 
 @dataclass
@@ -136,16 +136,6 @@ async def env(nats_server: NatsServer, tmp_path_factory: pytest.TempPathFactory)
     await lbus.close()
 
 
-async def _until(fn: Any, timeout: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        got = await fn()
-        if got:
-            return got
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.1)
-
-
 async def test_list_filters_stats_and_auth(env: Env) -> None:
     rid = f"l-{uuid.uuid4().hex[:8]}"
     await log_request(env.pipeline.bus, rid, tenant="acme-list")
@@ -156,7 +146,7 @@ async def test_list_filters_stats_and_auth(env: Env) -> None:
             assert r.status_code == 200, r.text
             return [x for x in r.json()["items"] if x["rid"] == rid]
 
-        row = (await _until(listed))[0]
+        row = (await wait_for(listed))[0]
         assert row["ttft_ms"] == 11.0 and row["cached_tokens"] == 2 and row["mode"] == "fast"
         assert row["latency_ms"] is not None and row["safety_action"] is None
         r = await c.get("/v1/admin/requests", params={"tenant": "acme-list", "mode": "reasoning"})
@@ -202,7 +192,7 @@ async def test_feedback_own_tenant_only_and_exports(env: Env) -> None:
             rec = (await c.get(f"/v1/admin/requests/{a}")).json()["record"]
             return rec if len(rec.get("feedback", [])) == 2 else None
 
-        rec = await _until(rated)
+        rec = await wait_for(rated)
         assert {(f["kind"], f["value"]) for f in rec["feedback"]} == {("thumbs", 1), ("preference", 1)}
         r = await c.get("/v1/admin/export/requests", params={"tenant": "acme"})
         rows = [json.loads(line) for line in r.text.splitlines()]
@@ -220,7 +210,7 @@ async def test_replay_inference_matches_and_overrides_diff(env: Env) -> None:
     rid = f"r-{uuid.uuid4().hex[:8]}"
     await log_request(env.pipeline.bus, rid)
     async with httpx.AsyncClient(base_url=env.gw.url, headers=env.h(env.admin), timeout=30) as c:
-        await _until(lambda: _has_output(c, rid))
+        await wait_for(lambda: _has_output(c, rid))
         r = await c.post(f"/v1/admin/replay/{rid}", json={"mode": "inference"})
         assert r.status_code == 200, r.text
         res = r.json()
@@ -247,7 +237,7 @@ async def test_replay_pipeline_uses_the_conversation_as_it_was(env: Env) -> None
     bus = env.pipeline.bus
     await log_request(bus, "orig-chat", chat_id="chat-1")
     async with httpx.AsyncClient(base_url=env.gw.url, headers=env.h(env.admin), timeout=30) as c:
-        await _until(lambda: _has_output(c, "orig-chat"))
+        await wait_for(lambda: _has_output(c, "orig-chat"))
         r = await c.post("/v1/admin/replay/orig-chat", json={"mode": "pipeline", "overrides": {"temperature": 0}})
         assert r.status_code == 200, r.text
         work = env.pipeline.works[-1]
@@ -273,6 +263,6 @@ async def test_a_blocked_request_replays_only_through_the_pipeline(env: Env) -> 
             r = await c.get(f"/v1/admin/requests/{rid}")
             return r.status_code == 200 and r.json()["record"].get("safety_action") == "block"
 
-        await _until(blocked)
+        await wait_for(blocked)
         r = await c.post(f"/v1/admin/replay/{rid}", json={"mode": "inference"})
         assert r.status_code == 400 and "pipeline mode" in r.json()["error"]["message"]

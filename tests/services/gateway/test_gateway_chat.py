@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -10,13 +9,7 @@ from switchyard.libs.bus import NatsServer
 from switchyard.schemas import GatewayPart, StageRecord, subjects
 from tests.services.gateway.harness import Gateway, Responder, gateway
 from tests.services.gateway.sse_client import parse
-
-
-async def _wait(cond, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
+from tests.wait import wait_for
 
 
 async def test_chat_streams_frames_in_order(gw: Gateway, responder: Responder) -> None:
@@ -75,7 +68,7 @@ async def test_deadline_ends_the_stream(gw: Gateway, responder: Responder) -> No
     assert [e.event for e in events] == ["error"]
     assert events[0].data["code"] == "deadline_exceeded"
     rid = r.headers["x-request-id"]
-    await _wait(lambda: any(c.rid == rid for c in responder.cancels))
+    await wait_for(lambda: any(c.rid == rid for c in responder.cancels))
 
 
 async def test_disconnect_publishes_cancel(gw: Gateway, responder: Responder) -> None:
@@ -86,7 +79,7 @@ async def test_disconnect_publishes_cancel(gw: Gateway, responder: Responder) ->
                 if line.startswith("data:"):
                     break  # got the first delta; now walk away
     t0 = time.monotonic()
-    await _wait(lambda: any(n.rid == rid for n in responder.cancels), 5)
+    await wait_for(lambda: any(n.rid == rid for n in responder.cancels), 5)
     assert time.monotonic() - t0 < 3  # prompt: no waiting for the deadline or the next event
     notice = next(n for n in responder.cancels if n.rid == rid)
     assert notice.reason == "client_disconnected"
@@ -205,13 +198,13 @@ async def test_stage_record_and_one_trace(gw: Gateway, responder: Responder) -> 
     rid = r.headers["x-request-id"]
     # The pipeline's spans join the client's trace through the gateway's server span.
     assert responder.trace_ids[rid] == "0af7651916cd43dd8448eb211c80319c"
-    record: StageRecord | None = None
-    for _ in range(100):
+
+    async def logged() -> StageRecord | None:
         msg = await gw.bus.js.get_last_msg(subjects.LOG_STREAM, subjects.log_stage("gateway"))
-        record = StageRecord.model_validate_json(msg.data or b"{}")
-        if record.rid == rid:
-            break
-        await asyncio.sleep(0.02)
+        got = StageRecord.model_validate_json(msg.data or b"{}")
+        return got if got.rid == rid else None
+
+    record: StageRecord | None = await wait_for(logged, what=f"the gateway's stage record of {rid}")
     assert record is not None and record.rid == rid
     assert record.stage == "gateway" and record.tenant == "acme" and record.status == "ok"
     assert record.trace_id == "0af7651916cd43dd8448eb211c80319c"

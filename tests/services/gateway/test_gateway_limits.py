@@ -14,6 +14,7 @@ from switchyard.libs.bus import NatsServer
 from switchyard.libs.limits import Limiter
 from switchyard.libs.store.keys import KeyStore
 from tests.services.gateway.harness import Responder, gateway, tiny_tiers
+from tests.wait import wait_for
 
 CHAT = {"chatId": "c1", "text": "hello"}
 
@@ -95,7 +96,8 @@ async def test_admission_limit_is_503(nats_server: NatsServer, responder: Respon
                 assert busy.status_code == 503
                 assert busy.json()["error"]["code"] == "overloaded"
                 assert busy.headers["Retry-After"] == "1"
-            await asyncio.sleep(0.3)
+            # Until the gateway has let go of the closed stream's slot.
+            await wait_for(lambda: g.app.state.gateway.runs.active == 0, what="the closed stream to free its slot")
             assert (await c.post("/chat", json=CHAT, headers=auth)).status_code == 200
 
 

@@ -15,6 +15,7 @@ from switchyard.libs.bus.embedded import free_port
 from switchyard.schemas import HealthReply, HealthRequest, subjects
 from tests.services.gateway.harness import Responder, connect
 from tests.services.gateway.sse_client import parse
+from tests.wait import wait_for
 
 
 async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, tmp_path: Path) -> None:
@@ -40,13 +41,10 @@ async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, 
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
             # A process start under a loaded 2-core machine can take a while: wait up to a minute.
-            for _ in range(1200):
-                try:
-                    if (await c.get("/healthz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
+            async def healthy() -> bool:
+                return (await c.get("/healthz")).status_code == 200
+
+            await wait_for(healthy, timeout=60, what="the gateway process's /healthz", ignore=(httpx.TransportError,))
             assert (await c.get("/v1/models", headers={"x-api-key": "dev-key-for-tests"})).status_code == 200
             r = await c.get("/v1/admin/requests/x", headers={"Authorization": "Bearer dev-key-for-tests"})
             assert r.status_code == 403
@@ -54,13 +52,14 @@ async def test_process_lifecycle(nats_server: NatsServer, responder: Responder, 
             # The process subscribes to health just after its HTTP server is up: the first answers may
             # all come from the others, so ask again for a while (up to ~10 s).
             replicas = set()
-            for _ in range(100):
+
+            async def the_process_answered() -> bool:
                 reply = await bus.request(subjects.health("gateway"), HealthRequest(), HealthReply, timeout=5)
                 assert reply.stage == "gateway"
                 replicas.add(reply.replica)
-                if replicas - {"r0"}:
-                    break
-                await asyncio.sleep(0.1)
+                return bool(replicas - {"r0"})
+
+            await wait_for(the_process_answered, what="the gateway process to answer its health subject")
             assert replicas - {"r0"}, "the gateway process never answered its health subject"
             assert (tmp_path / "gateway.db").exists()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import anthropic
 import httpx
 import openai
@@ -11,6 +9,7 @@ import pytest
 
 from tests.services.gateway.harness import Gateway, Responder
 from tests.services.gateway.sse_client import parse
+from tests.wait import wait_for
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -173,8 +172,5 @@ async def test_non_streaming_client_that_leaves_cancels(gw: Gateway, responder: 
     with pytest.raises(openai.APITimeoutError):
         await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hang"}])
     rid = next(w.rid for w in responder.works[seen:] if w.text == "hang")
-    for _ in range(250):
-        if any(n.rid == rid for n in responder.cancels):
-            break
-        await asyncio.sleep(0.02)
+    await wait_for(lambda: any(n.rid == rid for n in responder.cancels), what=f"the cancel of {rid}")
     assert [n.reason for n in responder.cancels if n.rid == rid] == ["client_disconnected"]

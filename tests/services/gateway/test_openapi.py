@@ -1,9 +1,14 @@
-"""The OpenAPI document is served, names every operation's body, success and error statuses, and the
-docs page that reads it is served under the pages' content security policy."""
+"""The OpenAPI document is served, holds every route of the app but the pages, names every operation's body,
+success and error statuses, and the docs page that reads it is served under the pages' content security policy."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
+from fastapi import FastAPI
+from fastapi.routing import iter_route_contexts
+from starlette.routing import Mount
 
 from switchyard.services.gateway.openapi import BODIES, ERRORS, PUBLIC, SUCCESS
 from tests.services.gateway.harness import Gateway
@@ -43,3 +48,68 @@ async def test_docs_page_is_served_without_a_cdn(gw: Gateway) -> None:
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert "http" not in page.text.replace('href="/openapi.json"', "")
     assert script.status_code == 200 and "openapi.json" in script.text
+
+
+# Routes that are not the API, each for a reason: the pages (HTML for a browser, not operations) and the
+# document itself.
+NOT_API = {
+    ("get", "/"),
+    ("get", "/console"),
+    ("get", "/docs"),
+    ("get", "/openapi.json"),
+    ("head", "/openapi.json"),
+}
+NOT_API_MOUNTS = {"/static", "/console"}  # the pages' files
+
+
+def app_routes(app: FastAPI) -> tuple[set[tuple[str, str]], set[str]]:
+    """Every (method, path) the app answers, in the document's spelling, and the paths of its mounts."""
+    routes: set[tuple[str, str]] = set()
+    mounts: set[str] = set()
+    # `app.routes` holds an included router as one entry; its routes are behind it, with their full paths.
+    for route in iter_route_contexts(app.routes):
+        if isinstance(route.original_route, Mount):
+            mounts.add(str(route.path))
+        else:  # an APIRoute, or one of Starlette's own
+            routes |= {(m.lower(), str(route.path_format)) for m in route.methods or ()}
+    return routes, mounts
+
+
+def undocumented(app: FastAPI, doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The API routes of `app` (all but `NOT_API`) that `doc` has no operation for."""
+    routes, _ = app_routes(app)
+    ops = {(m, p) for p, methods in doc["paths"].items() for m in methods}
+    return sorted(k for k in routes - NOT_API if k not in ops)
+
+
+async def test_every_route_is_in_the_document_with_its_responses(gw: Gateway) -> None:
+    async with httpx.AsyncClient(base_url=gw.url) as c:
+        doc = (await c.get("/openapi.json")).json()
+    ops = {(m, p): op for p, methods in doc["paths"].items() for m, op in methods.items()}
+    routes, mounts = app_routes(gw.app)
+    assert mounts == NOT_API_MOUNTS
+    assert set(BODIES) <= routes and set(SUCCESS) <= routes  # every route seen, those of included routers too
+    # A route added without its place in the document fails here, not in a client's generated SDK.
+    missing = undocumented(gw.app, doc)
+    assert not missing, f"routes missing from /openapi.json: {missing}"
+    for key in sorted(routes - NOT_API):
+        statuses = set(ops[key]["responses"])
+        assert any(s.startswith("2") for s in statuses), (key, statuses)
+        if key not in PUBLIC:
+            assert set(ERRORS) <= statuses, (key, statuses)
+    # And the document names nothing the app does not answer.
+    assert set(ops) <= routes, sorted(set(ops) - routes)
+
+
+def test_a_route_left_out_of_the_document_is_caught() -> None:
+    app = FastAPI(docs_url=None, redoc_url=None)
+
+    @app.get("/v1/shown")
+    async def shown() -> dict[str, str]:
+        return {}
+
+    @app.get("/v1/hidden", include_in_schema=False)
+    async def hidden() -> dict[str, str]:
+        return {}
+
+    assert undocumented(app, app.openapi()) == [("get", "/v1/hidden")]

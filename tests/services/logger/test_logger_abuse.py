@@ -56,11 +56,8 @@ class Monitor:
                 started_ms=now_ms(),
                 duration_ms=1,
                 status="error" if action == "block" else "ok",
-                decision={
-                    "action": action,
-                    "flag_is_strike": flag_is_strike,
-                },
-                part=SafetyInPart(safety_in=verdicts, safety_action=action),
+                decision={"action": action, "flag_is_strike": flag_is_strike},
+                part=SafetyInPart(safety_in=verdicts, safety_action=action, flag_is_strike=flag_is_strike),
             )
         )
         await self.bus.log_stage(

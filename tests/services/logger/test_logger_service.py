@@ -34,9 +34,10 @@ from switchyard.schemas import (
     Usage,
     subjects,
 )
-from switchyard.schemas.records import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
+from switchyard.schemas.subjects import ADMIN_FEEDBACK_LIST, ADMIN_REQUESTS_LIST, LOG_FEEDBACK
 from switchyard.services.logger.service import setup
 from switchyard.services.logger.settings import LoggerSettings
+from tests.wait import wait_for
 
 
 class Logger:
@@ -84,13 +85,6 @@ async def _client(server: NatsServer) -> Bus:
     return bus
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
-
-
 async def _all_spans_stored(logger: Logger, client: Bus) -> None:
     """Until every span the logger has made so far is stored: its exporter flushes them into the log
     stream, then a feedback published after them is waited for; the consumer takes the stream in order."""
@@ -103,7 +97,7 @@ async def _all_spans_stored(logger: Logger, client: Bus) -> None:
         got = await client.request(ADMIN_FEEDBACK_LIST, FeedbackQuery(rid=marker), FeedbackList)
         return bool(got.items)
 
-    await _eventually(stored)
+    await wait_for(stored)
 
 
 async def _span_count(store: RecordStore) -> int:
@@ -122,7 +116,7 @@ async def test_records_published_while_down_are_written_once(nats_server: NatsSe
     store = logger.store()
     first = uuid.uuid4().hex
     await client.log_stage(_record(first))
-    await _eventually(lambda: _exists(store, first))
+    await wait_for(lambda: _exists(store, first))
     await logger.stop()
 
     rids = [f"down-{uuid.uuid4().hex[:8]}-{i}" for i in range(25)]
@@ -137,7 +131,7 @@ async def test_records_published_while_down_are_written_once(nats_server: NatsSe
     async def all_written() -> bool:
         return all([await _exists(store, rid) for rid in rids])
 
-    await _eventually(all_written)
+    await wait_for(all_written)
     for rid in rids:
         got = await store.get(rid)
         assert got is not None and set(got[1]["stages"]) == {"gateway", "context"} and got[1]["prompt"] == "p"
@@ -167,7 +161,7 @@ async def test_duplicate_publish_is_stored_once(nats_server: NatsServer, tmp_pat
     )
     assert ack2.duplicate and ack2.seq == ack1.seq
     store = logger.store()
-    await _eventually(lambda: _exists(store, rid))
+    await wait_for(lambda: _exists(store, rid))
     items, _ = await store.list_requests(RequestListQuery(tenant="acme", limit=500))
     assert [s.rid for s in items].count(rid) == 1
     await logger.stop()
@@ -213,7 +207,7 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
             stage="context",
             duration_ms=2.0,
             decision={"prompt_tokens": 9},
-            part=ContextPart(prompt="P"),
+            part=ContextPart(prompt="P", prompt_tokens=9),
             **base,
         ),  # type: ignore[arg-type]
         StageRecord(
@@ -246,7 +240,7 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
             and any(n.startswith("store log.") for n in names)
         )
 
-    await _eventually(complete)
+    await wait_for(complete)
     got = await client.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     rec = got.record
     assert set(rec["stages"]) == {"gateway", "context", "safety_out"}
@@ -288,7 +282,7 @@ async def test_unreadable_message_does_not_block(nats_server: NatsServer, tmp_pa
     rid = uuid.uuid4().hex
     await client.log_stage(_record(rid))
     store = logger.store()
-    await _eventually(lambda: _exists(store, rid))
+    await wait_for(lambda: _exists(store, rid))
     await logger.stop()
     await store.engine.dispose()
     await client.drain()
@@ -316,7 +310,7 @@ async def test_a_failing_record_is_retried_then_dropped_without_blocking_others(
     await client.log_stage(_record(poison))
     await client.log_stage(_record(good))
     store = logger.store()
-    await _eventually(lambda: _exists(store, good))
+    await wait_for(lambda: _exists(store, good))
     assert logger.bus is not None
 
     async def settled() -> bool:
@@ -324,7 +318,7 @@ async def test_a_failing_record_is_retried_then_dropped_without_blocking_others(
         info = await logger.bus.js.consumer_info(subjects.LOG_STREAM, logger.settings.durable)
         return info.num_ack_pending == 0 and info.num_pending == 0 and len(attempts) >= 2
 
-    await _eventually(settled)
+    await wait_for(settled)
     assert not await _exists(store, poison)
     await logger.stop()
     await store.engine.dispose()

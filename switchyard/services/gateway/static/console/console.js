@@ -332,7 +332,7 @@ async function standingCard() {
 }
 
 
-// ---- API keys (issue 30) ---------------------------------------------------------------------------
+// ---- API keys ----------------------------------------------------------------------------------------
 // Over /v1/admin/keys, as any client would. A secret (create, rotate) is shown once, in #new-secret,
 // until the operator leaves the page; the list never holds one.
 let shownSecret = null;
