@@ -1,7 +1,9 @@
-"""Tokenizer (byte-level BPE or SentencePiece) and chat template, built only from a GGUF file's metadata."""
+"""Tokenizer (byte-level BPE or SentencePiece) and chat template, built from a GGUF file's metadata or
+from a Hugging Face checkpoint directory's own files (hf_dir.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -11,46 +13,81 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from switchyard.libs.tokenizer.backends import BACKEND_VERSION, CONTROL, build_backend, load_backend
 from switchyard.libs.tokenizer.gguf_meta import TokenizerMeta, cache_file, load_tokenizer_meta
+from switchyard.libs.tokenizer.spec import END_OF_TURN_MARKERS, TokenizerSpec
 from switchyard.libs.tokenizer.template import model_template, render_prompt
 
 
+def gguf_spec(meta: TokenizerMeta) -> TokenizerSpec:
+    return TokenizerSpec(
+        vocab_type="bpe" if meta.model == "gpt2" else "spm",
+        vocab_size=len(meta.tokens),
+        model_name=meta.model_name,
+        context_length=meta.context_length,
+        bos_token_id=meta.bos_token_id,
+        eos_token_id=meta.eos_token_id,
+        add_bos=meta.add_bos,
+        add_space_prefix=meta.add_space_prefix,
+        chat_template=meta.chat_template,
+        architecture=meta.architecture,
+        end_ids=frozenset([int(meta.extra["eot_token_id"])] if "eot_token_id" in meta.extra else []),
+        special_ids=frozenset(i for i, ty in enumerate(meta.token_types) if ty == CONTROL),
+    )
+
+
 class Tokenizer:
-    """Encode/decode and chat-template rendering for one GGUF model."""
+    """Encode/decode and chat-template rendering for one model (a GGUF file or a Hugging Face directory)."""
 
     def __init__(self, meta: TokenizerMeta, backend: HFTokenizer | None = None) -> None:
-        self._meta = meta
-        self._backend = backend or build_backend(meta)
-        # "bpe": byte-level BPE (tokens spelled in GPT-2's byte alphabet); "spm": SentencePiece
-        # (U+2581 for spaces, <0xXX> byte tokens).
-        self.vocab_type = "bpe" if meta.model == "gpt2" else "spm"
-        self.vocab_size = len(meta.tokens)
-        self.model_name = meta.model_name
-        self.context_length = meta.context_length
-        self.bos_token_id = meta.bos_token_id
-        self.eos_token_id = meta.eos_token_id
-        self.add_bos = meta.add_bos
-        self.add_space_prefix = meta.add_space_prefix
-        self.bos_token = meta.tokens[meta.bos_token_id] if meta.bos_token_id is not None else ""
-        self.eos_token = meta.tokens[meta.eos_token_id] if meta.eos_token_id is not None else ""
+        self._meta: TokenizerMeta | None = meta
+        self._setup(gguf_spec(meta), backend or build_backend(meta))
+
+    @classmethod
+    def from_spec(cls, spec: TokenizerSpec, backend: HFTokenizer) -> Tokenizer:
+        """A tokenizer whose facts were read from elsewhere than a GGUF (a Hugging Face directory)."""
+        tok = cls.__new__(cls)
+        tok._meta = None
+        tok._setup(spec, backend)
+        return tok
+
+    def _setup(self, spec: TokenizerSpec, backend: HFTokenizer) -> None:
+        self.spec = spec
+        self._backend = backend
+        self.vocab_type = spec.vocab_type
+        self.vocab_size = spec.vocab_size
+        self.model_name = spec.model_name
+        self.context_length = spec.context_length
+        self.bos_token_id = spec.bos_token_id
+        self.eos_token_id = spec.eos_token_id
+        self.add_bos = spec.add_bos
+        self.add_space_prefix = spec.add_space_prefix
+        self.bos_token = self._spelling(spec.bos_token_id)
+        self.eos_token = self._spelling(spec.eos_token_id)
         # The file's chat template, or the named fallback for its architecture (template.py).
-        self.template = model_template(
-            meta.chat_template, meta.architecture, self.bos_token, self.eos_token, tokenizer_adds_bos=meta.add_bos
+        template = model_template(
+            spec.chat_template, spec.architecture, self.bos_token, self.eos_token, tokenizer_adds_bos=spec.add_bos
+        )
+        self.template = (
+            dataclasses.replace(template, extra=dict(spec.template_tokens)) if spec.template_tokens else template
         )
         # Only a file's own template makes a chat model; a fallback is a best effort for base models.
         self.has_chat_template = self.template.from_file
-        eos: set[int] = set()
-        if meta.eos_token_id is not None:
-            eos.add(int(meta.eos_token_id))
-        if "eot_token_id" in meta.extra:
-            eos.add(int(meta.extra["eot_token_id"]))
-        # Chat models end a turn with their template's end marker; treat it as EOS too.
-        for marker in ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"):
+        eos: set[int] = set(spec.end_ids)
+        if spec.eos_token_id is not None:
+            eos.add(int(spec.eos_token_id))
+        for marker in END_OF_TURN_MARKERS:
             tid = self._backend.token_to_id(marker)
             if tid is not None and marker in self.template.source:
                 eos.add(tid)
         self.eos_token_ids: set[int] = eos
-        self.special_ids = {i for i, ty in enumerate(meta.token_types) if ty == CONTROL}
+        self.special_ids: set[int] = set(spec.special_ids)
         self._lock = threading.Lock()
+
+    def _spelling(self, token_id: int | None) -> str:
+        if token_id is None:
+            return ""
+        if self._meta is not None:
+            return self._meta.tokens[token_id]
+        return self._backend.id_to_token(token_id) or ""
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         """Token ids of `text`, special tokens written in it parsed as tokens (llama.cpp's
@@ -89,19 +126,26 @@ _CACHE_LOCK = threading.Lock()
 DEFAULT_CACHE_DIR = os.path.join("var", "cache", "tokenizer")
 
 
-def load_tokenizer(gguf_path: str | None = None, cache_dir: str | None = None) -> Tokenizer:
-    """The tokenizer of a GGUF file (default: the bundled SmolLM2), built once per path. Its parsed
-    metadata and built pipeline are kept under `cache_dir` (None: var/cache/tokenizer; "": not kept)."""
-    if gguf_path is None:
+def load_tokenizer(path: str | None = None, cache_dir: str | None = None) -> Tokenizer:
+    """The tokenizer of a model (default: the bundled SmolLM2), built once per path: a GGUF file, or a
+    Hugging Face checkpoint directory (hf_dir.py; ValueError naming the file it cannot read). A GGUF's
+    parsed metadata and built pipeline are kept under `cache_dir` (None: var/cache/tokenizer; "": not
+    kept); a directory's tokenizer.json already is a built pipeline."""
+    if path is None:
         from switchyard.libs.tokenizer.paths import default_model_path
 
-        gguf_path = default_model_path()
+        path = default_model_path()
     with _CACHE_LOCK:
-        tok = _CACHE.get(gguf_path)
+        tok = _CACHE.get(path)
         if tok is None:
-            cache = DEFAULT_CACHE_DIR if cache_dir is None else cache_dir
-            meta = load_tokenizer_meta(gguf_path, cache or None)
-            backend_file = cache_file(gguf_path, cache, f"-hf{BACKEND_VERSION}") if cache else None
-            tok = Tokenizer(meta, load_backend(meta, backend_file))
-            _CACHE[gguf_path] = tok
+            if os.path.isdir(path):
+                from switchyard.libs.tokenizer.hf_dir import load_directory
+
+                tok = Tokenizer.from_spec(*load_directory(path))
+            else:
+                cache = DEFAULT_CACHE_DIR if cache_dir is None else cache_dir
+                meta = load_tokenizer_meta(path, cache or None)
+                backend_file = cache_file(path, cache, f"-hf{BACKEND_VERSION}") if cache else None
+                tok = Tokenizer(meta, load_backend(meta, backend_file))
+            _CACHE[path] = tok
         return tok
