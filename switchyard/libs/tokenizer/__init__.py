@@ -1,5 +1,6 @@
-"""GGUF-backed tokenizers (byte-level BPE and SentencePiece, equal to llama.cpp's), special tokens and
-chat templates (the file's own or a named fallback). No torch here."""
+"""Tokenizers from a GGUF file (byte-level BPE and SentencePiece, equal to llama.cpp's) or from a Hugging
+Face checkpoint directory (its tokenizer.json, equal to transformers'), special tokens and chat templates
+(the model's own or a named fallback). No torch here."""
 
 from switchyard.libs.tokenizer.incremental import IncrementalDecoder
 from switchyard.libs.tokenizer.paths import default_model_path

@@ -11,8 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class TokenizerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SWITCHYARD_", extra="ignore")
 
-    # SWITCHYARD_MODEL_PATH: the GGUF file every stage serves and tokenizes with; None: the bundled
-    # model (paths.default_model_path), the one place the default is named.
+    # SWITCHYARD_MODEL_PATH: the model every stage serves and tokenizes with (a GGUF file or a Hugging Face
+    # checkpoint directory); None: the bundled model (paths.default_model_path), the one place the default
+    # is named.
     model_path: str | None = None
     # SWITCHYARD_TOKENIZER_CACHE: parsed tokenizer metadata; None: var/cache/tokenizer; "": no cache.
     tokenizer_cache: str | None = None

@@ -1,9 +1,11 @@
 """Each served model's tokenizer and chat template, by the model a request names.
 
 Context runs before the router, on the model the gateway resolved (`work.model`), so the prompt is
-rendered and counted with that model's own template and vocabulary: the default model's is loaded at
-start; another model's on its first request (reading a GGUF's metadata takes seconds, and a deployment
-may never be asked for it), once, however many requests wait for it.
+rendered and counted with that model's own template and vocabulary, read from what its registry `path`
+is: a GGUF's metadata, or a Hugging Face directory's tokenizer.json, chat template and generation config
+(switchyard/libs/tokenizer). The default model's is loaded at start; another model's on its first request
+(reading a GGUF's metadata or a large tokenizer.json takes seconds, and a deployment may never be asked
+for it), once, however many requests wait for it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class ModelTemplates:
         self._budget, self._file_chars = budget, file_chars
         self._default_file = default_file
         self.default_renderer = PromptRenderer(default, budget, file_chars)
-        # Model file -> its renderer, being loaded or loaded; a failed load is dropped so a later request retries.
+        # Model path (file or directory) -> its renderer, being loaded or loaded; a failed load is dropped so a later request retries.
         self._renderers: dict[str, asyncio.Task[PromptRenderer]] = {}
 
     def _file_of(self, model: str | None) -> str | None:
@@ -61,5 +63,5 @@ class ModelTemplates:
 
     def _load_renderer(self, model: str) -> PromptRenderer:
         path = ensure_model_path(self.registry.get(model))
-        assert path is not None  # _file_of returned a file for this model
+        assert path is not None  # _file_of returned a path for this model
         return PromptRenderer(self._load(path), self._budget, self._file_chars)

@@ -14,12 +14,13 @@ class ContextSettings(ServiceSettings):
 
     # None: a SQLite file `<data_dir>/context.db`.
     database_url: str | None = None
-    # The GGUF whose chat template and tokenizer render prompts; None: SWITCHYARD_MODEL_PATH or the bundled model.
+    # The model (a GGUF file or a Hugging Face directory) whose chat template and tokenizer render prompts;
+    # None: SWITCHYARD_MODEL_PATH or the bundled model.
     model_path: str | None = None
     # SWITCHYARD_MODEL_PATH and SWITCHYARD_TOKENIZER_CACHE, shared with the engine: read with these settings.
     tokenizer: TokenizerSettings = Field(default_factory=TokenizerSettings)
     # The served models (SWITCHYARD_MODELS): a request for another model than the default is rendered and
-    # counted with that model's own file (its template and vocabulary).
+    # counted with that model's own files (its template and vocabulary).
     registry: ModelRegistry = Field(default_factory=ModelRegistry)
     # Prompt tokens plus sampling.max_tokens must fit here; history is trimmed to make them.
     context_budget: int = 2048

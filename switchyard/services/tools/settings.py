@@ -14,6 +14,7 @@ class ToolsSettings(ServiceSettings):
 
     tools: ToolSettings = Field(default_factory=ToolSettings)
     use_embeddings: bool = True
-    model_path: str | None = None  # GGUF whose chat template renders the prompt; None => the default model
+    # The model (a GGUF file or a Hugging Face directory) whose chat template renders the prompt; None => the default.
+    model_path: str | None = None
     # The planner's embedding runs on one thread this many nice steps below the engine.
     planner_nice: int = 10
