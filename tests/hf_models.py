@@ -91,8 +91,11 @@ def write_tokenizer(out_dir: str | Path) -> None:
         shutil.copy(os.path.join(_tokenizer_files(), name), os.path.join(out_dir, name))
 
 
-def write_checkpoint(out_dir: str | Path, arch: str = "llama", seed: int = 0, dtype: str = "float32") -> Path:
-    """A random-weight checkpoint of family `arch` in out_dir, as `save_pretrained` writes it."""
+def write_checkpoint(
+    out_dir: str | Path, arch: str = "llama", seed: int = 0, dtype: str = "float32", **config: Any
+) -> Path:
+    """A random-weight checkpoint of family `arch` in out_dir, as `save_pretrained` writes it; `config`
+    overrides the family's config fields (vLLM's CPU attention, for one, takes no head_dim under 32)."""
     import torch
     import transformers
 
@@ -102,7 +105,7 @@ def write_checkpoint(out_dir: str | Path, arch: str = "llama", seed: int = 0, dt
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     bos = tok.bos_token_id if tok.bos_token_id is not None else eos
     config_class, kwargs = _family(arch, len(tok), bos, eos)
-    config = getattr(transformers, config_class)(**kwargs)
+    config = getattr(transformers, config_class)(**{**kwargs, **config})
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     # Random init leaves norms at 1 and biases at 0: give them values, so a reader that drops one is caught.

@@ -1,7 +1,8 @@
-"""Runs the real-vLLM tests (test_vllm_engine.py) in the vLLM virtualenv, from the main suite.
+"""Runs the real-vLLM tests (test_vllm_engine.py, test_vllm_hf_dir.py) in the vLLM virtualenv, from the
+main suite.
 
 vLLM lives in its own environment (`make setup-vllm`); this test starts that environment's pytest on
-test_vllm_engine.py. Without the environment it skips; with SWITCHYARD_TEST_VLLM=1 (CI) it is
+those files. Without the environment it skips; with SWITCHYARD_TEST_VLLM=1 (CI) it is
 required, and a missing environment fails."""
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def vllm_python() -> Path:
     return Path(venv) / "bin" / "python"
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_the_vllm_adapter_passes_against_the_real_vllm():
     python = vllm_python()
     if not python.exists():
@@ -38,8 +39,9 @@ def test_the_vllm_adapter_passes_against_the_real_vllm():
         "SWITCHYARD_TEST_VLLM_CACHE": os.environ.get("SWITCHYARD_TEST_VLLM_CACHE")
         or str(python.parent.parent.parent / "vllm-test-cache"),
     }
-    cmd = [str(python), "-m", "pytest", "tests/engine/test_vllm_engine.py", "-q", "-p", "no:cacheprovider", "-rs"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=840)
+    files = ["tests/engine/test_vllm_engine.py", "tests/engine/test_vllm_hf_dir.py"]
+    cmd = [str(python), "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-rs"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1440)
     tail = (proc.stdout + proc.stderr)[-6000:]
     assert proc.returncode == 0, tail
     assert " passed" in proc.stdout and "skipped" not in proc.stdout and "failed" not in proc.stdout, tail

@@ -22,12 +22,14 @@ class EngineSettings(TokenizerSettings):
     kernel_isa: Literal["auto", "avx512", "avx2"] = "auto"
     # SWITCHYARD_KV_CACHE_BYTES: KV budget when the config leaves num_blocks at 0.
     kv_cache_bytes: int = 1 << 30
-    # SWITCHYARD_TRTLLM_MODEL: the HF checkpoint the TensorRT-LLM kind serves.
+    # SWITCHYARD_TRTLLM_MODEL: the HF checkpoint the TensorRT-LLM kind serves for a GGUF model (`export-hf`
+    # writes one); a model whose path is a directory is served as it is.
     trtllm_model: str | None = None
     # The vllm kind (switchyard/libs/engine/vllm_engine.py); the KV budget is SWITCHYARD_KV_CACHE_BYTES, as vLLM's
     # kv_cache_memory_bytes (what its CPU build's VLLM_CPU_KVCACHE_SPACE, in GiB, would set; that one,
     # when set, wins inside vLLM).
-    # SWITCHYARD_VLLM_MODEL: the HF checkpoint it serves; None => written once from the GGUF (cache dir).
+    # SWITCHYARD_VLLM_MODEL: the HF checkpoint it serves for a GGUF model; None => written once from the GGUF
+    # (cache dir). A model whose path is a directory is served as it is.
     vllm_model: str | None = None
     # SWITCHYARD_VLLM_ENFORCE_EAGER: skip the start-up compile (minutes on 2 cores; ~10 % slower decode).
     vllm_enforce_eager: bool = False

