@@ -304,3 +304,38 @@ async def test_a_gemma_checkpoint_runs_with_gemmas_own_tokenizer(monkeypatch, tm
     assert "".join(c.text for c in chunks) == " the capital of France"
     per_token = 2 * 18 * 1 * 256 * 2
     assert LLM.instances[-1].args.kv_cache_config.max_tokens == max(eng.max_model_len, (1 << 30) // per_token)
+
+
+async def test_a_model_directory_is_the_checkpoint_and_its_own_tokenizer(monkeypatch, tmp_path):
+    """A model whose path is a Hugging Face directory: the library loads that directory (a
+    SWITCHYARD_TRTLLM_MODEL set for GGUF models is not used) and our tokenizer reads the same files: the
+    prompt ids are its tokenizer.json's (the Qwen 2 tokenizer's, with ids SmolLM2's vocabulary lacks),
+    `end_id` is its EOS, generation_config.json's other EOS is a stop id, and the KV budget reads its
+    config.json."""
+    from switchyard.libs.tokenizer import load_tokenizer
+    from tests.tokenizer.hf_dirs import write_qwen2
+
+    d = tmp_path / "tiny-qwen"
+    write_qwen2(d)
+    shape = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64}
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, **shape, "vocab_size": 49280}))
+    install(monkeypatch)
+    eng = create_engine(EngineConfig(kind="tensorrt_llm", model_path=str(d), trtllm_model=str(tmp_path / "not-this")))
+    tok = eng.tokenizer
+    assert tok is load_tokenizer(str(d)) and eng.model_name == "tiny-qwen" and eng.max_model_len == 8192
+    LLM.script = tok.encode("Sure <tool_call>", add_bos=False)
+    LLM.directory_tokenizer = DirTokenizer(tok)
+    await eng.start()
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    chunks = await _collect(eng, "q", prompt, SamplingParams(max_tokens=8))
+    await eng.stop()
+    llm = LLM.instances[-1]
+    req = llm.requests[-1]
+    assert llm.model == str(d)
+    assert req.prompt_token_ids == tok.encode(prompt) and tok.token_to_id("<tool_call>") in LLM.script
+    assert req.sampling_params.end_id == tok.token_to_id("<|im_end|>")
+    assert req.sampling_params.stop_token_ids == [tok.token_to_id("<|endoftext|>")]
+    assert "".join(c.text for c in chunks) == "Sure <tool_call>" and chunks[-1].finish_reason == "stop"
+    per_token = 2 * 2 * 2 * 16 * 2
+    assert llm.args.kv_cache_config.max_tokens == max(eng.max_model_len, (1 << 30) // per_token)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from switchyard.libs.engine import EngineConfig, create_engine
 from switchyard.libs.engine.vllm_engine import VllmEngine, VllmEngineConfig, hf_checkpoint_dir
 from switchyard.services.inference.settings import InferenceSettings
@@ -27,3 +29,27 @@ def test_the_factory_takes_a_plain_config_for_the_vllm_kind():
     eng = create_engine(EngineConfig(kind="vllm", max_num_seqs=4))
     assert isinstance(eng, VllmEngine) and eng.config.max_num_seqs == 4 and not eng.config.enforce_eager
     assert eng.max_model_len <= eng.tokenizer.context_length
+
+
+def test_a_directory_model_is_served_as_it_is_with_its_own_tokenizer(tmp_path):
+    from switchyard.libs.engine.vllm_engine import ensure_hf_checkpoint
+    from switchyard.libs.tokenizer import load_tokenizer
+    from tests.hf_models import write_tokenizer
+
+    model = tmp_path / "my-model"
+    write_tokenizer(model)
+    (model / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 1024}')
+    (model / "generation_config.json").write_text('{"eos_token_id": [2, 0]}')
+    config = VllmEngineConfig(model_path=str(model), vllm_model=str(tmp_path / "other"), cache_dir=str(tmp_path))
+    eng = create_engine(config)
+    assert isinstance(eng, VllmEngine)
+    # The directory itself, whatever SWITCHYARD_VLLM_MODEL says; nothing to convert.
+    assert eng.hf_model == str(model) and eng.gguf is None
+    assert ensure_hf_checkpoint(eng.hf_model, eng.gguf) == str(model) and not (tmp_path / "hf").exists()
+    assert eng.tokenizer is load_tokenizer(str(model)) and eng.model_name == "my-model"
+    assert eng.max_model_len == 1024 and eng.tokenizer.eos_token_ids == {0, 2}
+    assert sorted(eng._eos) == [0, 2]  # the stop ids vLLM is sent (test_vllm_hf_dir.py runs them for real)
+
+    (model / "config.json").unlink()
+    with pytest.raises(ValueError, match=r"no config\.json"):
+        ensure_hf_checkpoint(eng.hf_model, eng.gguf)
