@@ -58,8 +58,10 @@ Splitter = Callable[[str, int, bool], tuple[list[tuple[str, str]], bool]]
 
 
 def served_name(model_path: str) -> str:
-    """`SmolLM2-135M-Instruct.Q4_1.gguf` is served as `SmolLM2-135M-Instruct`."""
-    return Path(model_path).name.split(".")[0]
+    """`SmolLM2-135M-Instruct.Q4_1.gguf` is served as `SmolLM2-135M-Instruct`; a checkpoint directory by its
+    name as it is (`Qwen2.5-0.5B-Instruct` keeps its dots)."""
+    path = Path(model_path)
+    return path.name if path.is_dir() else path.name.split(".")[0]
 
 
 @dataclass

@@ -25,7 +25,8 @@ class InferenceSettings(ServiceSettings):
     # (docs/architecture.md, "Weight formats").
     dtype: str = "auto"  # 'auto' | 'hybrid' | 'native' | 'int8' | 'bf16' | 'fp32'
     model_path: str | None = None
-    # The name clients and the router use; None => the GGUF file name without its quantization suffix.
+    # The name clients and the router use; None => the GGUF file name without its quantization suffix, or the
+    # checkpoint directory's name.
     model_name: str | None = None
     pool: str = "default"
     max_model_len: int = 8192
