@@ -243,6 +243,14 @@ def test_eos_from_config_json_without_a_generation_config_and_no_truncation(hf_t
     assert len(tok.encode("one two three four five six seven")) == 7
 
 
+def test_a_base_model_directory_gets_the_fallback_for_its_architecture(hf_tokenizer_dir, tmp_path):
+    d = _copy(hf_tokenizer_dir("gemma3"), tmp_path / "gemma-base")
+    _edit(d / "tokenizer_config.json", chat_template=None)
+    tok = load_tokenizer(str(d))
+    assert tok.template.name == "gemma" and not tok.has_chat_template  # config.json's model_type: gemma3_text
+    assert tok.apply_chat_template(CONVERSATIONS[0]) == "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+
+
 @pytest.mark.parametrize(
     ("files", "named"),
     [

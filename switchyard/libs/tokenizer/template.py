@@ -55,8 +55,9 @@ FALLBACK_TEMPLATES: dict[str, str] = {
         "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
     ),
 }
-# Which fallback a file without a template gets, by `general.architecture`; others get "plain".
-FALLBACK_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma"}
+# Which fallback a model without a template gets, by a GGUF's `general.architecture` or a directory's
+# `model_type` (Gemma 3's text-only checkpoints are "gemma3_text"); others get "plain".
+FALLBACK_BY_ARCH = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "gemma3_text": "gemma"}
 
 
 @dataclass(frozen=True)
