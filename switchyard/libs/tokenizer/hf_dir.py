@@ -34,6 +34,12 @@ TEMPLATE_TOKENS = ("unk_token", "sep_token", "pad_token", "cls_token", "mask_tok
 
 
 def _read_json(path: str, required: bool = False) -> dict[str, Any] | None:
+    got = _read_json_text(path, required)
+    return None if got is None else got[0]
+
+
+def _read_json_text(path: str, required: bool = False) -> tuple[dict[str, Any], str] | None:
+    """The JSON object in `path` and its text; None where the file is absent and not `required`."""
     if not os.path.isfile(path):
         if required:
             raise ValueError(
@@ -42,12 +48,13 @@ def _read_json(path: str, required: bool = False) -> dict[str, Any] | None:
         return None
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            text = f.read()
+        data = json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{path} is not readable JSON: {e}") from e
     if not isinstance(data, dict):
         raise ValueError(f"{path} is not readable JSON: a JSON object was expected, not {type(data).__name__}")
-    return data
+    return data, text
 
 
 def _read_text(path: str) -> str | None:
@@ -150,10 +157,11 @@ def load_directory(path: str) -> tuple[TokenizerSpec, HFTokenizer]:
 
     Raises ValueError naming the file when one it needs is missing or is not readable JSON."""
     tok_file = os.path.join(path, TOKENIZER_FILE)
-    pipeline = _read_json(tok_file, required=True)
-    assert pipeline is not None
+    got = _read_json_text(tok_file, required=True)
+    assert got is not None
+    pipeline, text = got
     try:
-        backend = HFTokenizer.from_str(json.dumps(pipeline))
+        backend = HFTokenizer.from_str(text)  # the text as read: a large file is not serialized again
     except Exception as e:  # tokenizers raises its own exception types for a pipeline it cannot build
         raise ValueError(f"{tok_file} is not a tokenizer `tokenizers` can load: {e}") from e
     backend.no_truncation()
