@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -110,7 +110,7 @@ def _adds_space_prefix(pipeline: dict[str, Any]) -> bool:
     return False
 
 
-def _vocab_type(pipeline: dict[str, Any]) -> str:
+def _vocab_type(pipeline: dict[str, Any]) -> Literal["bpe", "spm"]:
     for key in ("decoder", "pre_tokenizer"):
         if any(c.get("type") == "ByteLevel" for c in _components(pipeline.get(key))):
             return "bpe"
@@ -176,7 +176,9 @@ def load_directory(path: str) -> tuple[TokenizerSpec, HFTokenizer]:
         return _token_text(tok_config.get(key)) or _token_text(legacy_map.get(key))
 
     leading = _leading_special(pipeline.get("post_processor"))
-    bos = named("bos_token") or leading
+    # The BOS added is the one the post-processor names (the same token as tokenizer_config.json's in
+    # every directory transformers writes).
+    bos = leading or named("bos_token")
     eos = named("eos_token")
     bos_id = backend.token_to_id(bos) if bos else None
     eos_id = backend.token_to_id(eos) if eos else None
@@ -187,7 +189,7 @@ def load_directory(path: str) -> tuple[TokenizerSpec, HFTokenizer]:
         eos_id = gen_eos[0]
     added = pipeline.get("added_tokens") or []
     spec = TokenizerSpec(
-        vocab_type="bpe" if _vocab_type(pipeline) == "bpe" else "spm",
+        vocab_type=_vocab_type(pipeline),
         vocab_size=backend.get_vocab_size(with_added_tokens=True),
         model_name=os.path.basename(os.path.normpath(os.path.abspath(path))),
         context_length=_context_length(config, tok_config),
