@@ -7,7 +7,9 @@ import torch
 
 from switchyard.cli.__main__ import main as cli_main
 from switchyard.libs.engine.weights import load_weights
+from switchyard.libs.tokenizer import load_tokenizer
 from tests.engine.conftest import CACHE_DIR
+from tests.tokenizer.models import load_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +42,13 @@ def test_export_hf_writes_our_model(tmp_path, monkeypatch, model_path, tokenizer
     assert hf_tok.encode(prompt, add_special_tokens=False) == tokenizer.encode(prompt)
     assert hf_tok.eos_token_id == tokenizer.eos_token_id
     assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    # The directory, served as a model of its own, tokenizes as the GGUF does (llama.cpp's ids) for us and for
+    # transformers alike, digits included (transformers' own GGUF reader would drop SmolLM2's digit split).
+    ours = load_tokenizer(str(out))
+    for text in load_corpus():
+        want = tokenizer.encode(text)
+        assert ours.encode(text) == want == hf_tok.encode(text), text
+    assert ours.eos_token_ids == tokenizer.eos_token_ids and ours.template.source == tokenizer.template.source
 
     with safe_open(str(out / "model.safetensors"), framework="pt") as f:
         embed = f.get_tensor("model.embed_tokens.weight")

@@ -3,7 +3,10 @@
 Engines that load Hugging Face checkpoints (TensorRT-LLM; vLLM on CPU, which has no GGUF loader) get
 the same weights and the same vocabulary as the native engine this way, offline: transformers reads
 the GGUF (`gguf_file=`), dequantizes it, and the GGUF quantization marker is cleared so the
-dequantized weights can be saved. The files are written for readers on transformers 4.x as well
+dequantized weights can be saved. tokenizer.json is our GGUF tokenizer's pipeline (equal to llama.cpp's):
+transformers' GGUF reader drops some of llama.cpp's pre-tokenizers (SmolLM2's digit split), and a
+directory is tokenized by its own tokenizer.json, so the directory reads as the file does. The files
+are written for readers on transformers 4.x as well
 (TensorRT-LLM pins one): `rope_theta` and `torch_dtype` at the top of config.json, a
 `PreTrainedTokenizerFast` tokenizer class and the chat template inside tokenizer_config.json.
 """
@@ -42,6 +45,24 @@ def _rewrite_json(path: str, update: Any) -> None:
         f.write("\n")
 
 
+def _write_our_tokenizer(gguf_path: str, out: str) -> None:
+    """tokenizer.json as our tokenizer runs the GGUF, with the post-processor that adds BOS where the file
+    says it is added (a directory's BOS is its post-processor's: switchyard/libs/tokenizer/hf_dir.py)."""
+    from tokenizers import processors
+
+    from switchyard.libs.tokenizer.backends import build_backend
+    from switchyard.libs.tokenizer.gguf_meta import read_tokenizer_meta
+
+    meta = read_tokenizer_meta(gguf_path)
+    tk = build_backend(meta)
+    if meta.add_bos and meta.bos_token_id is not None:
+        bos = meta.tokens[meta.bos_token_id]
+        tk.post_processor = processors.TemplateProcessing(
+            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, meta.bos_token_id)]
+        )
+    tk.save(out)
+
+
 def write_hf_checkpoint(gguf_path: str, out_dir: str, dtype: str = "float32") -> list[str]:
     """Write the checkpoint into out_dir (created); returns the file names written."""
     if dtype not in DTYPES:
@@ -62,6 +83,7 @@ def write_hf_checkpoint(gguf_path: str, out_dir: str, dtype: str = "float32") ->
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    _write_our_tokenizer(gguf_path, os.path.join(out_dir, "tokenizer.json"))
     context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
 
     def config_for_4x(cfg: dict[str, Any]) -> None:
