@@ -4,10 +4,10 @@
   and special tokens with the flags the file gives them). Truncation and padding a file may carry are
   turned off: a prompt is never cut or padded here.
 - `tokenizer_config.json` (or the older `special_tokens_map.json`): the BOS, EOS and other named special
-  tokens. BOS is added where tokenizer.json's post-processor puts a special token first: that is what
-  runs, and transformers 5 reads it alone (it drops tokenizer_config.json's `add_bos_token` wherever a
-  tokenizer.json exists), so ids agree with it and with vLLM's tokenizer. An EOS a post-processor
-  appends is not added: a prompt ends where the model is to go on.
+  tokens. BOS is added where tokenizer.json's post-processor puts a special token first (and is that
+  token): that is what runs, and transformers 5 reads it alone (it drops tokenizer_config.json's
+  `add_bos_token` wherever a tokenizer.json exists), so ids agree with it and with vLLM's tokenizer. An
+  EOS a post-processor appends is not added: a prompt ends where the model is to go on.
 - The chat template: `chat_template.jinja`, else tokenizer_config.json's `chat_template` (a string, or
   a list of named templates: "default" is used), else `chat_template.json`.
 - `generation_config.json`'s `eos_token_id` (an int or a list) names every id that ends an answer
