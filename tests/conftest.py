@@ -14,6 +14,7 @@ import pytest
 from switchyard.cli.stack import Stack
 from switchyard.libs.bus import NatsServer, start_nats_server
 from switchyard.libs.bus.embedded import free_port
+from tests.engine.test_vllm_venv import vllm_python
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +32,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {
         "SWITCHYARD_LOG_LEVEL": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO"),
         "SWITCHYARD_INFERENCE_CACHE_DIR": str(cache),
+        # A vLLM pool added at run time starts without compiling its graphs (minutes on two cores).
+        "SWITCHYARD_VLLM_ENFORCE_EAGER": "1",
     }
-    s = Stack(data_dir=data, port=free_port(), env=env)
+    # A pool added with engine 'vllm' runs from vLLM's own environment where it is installed.
+    vllm = vllm_python()
+    interpreters = {"inference:vllm": str(vllm)} if vllm.exists() else {}
+    s = Stack(data_dir=data, port=free_port(), env=env, interpreters=interpreters)
     try:
         s.start(timeout_s=600)
     except Exception:

@@ -30,6 +30,7 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
         echo_events=True,
         pools=settings.extra_pools(),
         registry=settings.registry,
+        interpreters=settings.interpreters(),
     )
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -158,7 +158,7 @@ class PoolManager:
         env = {**self.stack.service_env, "SWITCHYARD_INFERENCE_MODEL": card.name}
         log.info("starting pool", model=card.name, pool=card.pool)
         restarts = self.stack.restarts.get(tag, 0)
-        await asyncio.to_thread(self.stack.start_service, "inference", env, card.pool)
+        await asyncio.to_thread(self.stack.start_service, "inference", env, card.pool, card.engine)
         why = await self._wait_live(card.pool, tag, req.timeout_s, restarts)
         if why is None:
             return PoolReply(ok=True, card=card, replicas=self.replicas_of(card.pool))

@@ -27,6 +27,12 @@ class CliSettings(BaseSettings):
 
     # The served models (switchyard/libs/models): `run` starts one inference pool per model.
     registry: ModelRegistry = Field(default_factory=ModelRegistry)
+    # The python a pool whose engine is vLLM runs with: vLLM's own virtualenv (`make setup-vllm`).
+    vllm_python: Path = Path.home() / ".cache" / "switchyard" / "vllm-venv" / "bin" / "python"
+
+    def interpreters(self) -> dict[str, str]:
+        """The stack's interpreters by `inference:<engine>`, for the engines whose environment is here."""
+        return {"inference:vllm": str(self.vllm_python)} if self.vllm_python.exists() else {}
 
     def extra_pools(self) -> dict[str, str]:
         """Model -> pool of every model but the default one, which the stack's own `inference` serves."""

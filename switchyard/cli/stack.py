@@ -31,6 +31,9 @@ from switchyard.libs.models import ModelRegistry
 # gateway's readiness probe finds everyone.
 SERVICES = ("logger", "context", "safety_in", "router", "tools", "inference", "safety_out", "gateway")
 
+# The folder that holds this package: what an interpreter of another virtualenv needs on its path.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 class StackStopping(Exception):
     """The stack was asked to stop while it was still starting."""
@@ -56,6 +59,8 @@ class _Spec:
     name: str
     env: dict[str, str]
     replica: str | None
+    # The inference engine kind a pool runs, where its interpreter is its own (`interpreters`).
+    engine: str | None = None
 
 
 @dataclass
@@ -80,8 +85,9 @@ class Stack:
     supervise: bool = False
     backoff: Backoff = field(default_factory=Backoff)
     echo_events: bool = False
-    # The python a service runs with, where not this one's: a vLLM replica runs from vLLM's own
-    # virtualenv (`make setup-vllm`), with PYTHONPATH at the checkout in `env`.
+    # The python a service runs with, where not this one's, by service name or `inference:<engine>`: a vLLM
+    # pool runs from vLLM's own virtualenv (`make setup-vllm`), which holds our dependencies but not this
+    # package, so such a process gets PYTHONPATH at the checkout this package runs from.
     interpreters: dict[str, str] = field(default_factory=dict)
     # Registry models (switchyard/libs/models) served by an inference pool of their own beside the default model's,
     # each one process `inference-<pool>` with SWITCHYARD_INFERENCE_MODEL=<name>; `run` serves every model.
@@ -153,7 +159,9 @@ class Stack:
             self.start_service(name, env)
             if name == "inference":
                 for model, pool in self.pools.items():
-                    self.start_service(name, {**env, "SWITCHYARD_INFERENCE_MODEL": model}, replica=pool)
+                    card = self.registry.find(model) if self.registry else None
+                    engine = card.engine if card else None
+                    self.start_service(name, {**env, "SWITCHYARD_INFERENCE_MODEL": model}, pool, engine)
         self.wait_ready(timeout_s)
         with self._lock:
             self._state = "ready"
@@ -163,10 +171,12 @@ class Stack:
                     self._watch(tag, proc)
             self._write_status()
 
-    def start_service(self, name: str, env: dict[str, str], replica: str | None = None) -> subprocess.Popen[bytes]:
+    def start_service(
+        self, name: str, env: dict[str, str], replica: str | None = None, engine: str | None = None
+    ) -> subprocess.Popen[bytes]:
         tag = f"{name}-{replica}" if replica else name
         with self._lock:
-            self._specs[tag] = _Spec(name, env, replica)
+            self._specs[tag] = _Spec(name, env, replica, engine)
             proc = self._spawn(tag)
             status = self._status.setdefault(tag, ServiceStatus())
             status.attempt = 0
@@ -184,9 +194,14 @@ class Stack:
             if spec.name == "inference":  # each replica serves its own /metrics
                 self.replica_metrics_ports[tag] = free_port()
                 env["SWITCHYARD_INFERENCE_METRICS_PORT"] = str(self.replica_metrics_ports[tag])
+        python = self.interpreters.get(spec.name, sys.executable)
+        if spec.engine and f"{spec.name}:{spec.engine}" in self.interpreters:
+            python = self.interpreters[f"{spec.name}:{spec.engine}"]
+            paths = (str(CHECKOUT), env.get("PYTHONPATH"))
+            env = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
         try:
             proc = subprocess.Popen(
-                [self.interpreters.get(spec.name, sys.executable), "-m", f"switchyard.services.{spec.name}"],
+                [python, "-m", f"switchyard.services.{spec.name}"],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT if out else None,

@@ -49,6 +49,10 @@ class ModelCard(BaseModel):
     # What the model is: a GGUF file or a Hugging Face checkpoint directory; None: the bundled SmolLM2
     # (switchyard/libs/tokenizer/paths.py). `model_file` is its older name, still read.
     path: str | None = Field(None, max_length=4096, validation_alias=AliasChoices("path", "model_file"))
+    # The native engine's weight format for this model ('auto' measures the kernels at load; 'fp32' is
+    # the reference a checkpoint's own library computes); None: the inference service's setting. vLLM and
+    # TensorRT-LLM serve a checkpoint in its own dtype.
+    dtype: Literal["auto", "hybrid", "native", "int8", "bf16", "fp32"] | None = None
     # A package whose `assemble(path)` writes `path` when it is absent (the file ships in chunks).
     assemble_package: str | None = Field(None, max_length=128)
     owner: str = Field("switchyard", max_length=128)

@@ -64,6 +64,8 @@ class InferenceSettings(ServiceSettings):
         path = ensure_model_path(card)
         self.engine, self.pool, self.model_name = card.engine, card.pool, card.name
         self.max_model_len = min(self.max_model_len, card.context_length)
+        if card.dtype is not None:
+            self.dtype = card.dtype
         if card.engine != "sim":
             self.model_path = path
 
