@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from switchyard.libs.engine import native
 from switchyard.libs.engine.kernels import (
-    PACKED,
+    INT8_STORED,
     BlockWeight,
     DualWeight,
     Int4Weight,
@@ -34,6 +34,7 @@ from switchyard.libs.engine.kernels import (
     pack_blocks,
     pack_dense,
     pack_int4,
+    stored_forms,
 )
 from switchyard.libs.engine.models import ModelConfig
 from switchyard.libs.engine.models.layers import ACTIVATIONS, qk_norm, rms_norm, rope_tables
@@ -402,12 +403,12 @@ class DecoderModel:
             # Every product on the native kernels, prompt rows included: a row's bits depend on
             # that row alone, so replays and prefix-cache hits stay exact at any chunking.
             blocks = pack_blocks(t, name)
-            return blocks if blocks is not None else Int8Weight(t[name + ".q"], t[name + ".scale"])
+            return blocks if blocks is not None else Int8Weight(*(t[name + s] for s in INT8_STORED))
         small: Int8Weight | Int4Weight | None = None
         if name + ".q4" in t:
             small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])
-        elif name + ".q" in t:
-            small = Int8Weight(t[name + ".q"], t[name + ".scale"])
+        elif name + INT8_STORED[0] in t:
+            small = Int8Weight(*(t[name + s] for s in INT8_STORED))
         if name in t and small is not None:
             return DualWeight(t[name], small)
         return small if small is not None else t[name]
@@ -429,7 +430,7 @@ class DecoderModel:
     @staticmethod
     def _stored(t: dict[str, torch.Tensor], name: str) -> bool:
         """Whether matrix `name` is in `t` in any stored form."""
-        return any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8", *(s[0] for s in PACKED.values())))
+        return any(name + suffix in t for suffix in stored_forms())
 
     @torch.inference_mode()
     def forward(self, batch: AttnBatch, kv: KVCache) -> torch.Tensor:

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from switchyard.libs.engine.formats import format_of
-from switchyard.libs.engine.kernels import PACKED, pack_blocks, quantize_int8, quantize_q8_0
+from switchyard.libs.engine.formats import BLOCK_SUFFIXES, format_of
+from switchyard.libs.engine.kernels import PACKED, UNPACKED_SUFFIXES, pack_blocks, quantize_int8, quantize_q8_0
 from switchyard.libs.engine.models import (
     GGUF_REGISTRY,
     GgufMeta,
@@ -48,9 +48,6 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     """
     rows = w.shape[0]
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-_BLOCK_SUFFIXES = (".q4", ".q4dm", ".q8", ".q8d")
 
 
 def read_gguf(path: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
@@ -137,13 +134,13 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     """
     if dtype not in ("fp32", "bf16", "int8", "hybrid", "native"):
         raise ValueError(f"unknown weight format {dtype!r}")
-    blocks = {n: t for n, t in tensors.items() if n.endswith(_BLOCK_SUFFIXES)}
+    blocks = {n: t for n, t in tensors.items() if n.endswith(BLOCK_SUFFIXES)}
     tensors = {n: t for n, t in tensors.items() if n not in blocks}
     tied = "output.weight" not in tensors
     out: dict[str, torch.Tensor] = {}
     if tied and dtype != "fp32":
         tensors["output.weight"] = tensors["token_embd.weight"]
-        for suffix in _BLOCK_SUFFIXES:
+        for suffix in BLOCK_SUFFIXES:
             if "token_embd.weight" + suffix in blocks:
                 blocks["output.weight" + suffix] = blocks["token_embd.weight" + suffix]
     if dtype == "native" and "token_embd.weight.q8" in blocks:
@@ -185,7 +182,7 @@ def stack_parts(t: dict[str, torch.Tensor], prefix: str, parts: tuple[str, ...],
     """The matrices `<prefix><part>.weight` stacked into one, as `<name><suffix>` tensors for each
     stored form (dense, int8, 4-bit or 8-bit blocks) that every part has."""
     out = {}
-    for suffix in ("", ".q", ".scale", ".q4", ".q4dm", ".q8", ".q8d"):
+    for suffix in UNPACKED_SUFFIXES:
         names = [f"{prefix}{part}.weight{suffix}" for part in parts]
         if all(n in t for n in names):
             out[name + suffix] = torch.cat([t[n] for n in names]).contiguous()
@@ -219,7 +216,7 @@ def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, 
         assert w is not None
         if w.layout not in PACKED:
             continue
-        for suffix in _BLOCK_SUFFIXES:
+        for suffix in BLOCK_SUFFIXES:
             out.pop(name + suffix, None)
         out.update({name + suffix: part for suffix, part in zip(PACKED[w.layout], w.parts, strict=True)})
     return out
