@@ -98,7 +98,7 @@ def test_f32_gguf_equals_llama_cpp(family, reference):
 def test_q8_0_gguf_on_the_native_kernels_follows_llama_cpp(family, reference):
     """The Q8_0 file's blocks through the native kernels (activations quantized per block of 32,
     as llama.cpp's): greedy texts equal llama.cpp's up to a near-tie, logits within 6 % of their
-    scale (measured: at most 4.5 %; the random weights' wide spread makes every 8-bit rounding of
+    scale (measured: at most 5.3 %; the random weights' wide spread makes every 8-bit rounding of
     an activation count, and an f16 KV cache on both sides rounds differently placed values)."""
     native = pytest.importorskip("switchyard.libs.engine.native")
     if not native.available():
