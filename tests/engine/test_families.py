@@ -175,3 +175,31 @@ def test_a_checkpoint_directory_converts_to_every_served_format(dtype, checkpoin
     # native: weights and activations both in 8-bit blocks, about 6 % here (wide random weights).
     assert (got - ref).abs().max().item() < 0.1 * ref.abs().max().item()
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean() > 0.8
+
+
+@pytest.mark.slow
+def test_a_checkpoint_directory_is_cached_by_its_content(checkpoints, tmp_path):
+    """The converted weights are cached under the hash of config.json and the weight files; a second
+    load reads the cache (Llama 3's computed RoPE factors included)."""
+    path = checkpoints["llama3"]
+    cfg, tensors = load_weights(path, "fp32", str(tmp_path))
+    (cached,) = os.listdir(tmp_path)
+    again_cfg, again = load_weights(path, "fp32", str(tmp_path))
+    assert os.listdir(tmp_path) == [cached] and again_cfg == cfg
+    assert torch.equal(again["rope_freqs.weight"], tensors["rope_freqs.weight"])
+    assert tensors["rope_freqs.weight"].max().item() == 8.0  # the longest wavelengths divided by `factor`
+
+
+@pytest.mark.slow
+def test_a_bf16_checkpoint_reads_as_its_values_upcast(tmp_path):
+    """bf16 safetensors are upcast exactly, so fp32 logits still equal transformers' (which upcasts alike)."""
+    import transformers
+
+    from tests.hf_models import write_checkpoint
+
+    path = str(write_checkpoint(tmp_path / "qwen2", "qwen2", dtype="bfloat16"))
+    model = DecoderModel(*load_weights(path, "fp32", None), "fp32")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = hf(torch.tensor([PROMPTS[1]])).logits[0]
+    assert (_logits(model, PROMPTS[1]) - ref).abs().max().item() < 1e-4

@@ -99,7 +99,8 @@ def read_hf(directory: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     with open(os.path.join(directory, "config.json")) as f:
         hf = json.load(f)
     definition = for_hf(list(hf.get("architectures") or []))
-    arch = next(a for a in definition.gguf_archs or ("llama",))
+    # gguf's name map of the GGUF architecture the family converts to (Mistral: llama's).
+    arch = (definition.gguf_archs or ("llama",))[0]
     by_name = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}
     names = gguf.get_tensor_name_map(by_name[arch], int(hf["num_hidden_layers"]))
     files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
