@@ -19,7 +19,7 @@ from switchyard.libs.engine.block_pool import BlockPool
 from switchyard.libs.engine.kernels import Calibration, measure, row_invariance
 from switchyard.libs.engine.kv_cache_manager import KVCacheManager
 from switchyard.libs.engine.logits import adjust_row, adjusts, bad_bias_token, log_probs, token_logprobs
-from switchyard.libs.engine.model import KVCache, LlamaModel, measure_decode_attention
+from switchyard.libs.engine.model import DecoderModel, KVCache, measure_decode_attention
 from switchyard.libs.engine.request import Request, TextStream
 from switchyard.libs.engine.runner import ModelRunner
 from switchyard.libs.engine.sampler import sample
@@ -143,7 +143,7 @@ class NativeEngine:
             if self.dtype == "auto":
                 self.dtype = self.calibration.best_dtype()
         cfg, tensors = load_weights(self.model_path, self.dtype, cache_dir)
-        model = LlamaModel(cfg, tensors, self.dtype).to(device)
+        model = DecoderModel(cfg, tensors, self.dtype).to(device)
         if device == "cpu":
             model.pack_cpu_weights()
         if self.calibration is not None:
@@ -153,7 +153,7 @@ class NativeEngine:
             log.info("bf16 row invariance: %s; fused decode attention: %s", model.invariance, model.fused_decode)
         self.build_with_model(model)
 
-    def build_with_model(self, model: LlamaModel) -> None:
+    def build_with_model(self, model: DecoderModel) -> None:
         """Size the KV cache and wire block pool, KV-cache manager, scheduler and runner around an
         already-built model."""
         c = self.config

@@ -150,6 +150,14 @@ FORMATS: dict[str, GgufFormat] = {
 }
 
 
+# The suffixes of every block tensor a matrix may keep beside its dequantized values, one tuple per
+# kind of block (4-bit, 8-bit), in the order (values, scales...): what weights.convert sets aside
+# and kernels.pack_blocks reads.
+Q4_STORED = Q4Blocks.stored
+Q8_STORED = Q8Blocks.stored
+BLOCK_SUFFIXES = tuple(dict.fromkeys(s for fmt in FORMATS.values() for s in fmt.stored))
+
+
 def format_of(type_name: str) -> GgufFormat:
     """The format object of a GGUF tensor type; ValueError for one the engine cannot serve."""
     try:

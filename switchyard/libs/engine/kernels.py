@@ -33,6 +33,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from switchyard.libs.engine.formats import BLOCK_SUFFIXES, Q4_STORED, Q8_STORED
+
 
 @dataclass
 class Int4Weight:
@@ -130,6 +132,17 @@ class DualWeight:
         return DualWeight(self.full.to(device), None if small is None else small.to(device))
 
 
+# An Int8Weight's tensors beside the matrix's name: values, per-row scales (quantize_int8).
+INT8_STORED = (".q", ".scale")
+# Each stored form's suffixes as weights.convert leaves them, unpacked: what stacking parts concatenates.
+UNPACKED_SUFFIXES = ("", *INT8_STORED, *BLOCK_SUFFIXES)
+
+
+def stored_forms() -> tuple[str, ...]:
+    """The first suffix of each stored form, packed ones included: a matrix is stored iff one is present."""
+    return ("", INT8_STORED[0], Q4_STORED[0], Q8_STORED[0], *(s[0] for s in PACKED.values()))
+
+
 # Every stored form of a matrix: dense (bf16/fp32) tensors, or an object with `apply(x, keep)` (its
 # product) and `to(device)`.
 Weight = torch.Tensor | Int8Weight | Int4Weight | BlockWeight | DualWeight
@@ -177,13 +190,15 @@ def pack_blocks(t: dict[str, torch.Tensor], name: str) -> BlockWeight | None:
         if name + suffixes[0] in t:
             values, d, *m = (t[name + s] for s in suffixes)
             return BlockWeight(values, d, m[0] if m else None, x8=layout.endswith("x8"))
-    if name + ".q4" in t:
-        q, dm = t[name + ".q4"], t[name + ".q4dm"].float()
+    values4, dm4 = Q4_STORED
+    values8, d8s = Q8_STORED
+    if name + values4 in t:
+        q, dm = t[name + values4], t[name + dm4].float()
         return _interleaved(q.shape[0], lambda: pack_q4x8(q, dm)) or BlockWeight(
             pack_q4(q), dm[..., 0].contiguous(), dm[..., 1].contiguous()
         )
-    if name + ".q8" in t:
-        qs, d8 = t[name + ".q8"], t[name + ".q8d"].float()
+    if name + values8 in t:
+        qs, d8 = t[name + values8], t[name + d8s].float()
         return _interleaved(qs.shape[0], lambda: pack_q8x8(qs, d8)) or BlockWeight(qs.contiguous(), d8.contiguous())
     return None
 

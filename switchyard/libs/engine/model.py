@@ -1,4 +1,7 @@
-"""A Llama decoder in plain PyTorch whose attention reads and writes a paged KV cache.
+"""The decoder every model definition (models/) runs, in plain PyTorch and the native ops, whose
+attention reads and writes a paged KV cache. What differs between families is in the config and
+the tensors a definition reads (QKV biases, QK-norm, post-norms, the activation, windows, RoPE
+factors): the forward pass asks for those, never for an architecture's name.
 
 One forward pass serves a whole engine step: the tokens of all scheduled sequences are
 flattened into one [T] batch (varlen), so every matmul is shared across sequences; only
@@ -20,7 +23,7 @@ import torch.nn.functional as F
 
 from switchyard.libs.engine import native
 from switchyard.libs.engine.kernels import (
-    PACKED,
+    INT8_STORED,
     BlockWeight,
     DualWeight,
     Int4Weight,
@@ -31,8 +34,13 @@ from switchyard.libs.engine.kernels import (
     pack_blocks,
     pack_dense,
     pack_int4,
+    stored_forms,
 )
-from switchyard.libs.engine.weights import FUSED, LlamaConfig, stack_parts
+from switchyard.libs.engine.models import ModelConfig
+from switchyard.libs.engine.models.layers import ACTIVATIONS, qk_norm, rms_norm, rope_tables
+from switchyard.libs.engine.weights import FUSED, stack_parts
+
+LlamaConfig = ModelConfig  # the name earlier callers import
 
 # Prompt rows' attention runs in calls of QUERY_SLICE query rows, the last one padded with zero
 # rows to at least MIN_QUERY_ROWS, over keys padded with masked zeros to a multiple of KEY_BLOCK.
@@ -138,7 +146,7 @@ class KVCache:
     """
 
     def __init__(
-        self, cfg: LlamaConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str = "cpu"
+        self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: str = "cpu"
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -149,14 +157,9 @@ class KVCache:
         self.v = _zeros(shape, dtype, device)
 
     @staticmethod
-    def bytes_per_block(cfg: LlamaConfig, block_size: int, dtype: torch.dtype) -> int:
+    def bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
         elem = torch.empty((), dtype=dtype).element_size()
         return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * elem
-
-
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    # One fused op; on fp32 it gives the same values as transformers' LlamaRMSNorm.
-    return F.rms_norm(x, w.shape, w, eps)
 
 
 @dataclass
@@ -167,14 +170,23 @@ class Layer:
     ffn_norm: torch.Tensor
     gate_up: Weight
     down: Weight
-    # Gemma 3: per-head RMSNorm of q and k before RoPE, RMSNorm of the attention and FFN outputs
-    # before each joins the residual (None: Llama), and the layer's window (0: every key) and
-    # RoPE tables (the local base's for windowed layers).
+    # Where a family has them (None: not): per-head RMSNorm of q and k before RoPE (Qwen 3, Gemma 3),
+    # RMSNorm of the attention and FFN outputs before each joins the residual (Gemma 3), biases of
+    # the stacked q, k, v (Qwen 2); and the layer's window (0: every key), whose RoPE tables are the
+    # local base's.
     q_norm: torch.Tensor | None = None
     k_norm: torch.Tensor | None = None
     post_attn_norm: torch.Tensor | None = None
     post_ffn_norm: torch.Tensor | None = None
     window: int = 0
+    qkv_bias: torch.Tensor | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Llama's layer, which decode_stack.cpp runs: nothing but norms, products, RoPE, attention
+        over every key and SiLU."""
+        extras = (self.q_norm, self.k_norm, self.post_attn_norm, self.post_ffn_norm, self.qkv_bias)
+        return all(t is None for t in extras) and not self.window
 
 
 @dataclass
@@ -240,19 +252,10 @@ def windowed(batch: AttnBatch, window: int) -> AttnBatch:
     return dataclasses.replace(batch, decode_slots=slots, decode_lens=lens, decode_bias=bias, prefills=spans)
 
 
-def rope_tables(theta: float, head_dim: int, positions: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [positions, head_dim] of rotate-half RoPE with base `theta`."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    freqs = torch.outer(torch.arange(positions, dtype=torch.float32), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    # rotate_half(x) * sin == x.roll(half) * sin_signed: one roll instead of slices, neg and cat.
-    sin = emb.sin()
-    half = head_dim // 2
-    return emb.cos().to(dtype), torch.cat((-sin[:, :half], sin[:, half:]), dim=-1).to(dtype)
+class DecoderModel:
+    """A decoder-only transformer of any served family (models.DEFINITIONS), from its config and tensors."""
 
-
-class LlamaModel:
-    def __init__(self, cfg: LlamaConfig, tensors: dict[str, torch.Tensor], dtype: str) -> None:
+    def __init__(self, cfg: ModelConfig, tensors: dict[str, torch.Tensor], dtype: str) -> None:
         self.cfg = cfg
         self.dtype_name = dtype
         # Activations and residuals are fp32 whatever the weight format. The KV cache follows
@@ -306,15 +309,20 @@ class LlamaModel:
                     post_attn_norm=tensors.get(p + "post_attention_norm.weight"),
                     post_ffn_norm=tensors.get(p + "post_ffw_norm.weight"),
                     window=cfg.window(i),
+                    qkv_bias=self._bias(tensors, p),
                 )
             )
-        self.cos, self.sin = rope_tables(cfg.rope_theta, cfg.head_dim, cfg.max_position, self.compute_dtype)
-        # Windowed layers' tables (Gemma 3's local base); the same tensors where nothing is windowed.
+        # Llama 3's scaled frequencies (the GGUF's rope_freqs.weight, or made from a config.json).
+        factors = tensors.get("rope_freqs.weight")
+        self.cos, self.sin = rope_tables(cfg.rope_theta, cfg.head_dim, cfg.max_position, self.compute_dtype, factors)
+        # Windowed layers' tables where their base differs (Gemma 3's local base); else the same tensors.
+        local = cfg.rope_local_theta != cfg.rope_theta
         self.cos_local, self.sin_local = (
             rope_tables(cfg.rope_local_theta, cfg.head_dim, cfg.max_position, self.compute_dtype)
-            if any(la.window for la in self.layers)
+            if local and any(la.window for la in self.layers)
             else (self.cos, self.sin)
         )
+        self.act = ACTIVATIONS[cfg.activation]
 
     def matrix_shapes(self) -> list[tuple[int, int]]:
         """(out, in) of each distinct layer product, for kernels.row_invariance."""
@@ -336,7 +344,7 @@ class LlamaModel:
         decode attention reads each row's length where the torch path reads a mask."""
         return self.native_layers and self.device.type == "cpu"
 
-    def pack_cpu_weights(self) -> LlamaModel:
+    def pack_cpu_weights(self) -> DecoderModel:
         """Reorder every bf16 matrix into oneDNN's layout once (kernels.pack_dense), in place.
         After `to(device)`: a packed matrix stays on the CPU."""
 
@@ -352,7 +360,7 @@ class LlamaModel:
         ]
         return self
 
-    def to(self, device: str) -> LlamaModel:
+    def to(self, device: str) -> DecoderModel:
         """Move every weight (and the RoPE tables) to `device`, in place."""
 
         def mv(w: Weight) -> Weight:
@@ -380,6 +388,7 @@ class LlamaModel:
                 k_norm=nv(la.k_norm),
                 post_attn_norm=nv(la.post_attn_norm),
                 post_ffn_norm=nv(la.post_ffn_norm),
+                qkv_bias=nv(la.qkv_bias),
             )
             for la in self.layers
         ]
@@ -387,22 +396,28 @@ class LlamaModel:
 
     @staticmethod
     def _weight(t: dict[str, torch.Tensor], name: str, fallback: str | None = None, native: bool = False) -> Weight:
-        if not LlamaModel._stored(t, name):
+        if not DecoderModel._stored(t, name):
             assert fallback is not None, name
             name = fallback
         if native:
             # Every product on the native kernels, prompt rows included: a row's bits depend on
             # that row alone, so replays and prefix-cache hits stay exact at any chunking.
             blocks = pack_blocks(t, name)
-            return blocks if blocks is not None else Int8Weight(t[name + ".q"], t[name + ".scale"])
+            return blocks if blocks is not None else Int8Weight(*(t[name + s] for s in INT8_STORED))
         small: Int8Weight | Int4Weight | None = None
         if name + ".q4" in t:
             small = pack_int4(t[name + ".q4"], t[name + ".q4dm"])
-        elif name + ".q" in t:
-            small = Int8Weight(t[name + ".q"], t[name + ".scale"])
+        elif name + INT8_STORED[0] in t:
+            small = Int8Weight(*(t[name + s] for s in INT8_STORED))
         if name in t and small is not None:
             return DualWeight(t[name], small)
         return small if small is not None else t[name]
+
+    @staticmethod
+    def _bias(t: dict[str, torch.Tensor], prefix: str) -> torch.Tensor | None:
+        """The q, k and v biases stacked as their matrices are (Qwen 2), or None."""
+        names = [f"{prefix}{part}.bias" for part in FUSED["attn_qkv"]]
+        return torch.cat([t[n].float() for n in names]) if all(n in t for n in names) else None
 
     @classmethod
     def _stacked(cls, t: dict[str, torch.Tensor], prefix: str, fused: str, native: bool) -> Weight:
@@ -415,7 +430,7 @@ class LlamaModel:
     @staticmethod
     def _stored(t: dict[str, torch.Tensor], name: str) -> bool:
         """Whether matrix `name` is in `t` in any stored form."""
-        return any(name + suffix in t for suffix in ("", ".q", ".q4", ".q8", *(s[0] for s in PACKED.values())))
+        return any(name + suffix in t for suffix in stored_forms())
 
     @torch.inference_mode()
     def forward(self, batch: AttnBatch, kv: KVCache) -> torch.Tensor:
@@ -450,8 +465,10 @@ class LlamaModel:
             for li, layer in enumerate(self.layers):
                 h = norm(x, layer.attn_norm, cfg.rms_eps)
                 qkv = linear(h, layer.qkv, small, inv=inv, free_rows=fr)
+                if layer.qkv_bias is not None:
+                    qkv = qkv + layer.qkv_bias
                 if layer.q_norm is not None and layer.k_norm is not None:
-                    qkv = self._qk_norm(qkv, layer.q_norm, layer.k_norm, norm)
+                    qkv = qk_norm(qkv, layer.q_norm, layer.k_norm, nh, nkv, hd, cfg.rms_eps, norm)
                 kc, vc = kv.k[li], kv.v[li]
                 cos, sin = (self.cos_local, self.sin_local) if layer.window else (self.cos, self.sin)
                 if nat:
@@ -475,10 +492,10 @@ class LlamaModel:
                     )
                 h = norm(x, layer.ffn_norm, cfg.rms_eps)
                 gu = linear(h, layer.gate_up, small, True, inv, fr)
-                if cfg.arch == "gemma3":  # GeGLU, gelu's tanh form (ggml_gelu, HF's gelu_pytorch_tanh)
-                    act = F.gelu(gu[:, :inter].float(), approximate="tanh") * gu[:, inter:].float()
+                if nat and cfg.activation == "silu":
+                    act = native.silu_mul(gu)  # the native op of layers.silu_gate
                 else:
-                    act = native.silu_mul(gu) if nat else F.silu(gu[:, :inter]) * gu[:, inter:]
+                    act = self.act(gu, inter)
                 if layer.post_ffn_norm is None:
                     x = x + linear(act, layer.down, small, True, inv, fr)
                 else:
@@ -498,7 +515,8 @@ class LlamaModel:
 
     def _build_stack(self) -> Any:
         cfg = self.cfg
-        if cfg.arch != "llama":  # decode_stack.cpp runs Llama layers only
+        # decode_stack.cpp runs plain (Llama) layers with SiLU and the model's one RoPE table only.
+        if cfg.activation != "silu" or not all(la.plain for la in self.layers):
             return None
         stack = native.decode_stack(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_eps)
         for la in self.layers:
@@ -511,15 +529,6 @@ class LlamaModel:
                 weights += [w.values, w.d, w.m if w.m is not None else torch.empty(0)]
             stack.add_layer(la.attn_norm, la.ffn_norm, weights, kinds)
         return stack
-
-    def _qk_norm(self, qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, norm: Any) -> torch.Tensor:
-        """qkv with each q head and each k head RMS-normed over head_dim (Gemma 3's QK-norm)."""
-        cfg = self.cfg
-        T, hd, nq = qkv.shape[0], cfg.head_dim, cfg.num_heads * cfg.head_dim
-        nk = cfg.num_kv_heads * hd
-        q = norm(qkv[:, :nq].reshape(-1, hd).float().contiguous(), q_norm, cfg.rms_eps).view(T, nq)
-        k = norm(qkv[:, nq : nq + nk].reshape(-1, hd).float().contiguous(), k_norm, cfg.rms_eps).view(T, nk)
-        return torch.cat([q, k, qkv[:, nq + nk :].float()], dim=1)
 
     def _rope_store(
         self,
@@ -634,7 +643,7 @@ class LlamaModel:
         return od.transpose(0, 1).reshape(bd, -1, hd)
 
 
-def measure_decode_attention(cfg: LlamaConfig, reps: int = 5) -> bool:
+def measure_decode_attention(cfg: ModelConfig, reps: int = 5) -> bool:
     """Whether fused bf16 SDPA beats upcast fp32 matmuls for decode attention on a bf16 cache
     here, timed on 1 and 16 sequences of 256 keys (about 0.1 s)."""
     g = torch.Generator().manual_seed(0)
@@ -661,7 +670,10 @@ def measure_decode_attention(cfg: LlamaConfig, reps: int = 5) -> bool:
                 best = float("inf")
                 for _ in range(reps):
                     t = time.perf_counter()
-                    LlamaModel._decode_attention(q, kc, vc, batch, fused)
+                    DecoderModel._decode_attention(q, kc, vc, batch, fused)
                     best = min(best, time.perf_counter() - t)
                 total[fused] += best
     return total[True] < total[False]
+
+
+LlamaModel = DecoderModel  # the name earlier callers import

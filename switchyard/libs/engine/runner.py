@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from switchyard.libs.engine.model import AttnBatch, KVCache, LlamaModel, PrefillSpan, prefill_mask
+from switchyard.libs.engine.model import AttnBatch, DecoderModel, KVCache, PrefillSpan, prefill_mask
 from switchyard.libs.engine.scheduler import ScheduledSeq
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv: KVCache) -> None:
+    def __init__(self, model: DecoderModel, kv: KVCache) -> None:
         self.model = model
         self.kv = kv
         self.block_size = kv.block_size

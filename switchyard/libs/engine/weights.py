@@ -7,54 +7,32 @@ Dequantizing every Q4_1 tensor with the `gguf` package's numpy code takes second
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 
-from switchyard.libs.engine.formats import format_of
-from switchyard.libs.engine.kernels import PACKED, pack_blocks, quantize_int8, quantize_q8_0
+from switchyard.libs.engine.formats import BLOCK_SUFFIXES, format_of
+from switchyard.libs.engine.kernels import PACKED, UNPACKED_SUFFIXES, pack_blocks, quantize_int8, quantize_q8_0
+from switchyard.libs.engine.models import (
+    GGUF_REGISTRY,
+    GgufMeta,
+    ModelConfig,
+    for_gguf,
+    for_hf,
+)
 
 log = logging.getLogger(__name__)
 
-_CACHE_VERSION = 9
+_CACHE_VERSION = 10
 
-# GGUF architectures the native model serves (model.LlamaModel).
-ARCHITECTURES = ("llama", "gemma3")
-# The longest context the RoPE tables are built for: Gemma 3's file says 32768, and its two
-# tables (global and local bases) of that many positions x 256 would take 128 MiB of fp32.
-MAX_SERVED_POSITIONS = 8192
-
-
-@dataclass
-class LlamaConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rope_theta: float
-    rms_eps: float
-    max_position: int
-    tie_embeddings: bool
-    # Gemma 3 (arch "gemma3"): the embedding scaled by sqrt(hidden), QK-norm, post-attention and
-    # post-FFN norms, GeGLU (gelu tanh), and every layer but each `swa_pattern`-th a sliding-window
-    # layer (the last `sliding_window` keys, RoPE base `rope_local_theta`), as llama.cpp reads it.
-    arch: str = "llama"
-    embed_scale: float = 1.0
-    sliding_window: int = 0
-    swa_pattern: int = 0  # layer i is windowed iff i % swa_pattern < swa_pattern - 1 (0: none)
-    rope_local_theta: float = 10000.0
-
-    def window(self, layer: int) -> int:
-        """The keys layer `layer` attends to back from a query, itself included (0: all)."""
-        p = self.swa_pattern
-        return self.sliding_window if p and layer % p < p - 1 else 0
+# GGUF architectures the native model serves (models.GGUF_REGISTRY).
+ARCHITECTURES = tuple(sorted(GGUF_REGISTRY))
+LlamaConfig = ModelConfig  # the name earlier callers import
 
 
 def _field(reader: Any, key: str, default: Any = None) -> Any:
@@ -72,11 +50,9 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-_BLOCK_SUFFIXES = (".q4", ".q4dm", ".q8", ".q8d")
-
-
-def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
-    """Dequantize a Llama GGUF into float32 tensors named by GGUF's own tensor names.
+def read_gguf(path: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Dequantize a GGUF of a served architecture (models.for_gguf) into float32 tensors named by
+    GGUF's own tensor names, in the internal form every definition brings its tensors to.
 
     A matrix stored in 4-bit blocks (Q4_0, Q4_1) also keeps those blocks, as `<name>.q4` (values)
     and `<name>.q4dm` (scales and minimums), for the int4 kernel (see kernels.Int4Weight); one in
@@ -87,16 +63,11 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
 
     reader = GGUFReader(path, "r")
     arch = _field(reader, "general.architecture", "llama")
-    if arch not in ARCHITECTURES:
-        raise ValueError(
-            f"architecture {arch!r} is not served by the native engine (served: {', '.join(ARCHITECTURES)})"
-        )
-    n_head = int(_field(reader, f"{arch}.attention.head_count"))
-    n_kv = int(_field(reader, f"{arch}.attention.head_count_kv", n_head))
-    hidden = int(_field(reader, f"{arch}.embedding_length"))
-    # llama.cpp's converter interleaves Llama's Q/K rows for its GPT-J-style RoPE; Gemma's rope is
-    # NEOX-style (rotate-half) on rows left in the checkpoint's order.
-    permuted = arch == "llama"
+    definition = for_gguf(arch)
+    meta = GgufMeta(reader, arch)
+    n_head = int(meta.get("attention.head_count"))
+    n_kv = int(meta.get("attention.head_count_kv", n_head))
+    permuted = definition.gguf_qk_interleaved
     tensors: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
         arr = dequantize(t.data, t.tensor_type)
@@ -113,31 +84,42 @@ def read_gguf(path: str) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
             elif permuted and t.name.endswith("attn_k.weight"):
                 a = _unpermute(a, n_kv)
             tensors[name] = torch.from_numpy(np.array(a, copy=True))
-    head_dim = int(
-        _field(reader, f"{arch}.rope.dimension_count", _field(reader, f"{arch}.attention.key_length", hidden // n_head))
-    )
-    gemma = arch == "gemma3"
-    cfg = LlamaConfig(
-        vocab_size=int(tensors["token_embd.weight"].shape[0]),
-        hidden_size=hidden,
-        intermediate_size=int(_field(reader, f"{arch}.feed_forward_length")),
-        num_layers=int(_field(reader, f"{arch}.block_count")),
-        num_heads=n_head,
-        num_kv_heads=n_kv,
-        head_dim=head_dim,
-        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
-        rms_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        max_position=min(int(_field(reader, f"{arch}.context_length", 2048)), MAX_SERVED_POSITIONS),
-        tie_embeddings="output.weight" not in tensors,
-        arch=arch,
-        # llama.cpp scales by sqrtf(n_embd) in fp32 (src/models/gemma3.cpp).
-        embed_scale=float(np.sqrt(np.float32(hidden))) if gemma else 1.0,
-        sliding_window=int(_field(reader, f"{arch}.attention.sliding_window", 0)) if gemma else 0,
-        # llama-model.cpp: set_swa_pattern(6) and rope_freq_base_train_swa = 10000 for gemma3.
-        swa_pattern=6 if gemma else 0,
-        rope_local_theta=10000.0,
-    )
-    return cfg, tensors
+    cfg = definition.config_from_gguf(meta, tensors)
+    return cfg, definition.split_fused(tensors, cfg)
+
+
+def read_hf(directory: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """A Hugging Face checkpoint directory (config.json, *.safetensors in fp32/bf16/fp16) of a
+    served architecture (models.for_hf), as float32 tensors in the same internal form as read_gguf:
+    GGUF's tensor names (gguf's own name map), fused matrices split, Llama 3's RoPE factors added.
+    Its Q/K rows are already in rotate-half order."""
+    import gguf
+    from safetensors.torch import load_file
+
+    with open(os.path.join(directory, "config.json")) as f:
+        hf = json.load(f)
+    definition = for_hf(list(hf.get("architectures") or []))
+    # gguf's name map of the GGUF architecture the family converts to (Mistral: llama's).
+    arch = (definition.gguf_archs or ("llama",))[0]
+    by_name = {v: k for k, v in gguf.MODEL_ARCH_NAMES.items()}
+    names = gguf.get_tensor_name_map(by_name[arch], int(hf["num_hidden_layers"]))
+    files = sorted(n for n in os.listdir(directory) if n.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"no *.safetensors files in {directory}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        for hf_name, t in load_file(os.path.join(directory, file)).items():
+            name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+            if name is None:
+                raise ValueError(f"{hf_name} of {directory} has no place in a {definition.family} model")
+            tensors[name] = t.float().contiguous()
+    cfg = definition.config_from_hf(hf, tensors)
+    return cfg, definition.split_fused(tensors, cfg)
+
+
+def read_model(path: str) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """A GGUF file or a Hugging Face checkpoint directory, read into the one internal form."""
+    return read_hf(path) if os.path.isdir(path) else read_gguf(path)
 
 
 def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
@@ -153,13 +135,13 @@ def convert(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Ten
     """
     if dtype not in ("fp32", "bf16", "int8", "hybrid", "native"):
         raise ValueError(f"unknown weight format {dtype!r}")
-    blocks = {n: t for n, t in tensors.items() if n.endswith(_BLOCK_SUFFIXES)}
+    blocks = {n: t for n, t in tensors.items() if n.endswith(BLOCK_SUFFIXES)}
     tensors = {n: t for n, t in tensors.items() if n not in blocks}
     tied = "output.weight" not in tensors
     out: dict[str, torch.Tensor] = {}
     if tied and dtype != "fp32":
         tensors["output.weight"] = tensors["token_embd.weight"]
-        for suffix in _BLOCK_SUFFIXES:
+        for suffix in BLOCK_SUFFIXES:
             if "token_embd.weight" + suffix in blocks:
                 blocks["output.weight" + suffix] = blocks["token_embd.weight" + suffix]
     if dtype == "native" and "token_embd.weight.q8" in blocks:
@@ -201,7 +183,7 @@ def stack_parts(t: dict[str, torch.Tensor], prefix: str, parts: tuple[str, ...],
     """The matrices `<prefix><part>.weight` stacked into one, as `<name><suffix>` tensors for each
     stored form (dense, int8, 4-bit or 8-bit blocks) that every part has."""
     out = {}
-    for suffix in ("", ".q", ".scale", ".q4", ".q4dm", ".q8", ".q8d"):
+    for suffix in UNPACKED_SUFFIXES:
         names = [f"{prefix}{part}.weight{suffix}" for part in parts]
         if all(n in t for n in names):
             out[name + suffix] = torch.cat([t[n] for n in names]).contiguous()
@@ -235,32 +217,40 @@ def pack_native(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, 
         assert w is not None
         if w.layout not in PACKED:
             continue
-        for suffix in _BLOCK_SUFFIXES:
+        for suffix in BLOCK_SUFFIXES:
             out.pop(name + suffix, None)
         out.update({name + suffix: part for suffix, part in zip(PACKED[w.layout], w.parts, strict=True)})
     return out
 
 
 def _file_key(path: str) -> str:
+    """The content hash of a GGUF, or of a checkpoint directory's config and weight files."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
+    files = [path]
+    if os.path.isdir(path):
+        names = sorted(n for n in os.listdir(path) if n == "config.json" or n.endswith(".safetensors"))
+        files = [os.path.join(path, n) for n in names]
+    for file in files:
+        h.update(os.path.basename(file).encode())
+        with open(file, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
     return h.hexdigest()[:24]
 
 
-def load_weights(path: str, dtype: str, cache_dir: str | None) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
-    """Converted weights for `path` in `dtype`, from the disk cache when present."""
+def load_weights(path: str, dtype: str, cache_dir: str | None) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """Converted weights for `path` (a GGUF file or a checkpoint directory) in `dtype`, from the
+    disk cache when present."""
     cache_file = None
     if cache_dir:
         cache_file = os.path.join(cache_dir, f"{_file_key(path)}-{dtype}-v{_CACHE_VERSION}.pt")
         if os.path.exists(cache_file):
             try:
                 blob = torch.load(cache_file, map_location="cpu", weights_only=True, mmap=True)
-                return LlamaConfig(**blob["config"]), blob["tensors"]
+                return ModelConfig(**blob["config"]), blob["tensors"]
             except Exception:  # a torn or stale cache file is just a miss
                 log.warning("ignoring unreadable weight cache %s", cache_file, exc_info=True)
-    cfg, raw = read_gguf(path)
+    cfg, raw = read_model(path)
     tensors = convert(raw, dtype)
     if dtype == "native":
         tensors = pack_native(tensors, cfg.num_layers)
