@@ -1,10 +1,13 @@
 """A model as its users hold it, added to the running stack through `POST /v1/admin/models` and served:
 a Hugging Face checkpoint directory that `transformers` itself wrote (random weights, a real
-`tokenizer.json`), on the native engine and on the real vLLM where its environment is. Each answer is
-greedy and equals what the checkpoint's own library generates from the same prompt ids."""
+`tokenizer.json`), on the native engine and on the real vLLM where its environment is; and a Qwen3 GGUF
+that llama.cpp's own converter wrote. Each answer is greedy and equals what the reference library
+generates from the same prompt ids (transformers' `generate`; llama.cpp's, committed by
+tests/e2e/make_served_reference.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,8 @@ from tests.hf_models import write_checkpoint
 pytestmark = pytest.mark.e2e
 
 PROMPT = "The lighthouse keeper wrote in her log that the storm"
+DATA = Path(__file__).resolve().parent / "data"
+QWEN3_GGUF = Path(__file__).resolve().parents[1] / "engine" / "data" / "families" / "qwen3-f32.gguf"
 NEW_TOKENS = 16
 
 
@@ -30,7 +35,7 @@ def admin(stack: Stack) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("hf") / "tiny-llama", "llama", seed=7)
+    return write_checkpoint(tmp_path_factory.mktemp("hf") / "tiny-llama", "llama", seed=7, head_dim=32)
 
 
 def added(admin: httpx.Client, card: dict[str, Any]) -> Iterator[str]:
@@ -42,15 +47,15 @@ def added(admin: httpx.Client, card: dict[str, Any]) -> Iterator[str]:
         admin.delete(f"/v1/admin/models/{card['name']}")
 
 
-def prompt_ids(client: httpx.Client, model: str) -> list[int]:
-    r = client.post("/tokenize", json={"model": model, "prompt": PROMPT})
+def prompt_ids(client: httpx.Client, model: str, prompt: str = PROMPT) -> list[int]:
+    r = client.post("/tokenize", json={"model": model, "prompt": prompt})
     assert r.status_code == 200, r.text
     ids: list[int] = r.json()["tokens"]
     return ids
 
 
-def served_text(client: httpx.Client, model: str) -> str:
-    body = {"model": model, "prompt": PROMPT, "max_tokens": NEW_TOKENS, "temperature": 0}
+def served_text(client: httpx.Client, model: str, prompt: str = PROMPT) -> str:
+    body = {"model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0}
     r = client.post("/v1/completions", json=body)
     assert r.status_code == 200, r.text
     text: str = r.json()["choices"][0]["text"]
@@ -103,3 +108,15 @@ def test_the_same_directory_on_the_real_vllm_answers_as_transformers_does(
         text = served_text(client, name)
         assert text, "the model answered nothing"
         assert text == library_text(checkpoint, ids)
+
+
+def test_a_qwen3_gguf_from_llama_cpps_converter_answers_as_llama_cpp_does(
+    stack: Stack, client: httpx.Client, admin: httpx.Client
+) -> None:
+    ref = json.loads((DATA / "served_qwen3.json").read_text())
+    assert len(ref["tokens"]) == NEW_TOKENS and ref["smallest_margin"] > 0.01
+    card = {"name": "qwen3-tiny", "pool": "qwen3tiny", "engine": "native", "path": str(QWEN3_GGUF)}
+    card |= {"context_length": 2048, "dtype": "fp32"}
+    for name in added(admin, card):
+        assert prompt_ids(client, name, ref["prompt"]) == ref["prompt_ids"]
+        assert served_text(client, name, ref["prompt"]) == ref["text"]
