@@ -44,8 +44,11 @@ def ensure_llama_cpp() -> None:
 
 def main() -> int:
     out = ["--out", "docs/benchmarks.md"]
+    # --peers is this file's own flag (the peers benchmark at the end); engine_bench takes the rest.
+    peers = "--peers" in sys.argv[1:]
+    argv = [a for a in sys.argv[1:] if a != "--peers"]
     ensure_llama_cpp()
-    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *sys.argv[1:]])
+    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *argv])
     rc = rc or subprocess.call([sys.executable, "bench/constraint_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/gemma_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/tokenizer_bench.py", *out])
@@ -58,7 +61,12 @@ def main() -> int:
     native = ["--levels", "1,32", "--lengths", "16,64"]
     sim = ["--levels", "1,32"] if quick else []
     rc = rc or subprocess.call([sys.executable, "-m", "bench.stage_bench", "--engine", "native", *out, *native])
-    return rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", "--engine", "sim", *out, *sim])
+    rc = rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", "--engine", "sim", *out, *sim])
+    if peers:  # against llama-server and vLLM's server (`make bench-peers` alone; builds llama-server once)
+        rc = rc or subprocess.call(
+            [sys.executable, "-m", "bench.peers_bench", *out, *(["--levels", "1,8"] if quick else [])]
+        )
+    return rc
 
 
 if __name__ == "__main__":

@@ -158,6 +158,7 @@ def record(args: argparse.Namespace, nonce: str) -> dict[str, Any]:
         "model": os.path.basename(model_path()),
         "workloads": {n: {"message_tokens": w.prompt_tokens, "out_tokens": w.out_tokens} for n, w in shapes.items()},
         "template_tokens": template,
+        "smoke": bool(args.tokens or args.requests),
         "requests_note": f"{per_level} stream(s); "
         + "; ".join(
             f"{n}: {w.prompt_tokens}-token messages ({w.prompt_tokens + template} with the chat template) -> "

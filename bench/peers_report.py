@@ -56,6 +56,10 @@ def render(r: dict[str, Any]) -> str:
         f"- machine: {r['machine']}; CPU class **{r['cpu_class']}**; load average at start {r['load']}",
         f"- model: {r['model']}; requests per point: {r['requests_note']}",
     ]
+    if r.get("smoke"):
+        lines.append(
+            "- **a smoke run** (fewer requests or tokens than the defaults): it proves the pipeline, it measures nothing"
+        )
     for name, s in r["servers"].items():
         if "error" in s:
             lines.append(f"- {name}: **did not run**: {s['error'].splitlines()[0][:200]}")
