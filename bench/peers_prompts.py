@@ -22,18 +22,27 @@ WORKLOADS = {
     "decode": Workload("decode", 35, 128),
 }
 
-# Plain prose on harmless topics, so that no safety stage in any pipeline refuses it.
+# Plain prose on harmless topics that our input guard passes in every order the prompts put them in
+# (tests/bench/test_peers_bench.py): a refused prompt would be an error in Switchyard's column alone.
 NOTES = (
-    "The river rises in the hills and runs south through farmland before it reaches the sea.",
-    "Most bicycles have a chain that carries the force of the pedals to the rear wheel.",
     "Bread dough rises because yeast turns sugar into gas that is trapped by the gluten.",
-    "A lighthouse keeper once trimmed the wick every few hours so the light never failed.",
-    "Regular walks improve sleep, mood and the strength of the heart over a few months.",
-    "Clouds form when warm air cools as it rises and its water vapour condenses on dust.",
     "The old library kept its maps in wide flat drawers to stop the paper from curling.",
     "Tomatoes ripen faster when they are stored next to bananas in a paper bag.",
     "The town council voted to plant a row of oak trees along the main street.",
-    "A violin sounds warmer when its strings are played near the middle of the fingerboard.",
+    "The bakery opens at seven and sells rye loaves, croissants and apple tarts.",
+    "A spreadsheet can sort a column of dates from the oldest to the newest in one click.",
+    "The museum added a new room for Roman coins, pottery and glass beads.",
+    "Honeybees visit clover, lavender and apple blossoms during the spring months.",
+    "A good pot of soup starts with onions, carrots and celery cooked slowly in butter.",
+    "The garden has three raised beds for beans, lettuce and strawberries.",
+    "A simple budget lists income first and then rent, food, travel and savings.",
+    "The chess club meets every Monday evening at the public library.",
+    "Solar panels on the roof supply most of the power the office uses in summer.",
+    "The recipe asks for two cups of flour, one egg and a spoon of sugar.",
+    "A lighthouse keeper once trimmed the wick every few hours so the light never failed.",
+    "Clouds form when warm air cools as it rises and its water vapour condenses on dust.",
+    "The bus timetable changes in September when the schools open again.",
+    "Knitting a scarf takes about two balls of wool and a pair of thick needles.",
 )
 
 

@@ -38,6 +38,8 @@ def summarize(samples: list[Streamed], wall_s: float) -> dict[str, Any]:
         "tok_s": tokens / wall_s if wall_s > 0 else None,
         "ttft_ms": {"p50": pct(ttft, 0.5), "p95": pct(ttft, 0.95)},
         "tpot_ms": {"p50": pct([s.itl_ms for s in ok], 0.5)},
+        # Few deltas per request mean tokens arrive grouped (a busy server or relay), which TPOT alone hides.
+        "deltas_per_request_p50": pct([len(s.delta_ns) for s in ok], 0.5),
     }
 
 

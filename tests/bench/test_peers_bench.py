@@ -32,6 +32,19 @@ def test_prompts_open_with_the_nonce_and_come_near_the_target(workload: str) -> 
     assert len(set(prompts)) == len(prompts)
 
 
+@pytest.mark.slow
+def test_no_prompt_trips_our_input_safety() -> None:
+    """A blocked prompt is an error in Switchyard's column only: every note and question combination
+    (they repeat every 36 requests) passes the input guard the stack runs (it loads the classifier)."""
+    from switchyard.libs.safety.guard import InputGuard
+
+    guard, count = InputGuard(), tokenizer_count()
+    for w in WORKLOADS.values():
+        for i in range(36):
+            text = build_prompt("5eed5eed", i, w.prompt_tokens, count)
+            assert [v for v in guard.check(text) if v.action != "allow"] == [], text
+
+
 def test_the_requests_and_the_output_length_follow_the_options() -> None:
     full = points(parse([]))
     assert [(w.name, level, n, w.out_tokens) for w, level, n in full] == [
