@@ -48,6 +48,7 @@ SLOT_CTX = 512
 # on the low side, and what starting the three servers costs (vLLM's compile dominates).
 ASSUMED_TOK_S = {1: 30.0, 8: 100.0, 32: 150.0}
 STARTUP_S = 300.0
+BUILD_S = 1500.0  # building llama-server the first time, -j 2 on a quiet 2-core box
 
 
 def requests_for(level: int, requested: int | None) -> int:
@@ -65,10 +66,11 @@ def points(args: argparse.Namespace) -> list[tuple[Workload, int, int]]:
     return out
 
 
-def expected_s(plan: list[tuple[Workload, int, int]], servers: int) -> float:
-    """A rough bound for planning: every server's tokens at the assumed rates, plus start-up."""
+def expected_s(plan: list[tuple[Workload, int, int]], servers: int, build: bool = False) -> float:
+    """A rough bound for planning: every server's tokens at the assumed rates, plus start-up (and the build)."""
     rate = lambda level: ASSUMED_TOK_S.get(level, max(ASSUMED_TOK_S.values()))  # noqa: E731
-    return STARTUP_S + servers * sum(n * w.out_tokens / rate(level) for w, level, n in plan)
+    run = servers * sum(n * w.out_tokens / rate(level) for w, level, n in plan)
+    return STARTUP_S + run + (BUILD_S if build else 0.0)
 
 
 def start(name: str, args: argparse.Namespace, logs: Path) -> ps.Server:
@@ -201,8 +203,15 @@ def _interrupt(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     plan = points(args)
-    est = expected_s(plan, len(args.servers))
-    print(f"{len(plan)} points x {len(args.servers)} servers; expected duration about {est / 60:.0f} min", flush=True)
+    from bench.peers_build import binary_path
+
+    build = "llama-server" in args.servers and not binary_path().is_file()
+    est = expected_s(plan, len(args.servers), build)
+    print(
+        f"{len(plan)} points x {len(args.servers)} servers; expected duration about {est / 60:.0f} min"
+        + (f", {BUILD_S / 60:.0f} of them building llama-server (once)" if build else ""),
+        flush=True,
+    )
     if args.plan:
         for w, level, n in plan:
             print(f"  {w.name}: {level} streams, {n} requests of {w.prompt_tokens} tokens -> {w.out_tokens}")

@@ -55,16 +55,21 @@ def cmake_args(flags: frozenset[str] | None = None) -> list[str]:
 
 
 def _run(cmd: list[str], timeout_s: float, log: Path) -> None:
-    """One build step, niced (the box is shared), its output in `log`; a failure quotes the log's tail."""
+    """One build step, niced (the box is shared), its output in `log`, in a process group of its own so that
+    a timeout or Ctrl-C stops the compilers under it too; a failure quotes the log's tail."""
+    from bench.peers_servers import log_tail, stop_group
+
     print("$ " + " ".join(cmd), flush=True)
     with open(log, "ab") as fh:
-        try:
-            rc = subprocess.run(["nice", "-n", "10", *cmd], stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s)
-        except subprocess.TimeoutExpired as e:
-            raise RuntimeError(f"{cmd[0]} ran past {timeout_s}s; log: {log}") from e
-    if rc.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-25:]
-        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {rc.returncode}; log {log}:\n" + "\n".join(tail))
+        proc = subprocess.Popen(["nice", "-n", "10", *cmd], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"{cmd[0]} ran past {timeout_s}s; log: {log}") from e
+    finally:
+        stop_group(proc, timeout_s=5)
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {rc}; log {log}:\n{log_tail(log, 25)}")
 
 
 def find_source(version: str, src: str | None, work: Path) -> Path:
