@@ -5,6 +5,9 @@ on 2 cores) and the engine benchmark notes its absence when the build fails or i
 (SWITCHYARD_BENCH_NO_INSTALL=1). It is built without ggml's AMX backend: on AMX CPUs that
 backend's matrix product segfaults on the first multi-token prompt (ggml-org/llama.cpp#20824), so
 on a CPU with AMX the build targets AVX-512 (with VNNI and BF16) explicitly instead of the native CPU.
+
+`--peers` (`make bench BENCH_FLAGS=--peers`) ends with the peers benchmark, `make bench-peers` alone:
+the stack against llama.cpp's llama-server and vLLM's OpenAI server (bench/peers_bench.py).
 """
 
 from __future__ import annotations
