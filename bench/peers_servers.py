@@ -114,8 +114,23 @@ def start_llama(binary: Path, gguf: str, threads: int, slots: int, slot_ctx: int
     cmd = [str(binary), "-m", gguf, "-t", str(threads), "-np", str(slots), "-c", str(slots * slot_ctx)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--alias", MODEL_NAME]
     s = spawn("llama-server", cmd, port, logs, 300, {})
-    s.notes = {"weights": os.path.basename(gguf), "threads": str(threads), "slots": f"{slots} x {slot_ctx} tokens"}
+    s.notes = {
+        "llama.cpp": llama_version(binary),
+        "weights": os.path.basename(gguf),
+        "threads": str(threads),
+        "slots": f"{slots} x {slot_ctx} tokens",
+    }
     return s
+
+
+def llama_version(binary: Path) -> str:
+    """`version: N (build B, commit C)` from the binary, the commit being what tells builds apart."""
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    line = next((x for x in (out.stdout + out.stderr).splitlines() if x.startswith("version:")), "")
+    return line.removeprefix("version:").strip() or "?"
 
 
 def hf_dir(gguf: str) -> Path:
