@@ -199,3 +199,34 @@ def test_one_point_against_a_real_llama_server(tmp_path: Path) -> None:
         server.close()
     assert p["errors"] == 0, p["first_errors"]
     assert p["tokens_per_request"] == [4] and p["tok_s"] > 0 and p["ttft_ms"]["p50"] > 0
+
+
+def test_the_client_sends_again_on_a_connection_the_server_closed() -> None:
+    """llama-server closes a kept-alive connection after each stream: the next request on it is sent once
+    more on a new connection, and each stream is read whole."""
+    from bench.sse_client import drive
+
+    chunk = b'data: {"choices":[{"delta":{"content":"hi"},"index":0}],"usage":{"completion_tokens":1}}\n\n'
+    done = b"data: [DONE]\n\n"
+    body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (chunk, done)) + b"0\r\n\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    served: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raw = await reader.readuntil(b"\r\n\r\n")
+        n = int(next(x for x in raw.split(b"\r\n") if x.lower().startswith(b"content-length")).split(b":")[1])
+        await reader.readexactly(n)
+        served.append(n)
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    async def main() -> list[Streamed]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await asyncio.wait_for(drive([f"http://127.0.0.1:{port}"], "", "m", ["a", "b", "c"], 1, 1), 10)
+
+    out = asyncio.run(main())
+    assert [(s.error, len(s.delta_ns), s.completion_tokens) for s in out] == [(None, 1, 1)] * 3
+    assert len(served) == 3
