@@ -12,6 +12,8 @@ fresh nonce at the start of each (bench/peers_prompts.py), at each level of conc
 each workload: prefill-heavy (170-token messages, 64 out) and decode-heavy (35-token messages, 128 out).
 The servers stay up together and take turns point by point, the first of each turn rotating, because
 a shared box drifts by tens of percent within minutes: a comparison is only good within one point.
+llama-server and vLLM (each a process group of its own) are held with SIGSTOP while another has its
+turn: vLLM's CPU worker polls about a core while idle. The stack idles quietly and is left running.
 The table goes to --out under "## Peers" (its own markers; appended at the end the first time) and
 every figure to --json (bench/results/, git-ignored).
 """
@@ -130,6 +132,8 @@ async def bench(servers: list[ps.Server], args: argparse.Namespace, nonce: str) 
         order = servers[k % len(servers) :] + servers[: k % len(servers)]
         results: dict[str, Any] = {}
         for s in order:
+            for other in servers:
+                other.pause(other is not s)
             # What a server does after its last stream (the stack's logger writing records) is not the next one's cost.
             await asyncio.sleep(args.settle)
             results[s.name] = await run_point(s, texts, level, w.out_tokens, args.point_timeout)
@@ -140,6 +144,8 @@ async def bench(servers: list[ps.Server], args: argparse.Namespace, nonce: str) 
                 flush=True,
             )
         out.setdefault(w.name, {})[str(level)] = {s.name: results[s.name] for s in servers}
+    for s in servers:
+        s.pause(False)
     return out
 
 

@@ -53,7 +53,8 @@ def render(r: dict[str, Any]) -> str:
         "Switchyard's whole stack against llama.cpp's `llama-server` and vLLM's OpenAI server on the same box, "
         "one client for all (streamed `/v1/chat/completions`, greedy, `ignore_eos`, a fresh nonce at the start of "
         "every prompt, after the chat template's fixed system line, which any server may cache), servers "
-        "alternated point by point, the first of each turn rotating.",
+        "alternated point by point, the first of each turn rotating; llama-server and vLLM are held (SIGSTOP) "
+        "while another server has its turn, since vLLM's CPU worker polls about a core while idle.",
         "",
         f"- date: {r['date']}; command: `{r['command']}`",
         f"- machine: {r['machine']}; CPU class **{r['cpu_class']}**; load average at start {r['load']}",

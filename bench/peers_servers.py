@@ -34,10 +34,21 @@ class Server:
     ready_s: float = 0.0
     notes: dict[str, str] = field(default_factory=dict)
     _close: Callable[[], None] = lambda: None
+    # The process group to hold still while another server has its turn (None: the server is left running).
+    group: int | None = None
 
     def close(self) -> None:
         close, self._close = self._close, lambda: None
         close()
+
+    def pause(self, paused: bool) -> None:
+        """SIGSTOP or SIGCONT to the server's process group: vLLM's CPU worker polls about a core while
+        idle, which would be taken from whichever server has the turn."""
+        if self.group is not None:
+            try:
+                os.killpg(self.group, signal.SIGSTOP if paused else signal.SIGCONT)
+            except ProcessLookupError:
+                pass
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -50,6 +61,10 @@ def log_tail(path: Path, lines: int = 30) -> str:
 def stop_group(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
     """SIGTERM to the process group, SIGKILL to what is left after `timeout_s`."""
     if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGCONT)  # a paused server would not see the SIGTERM
+    except ProcessLookupError:
         return
     for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
         try:
@@ -103,6 +118,7 @@ def spawn(name: str, cmd: list[str], port: int, logs: Path, timeout_s: float, en
         command=f"{shown} {' '.join(cmd)}".strip(),
         ready_s=time.monotonic() - t,
         _close=lambda: stop_group(proc),
+        group=proc.pid,
     )
 
 

@@ -149,12 +149,15 @@ def test_the_build_avoids_amx_and_refuses_a_tree_without_llama_cpp(tmp_path: Pat
         peers_build.find_source("9.9.9", str(tmp_path), tmp_path)
 
 
-def test_stopping_a_server_takes_its_whole_process_group() -> None:
+def test_stopping_a_paused_server_takes_its_whole_process_group() -> None:
     proc = subprocess.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None
     child = int(proc.stdout.readline())
-    peers_servers.stop_group(proc, timeout_s=5)
-    assert proc.poll() is not None
+    server = peers_servers.Server("x", "http://127.0.0.1:9", "m", Path("x.log"), group=proc.pid)
+    server.pause(True)  # held still, as while another server has its turn: SIGTERM must still end it
+    t = time.monotonic()
+    peers_servers.stop_group(proc, timeout_s=20)
+    assert proc.poll() is not None and time.monotonic() - t < 10
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:
