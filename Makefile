@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm run test test-quick lint bench eval-safety schemas compose-up clean
+.PHONY: setup setup-vllm run test test-quick lint bench bench-peers eval-safety schemas compose-up clean
 
 setup: $(STAMP)
 
@@ -62,8 +62,15 @@ lint: setup
 schemas: setup
 	$(PY) -m switchyard.schemas.export
 
+# BENCH_FLAGS=--peers adds the peers benchmark (below) at the end.
 bench: setup
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_FLAGS)
+
+# Switchyard against llama.cpp's llama-server and vLLM's OpenAI server on this machine (bench/peers_bench.py):
+# builds llama-server once under ~/.cache/switchyard (minutes), needs `make setup-vllm` for the vLLM column.
+# `make bench-peers PEERS_FLAGS=--plan` prints the points and the expected duration.
+bench-peers: setup
+	$(PY) -m bench.peers_bench $(PEERS_FLAGS)
 
 eval-safety: setup
 	$(PY) -m training.safety.eval

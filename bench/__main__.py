@@ -5,6 +5,9 @@ on 2 cores) and the engine benchmark notes its absence when the build fails or i
 (SWITCHYARD_BENCH_NO_INSTALL=1). It is built without ggml's AMX backend: on AMX CPUs that
 backend's matrix product segfaults on the first multi-token prompt (ggml-org/llama.cpp#20824), so
 on a CPU with AMX the build targets AVX-512 (with VNNI and BF16) explicitly instead of the native CPU.
+
+`--peers` (`make bench BENCH_FLAGS=--peers`) ends with the peers benchmark, `make bench-peers` alone:
+the stack against llama.cpp's llama-server and vLLM's OpenAI server (bench/peers_bench.py).
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ def ensure_llama_cpp() -> None:
 
 def main() -> int:
     out = ["--out", "docs/benchmarks.md"]
+    # --peers is this file's own flag (the peers benchmark at the end); engine_bench takes the rest.
+    peers = "--peers" in sys.argv[1:]
+    argv = [a for a in sys.argv[1:] if a != "--peers"]
     ensure_llama_cpp()
-    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *sys.argv[1:]])
+    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *argv])
     rc = rc or subprocess.call([sys.executable, "bench/constraint_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/gemma_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/tokenizer_bench.py", *out])
@@ -58,7 +64,12 @@ def main() -> int:
     native = ["--levels", "1,32", "--lengths", "16,64"]
     sim = ["--levels", "1,32"] if quick else []
     rc = rc or subprocess.call([sys.executable, "-m", "bench.stage_bench", "--engine", "native", *out, *native])
-    return rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", "--engine", "sim", *out, *sim])
+    rc = rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", "--engine", "sim", *out, *sim])
+    if peers:  # against llama-server and vLLM's server (`make bench-peers` alone; builds llama-server once)
+        rc = rc or subprocess.call(
+            [sys.executable, "-m", "bench.peers_bench", *out, *(["--levels", "1,8"] if quick else [])]
+        )
+    return rc
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class Connection:
             self.reader = self.writer = None
 
     async def stream(self, body: bytes) -> Streamed:
+        reused = self.writer is not None and not self.writer.is_closing()
         reader, writer = await self._open()
         head = (
             f"POST /v1/chat/completions HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: {self.auth}\r\n"
@@ -79,7 +80,18 @@ class Connection:
         s = Streamed(rid="", t_send_ns=time.time_ns())
         writer.write(head + body)
         try:
-            status, headers = await self._head(reader)
+            try:
+                status, headers = await self._head(reader)
+            except (OSError, asyncio.IncompleteReadError):
+                if not reused:
+                    raise
+                # The server closed the kept-alive connection before reading this request (llama-server does
+                # after each stream): it is sent once more, on a new connection, and timed from there.
+                await self.close()
+                reader, writer = await self._open()
+                s.t_send_ns = time.time_ns()
+                writer.write(head + body)
+                status, headers = await self._head(reader)
             s.rid = headers.get("x-request-id", "")
             if status != 200:
                 n = int(headers.get("content-length", "0"))
