@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm run test test-quick lint bench eval-safety schemas compose-up clean
+.PHONY: setup setup-vllm run test test-quick lint bench bench-families eval-safety schemas compose-up clean
 
 setup: $(STAMP)
 
@@ -62,8 +62,15 @@ lint: setup
 schemas: setup
 	$(PY) -m switchyard.schemas.export
 
+# `make bench BENCH_ARGS=--families` adds the model-family table (bench/family_bench.py).
+BENCH_ARGS ?=
 bench: setup
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
+
+# The model-family table alone: qwen2, qwen3, phi3 and llama3 at SmolLM2-135M's shape against
+# llama-cpp-python (GGUFs built once under ~/.cache/switchyard/family-bench).
+bench-families: setup
+	$(PY) bench/family_bench.py --out docs/benchmarks.md
 
 eval-safety: setup
 	$(PY) -m training.safety.eval

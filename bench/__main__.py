@@ -44,14 +44,21 @@ def ensure_llama_cpp() -> None:
 
 def main() -> int:
     out = ["--out", "docs/benchmarks.md"]
+    # --families: the model-family table too (bench/family_bench.py: it builds four GGUFs the
+    # first time, minutes of converter runs, so it is asked for rather than run every time).
+    args = [a for a in sys.argv[1:] if a != "--families"]
+    families = len(args) < len(sys.argv[1:])
     ensure_llama_cpp()
-    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *sys.argv[1:]])
+    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *args])
     rc = rc or subprocess.call([sys.executable, "bench/constraint_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/gemma_bench.py", *out])
+    if families:
+        quick = ["--quick"] if "--quick" in args else []
+        rc = rc or subprocess.call([sys.executable, "bench/family_bench.py", *out, *quick])
     rc = rc or subprocess.call([sys.executable, "bench/tokenizer_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "-m", "bench.safety_bench", *out])
     # The whole stack as a client sees it, against the engine alone (what a user feels; see issue 16).
-    quick = ["--levels", "1,8", "--tokens", "32"] if "--quick" in sys.argv[1:] else []
+    quick = ["--levels", "1,8", "--tokens", "32"] if "--quick" in args else []
     rc = rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", *out, *quick])
     # What each stage costs in CPU per token and per request: on the real engine at make run's load, and at
     # GPU token rates on the simulated engine (issue 27); the sizing table comes from the second.
