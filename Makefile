@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-vllm run test test-quick lint bench bench-peers eval-safety schemas compose-up clean
+.PHONY: setup setup-vllm run test test-quick lint bench bench-peers bench-families eval-safety schemas compose-up clean
 
 setup: $(STAMP)
 
@@ -62,7 +62,8 @@ lint: setup
 schemas: setup
 	$(PY) -m switchyard.schemas.export
 
-# BENCH_FLAGS=--peers adds the peers benchmark (below) at the end.
+# `make bench BENCH_FLAGS="--peers --families"` adds the peers benchmark and the model-family table.
+BENCH_FLAGS ?=
 bench: setup
 	$(PY) -m bench $(BENCH_FLAGS)
 
@@ -71,6 +72,11 @@ bench: setup
 # `make bench-peers PEERS_FLAGS=--plan` prints the points and the expected duration.
 bench-peers: setup
 	$(PY) -m bench.peers_bench $(PEERS_FLAGS)
+
+# The model-family table alone: qwen2, qwen3, phi3 and llama3 at SmolLM2-135M's shape against
+# llama-cpp-python (GGUFs built once under ~/.cache/switchyard/family-bench).
+bench-families: setup
+	$(PY) bench/family_bench.py --out docs/benchmarks.md
 
 eval-safety: setup
 	$(PY) -m training.safety.eval

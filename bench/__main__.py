@@ -47,20 +47,26 @@ def ensure_llama_cpp() -> None:
 
 def main() -> int:
     out = ["--out", "docs/benchmarks.md"]
-    # --peers is this file's own flag (the peers benchmark at the end); engine_bench takes the rest.
+    # This file's own flags: --peers (the peers benchmark at the end) and --families (the model-family
+    # table: it builds four GGUFs the first time, minutes of converter runs, so it is asked for rather than
+    # run every time); engine_bench takes the rest.
     peers = "--peers" in sys.argv[1:]
-    argv = [a for a in sys.argv[1:] if a != "--peers"]
+    families = "--families" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a not in ("--peers", "--families")]
     ensure_llama_cpp()
-    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *argv])
+    rc = subprocess.call([sys.executable, "bench/engine_bench.py", *out, *args])
     rc = rc or subprocess.call([sys.executable, "bench/constraint_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "bench/gemma_bench.py", *out])
+    if families:
+        quick = ["--quick"] if "--quick" in args else []
+        rc = rc or subprocess.call([sys.executable, "bench/family_bench.py", *out, *quick])
     rc = rc or subprocess.call([sys.executable, "bench/tokenizer_bench.py", *out])
     rc = rc or subprocess.call([sys.executable, "-m", "bench.safety_bench", *out])
-    # The whole stack as a client sees it, against the engine alone (what a user feels; see issue 16).
-    quick = ["--levels", "1,8", "--tokens", "32"] if "--quick" in sys.argv[1:] else []
+    # The whole stack as a client sees it, against the engine alone (what a user feels).
+    quick = ["--levels", "1,8", "--tokens", "32"] if "--quick" in args else []
     rc = rc or subprocess.call([sys.executable, "-m", "bench.pipeline_bench", *out, *quick])
     # What each stage costs in CPU per token and per request: on the real engine at make run's load, and at
-    # GPU token rates on the simulated engine (issue 27); the sizing table comes from the second.
+    # GPU token rates on the simulated engine; the sizing table comes from the second.
     native = ["--levels", "1,32", "--lengths", "16,64"]
     sim = ["--levels", "1,32"] if quick else []
     rc = rc or subprocess.call([sys.executable, "-m", "bench.stage_bench", "--engine", "native", *out, *native])

@@ -33,12 +33,18 @@ def machine() -> str:
     return f"{platform.machine()}, {model}{f' ({isa})' if isa else ''}, {os.cpu_count()} cores"
 
 
-def write_section(out: str, begin: str, end: str, section: str) -> None:
-    """Replace the text between `begin` and `end` (markers included in `section`), or append."""
+def write_section(out: str, begin: str, end: str, section: str, under: str | None = None) -> None:
+    """Replace the text between `begin` and `end` (markers included in `section`); else put it at the
+    end of the page's part whose `## ` heading starts with `under` (up to the next `## `), or append."""
     old = open(out).read() if os.path.exists(out) else "# Benchmarks\n\n"
     if begin in old and end in old:
         head, rest = old.split(begin, 1)
         new = head + section + rest.split(end, 1)[1].lstrip("\n")
+    elif under is not None and ("\n" + under) in old:
+        at = old.index("\n" + under) + 1
+        nxt = old.find("\n## ", at)
+        part, tail = (old[:nxt], old[nxt + 1 :]) if nxt >= 0 else (old, "")
+        new = part.rstrip("\n") + "\n\n" + section + ("\n" + tail if tail else "")
     else:
         new = old.rstrip("\n") + "\n\n" + section
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
