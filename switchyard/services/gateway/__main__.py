@@ -24,7 +24,7 @@ from switchyard.libs.telemetry import configure_logging, setup_tracing
 from switchyard.schemas import HealthReply, HealthRequest, SpanBatch, subjects
 from switchyard.services.gateway.app import create_app
 from switchyard.services.gateway.core import Gateway
-from switchyard.services.gateway.resume import ensure_events_stream
+from switchyard.services.gateway.runs.resume import ensure_events_stream
 from switchyard.services.gateway.settings import GatewaySettings
 
 SERVICE = "gateway"

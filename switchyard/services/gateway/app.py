@@ -14,31 +14,27 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from switchyard.libs.bus import Bus
 from switchyard.libs.store.keys import KeyStore
 from switchyard.schemas import ErrorCode, ErrorInfo
-from switchyard.services.gateway import (
-    admin_api,
-    anthropic_api,
-    chat_api,
-    completions_api,
-    embeddings_api,
-    errors,
-    feedback_api,
-    files_api,
-    keys_api,
-    knowledge_api,
-    models_api,
-    openai_api,
-    openapi,
-    ops_api,
-    responses_api,
-    tokens_api,
-    web,
-)
+from switchyard.services.gateway import errors, openapi, web
+from switchyard.services.gateway.admin import keys as keys_api
+from switchyard.services.gateway.admin import models as models_api
+from switchyard.services.gateway.admin import ops as ops_api
+from switchyard.services.gateway.admin import requests as admin_api
 from switchyard.services.gateway.auth import require_admin
 from switchyard.services.gateway.body import BodyLimit
+from switchyard.services.gateway.chat_completions import api as openai_api
+from switchyard.services.gateway.completions import api as completions_api
 from switchyard.services.gateway.core import Gateway
+from switchyard.services.gateway.embeddings import api as embeddings_api
+from switchyard.services.gateway.messages import api as anthropic_api
 from switchyard.services.gateway.metrics import Metrics
-from switchyard.services.gateway.product import router as product_router
+from switchyard.services.gateway.product import feedback as feedback_api
+from switchyard.services.gateway.product import files_api
+from switchyard.services.gateway.product import knowledge as knowledge_api
+from switchyard.services.gateway.product.router import router as product_router
+from switchyard.services.gateway.responses import api as responses_api
 from switchyard.services.gateway.settings import GatewaySettings
+from switchyard.services.gateway.simple_chat import api as chat_api
+from switchyard.services.gateway.tokens import api as tokens_api
 
 log = structlog.get_logger()
 

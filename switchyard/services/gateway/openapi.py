@@ -19,18 +19,18 @@ from pydantic.json_schema import models_json_schema
 
 from switchyard.libs.store.key_admin import KeyUpdate, NewKey
 from switchyard.schemas import ModelCard, ReplayRequest
-from switchyard.services.gateway.anthropic_api import MessagesRequest
 from switchyard.services.gateway.body import MAX_JSON_DEPTH
-from switchyard.services.gateway.chat_api import ChatRequest
-from switchyard.services.gateway.completions_api import TextCompletionRequest
-from switchyard.services.gateway.conversations_api import CreateConversation, RenameConversation
-from switchyard.services.gateway.embeddings_api import EmbeddingsRequest
-from switchyard.services.gateway.feedback_api import PreferenceBody, ThumbsBody
-from switchyard.services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
-from switchyard.services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
-from switchyard.services.gateway.openai_api import CompletionRequest
-from switchyard.services.gateway.responses_input import ResponsesRequest
-from switchyard.services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
+from switchyard.services.gateway.chat_completions.api import CompletionRequest
+from switchyard.services.gateway.completions.api import TextCompletionRequest
+from switchyard.services.gateway.embeddings.api import EmbeddingsRequest
+from switchyard.services.gateway.messages.api import MessagesRequest
+from switchyard.services.gateway.product.conversations import CreateConversation, RenameConversation
+from switchyard.services.gateway.product.feedback import PreferenceBody, ThumbsBody
+from switchyard.services.gateway.product.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
+from switchyard.services.gateway.product.knowledge import NewMemory, SetInstructions, SetSafetyPolicy
+from switchyard.services.gateway.responses.request import ResponsesRequest
+from switchyard.services.gateway.simple_chat.api import ChatRequest
+from switchyard.services.gateway.tokens.api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
 

@@ -18,12 +18,12 @@ from sse_starlette import ServerSentEvent
 from switchyard.schemas import ChatEvent, ErrorCode, TokenLogprob, Usage
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
+from switchyard.services.gateway.chat_completions.api import FINISH, StreamOptions
 from switchyard.services.gateway.core import MAX_SEED, Gw, check_text, request_id, resolve_model, sampling, start_run
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.openai_api import FINISH, StreamOptions
 from switchyard.services.gateway.params import Strict, refuse_unsupported
-from switchyard.services.gateway.relay import Encoder, sse, stream_response, whole_answers
-from switchyard.services.gateway.run import Run
+from switchyard.services.gateway.runs.relay import Encoder, sse, stream_response, whole_answers
+from switchyard.services.gateway.runs.run import Run
 
 router = APIRouter()
 

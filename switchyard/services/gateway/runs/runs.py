@@ -39,7 +39,7 @@ from switchyard.schemas import (
 from switchyard.schemas.frames import decode_event
 from switchyard.services.gateway.errors import ApiError, status_of
 from switchyard.services.gateway.metrics import Metrics
-from switchyard.services.gateway.run import CLIENT_STOPS, TERMINAL, Phase, Rerun, Run
+from switchyard.services.gateway.runs.run import CLIENT_STOPS, TERMINAL, Phase, Rerun, Run
 from switchyard.services.gateway.settings import GatewaySettings
 
 log = structlog.get_logger()

@@ -1,4 +1,4 @@
-"""The PDF text extractor as a process of its own: `python -m switchyard.services.gateway.pdf_worker LIMITS_JSON`,
+"""The PDF text extractor as a process of its own: `python -m switchyard.services.gateway.product.pdf_worker LIMITS_JSON`,
 the PDF on stdin, one JSON line on stdout: `{"text": ...}` or `{"error": "too_large"|"bad", "message": ...}`.
 
 A hostile PDF is cheap to make and dear to read (9,856 bytes once inflated to 6.3 MB of text

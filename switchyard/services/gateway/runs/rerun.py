@@ -42,7 +42,7 @@ from switchyard.schemas import (
 from switchyard.schemas.records import Text
 from switchyard.services.gateway.core import Gateway
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.run import Rerun
+from switchyard.services.gateway.runs.run import Rerun
 
 ROUTE = "POST /v1/admin/replay/{rid}"
 HISTORY_STATUSES = ("complete", "stopped")

@@ -29,12 +29,12 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas.embeddings import EMBEDDING_DIM, EMBEDDING_MODEL, EMBEDDING_MODEL_ALIASES
-from switchyard.services.gateway.admit import limited
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw, _parent_context, request_id
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.params import Strict, refuse_unsupported
+from switchyard.services.gateway.runs.admit import limited
 from switchyard.services.gateway.settings import GatewaySettings
 
 router = APIRouter()

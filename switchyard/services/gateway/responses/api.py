@@ -47,11 +47,11 @@ from switchyard.services.gateway.core import (
 )
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.params import refuse_unsupported
-from switchyard.services.gateway.relay import stream_response, whole_answers
 from switchyard.services.gateway.response_format import response_format_of
-from switchyard.services.gateway.responses_input import RESPONSE_ID_PATTERN, ResponsesRequest, read_input
-from switchyard.services.gateway.responses_stream import ResponseEncoder
-from switchyard.services.gateway.run import Run
+from switchyard.services.gateway.responses.encoder import ResponseEncoder
+from switchyard.services.gateway.responses.request import RESPONSE_ID_PATTERN, ResponsesRequest, read_input
+from switchyard.services.gateway.runs.relay import stream_response, whole_answers
+from switchyard.services.gateway.runs.run import Run
 from switchyard.services.gateway.tool_calls import check_tool_grammars, choice_of, specs
 
 router = APIRouter()

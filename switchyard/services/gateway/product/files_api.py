@@ -24,9 +24,9 @@ from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import read_body
 from switchyard.services.gateway.core import Gw
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.files import fetch_file, fetch_file_list, put_file
 from switchyard.services.gateway.ids import CHAT_ID_PATTERN, ChatIdQuery, FileIdPath
-from switchyard.services.gateway.pdf import PdfReader
+from switchyard.services.gateway.product.files import fetch_file, fetch_file_list, put_file
+from switchyard.services.gateway.product.pdf import PdfReader
 
 router = APIRouter()
 

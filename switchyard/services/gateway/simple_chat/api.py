@@ -15,13 +15,13 @@ from switchyard.schemas.messages import Mode
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
-from switchyard.services.gateway.chat_files import attach_files
 from switchyard.services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath, Id, RidPath
-from switchyard.services.gateway.relay import Encoder, Item, follow, sse, sse_response
-from switchyard.services.gateway.resume import kept_events, owned
-from switchyard.services.gateway.run import Phase, Run
+from switchyard.services.gateway.product.chat_files import attach_files
+from switchyard.services.gateway.runs.relay import Encoder, Item, follow, sse, sse_response
+from switchyard.services.gateway.runs.resume import kept_events, owned
+from switchyard.services.gateway.runs.run import Phase, Run
 
 router = APIRouter()
 

@@ -37,7 +37,7 @@ from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.ids import KeyIdPath, RidPath
-from switchyard.services.gateway.rerun import rerun
+from switchyard.services.gateway.runs.rerun import rerun
 
 router = APIRouter()
 # The logger answers these from its store: a wide filter or a big page takes longer than a stage's reply.

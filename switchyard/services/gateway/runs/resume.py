@@ -18,7 +18,7 @@ from switchyard.libs.bus.capture import ensure_memory_stream, follow, last_heade
 from switchyard.schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
 from switchyard.schemas.frames import decode_event
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.run import TERMINAL
+from switchyard.services.gateway.runs.run import TERMINAL
 
 
 async def ensure_events_stream(bus: Bus, max_age_s: float, max_bytes: int) -> None:

@@ -25,9 +25,9 @@ from switchyard.services.gateway.core import (
 )
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.params import Strict, refuse_unsupported
-from switchyard.services.gateway.relay import Encoder, frames_of, sse, stream_response, whole_answers
 from switchyard.services.gateway.response_format import ResponseFormatIn, StructuredOutputs, response_format_of
-from switchyard.services.gateway.run import Run
+from switchyard.services.gateway.runs.relay import Encoder, frames_of, sse, stream_response, whole_answers
+from switchyard.services.gateway.runs.run import Run
 from switchyard.services.gateway.tool_calls import (
     NamedChoice,
     ToolDef,

@@ -8,7 +8,7 @@ from switchyard.schemas import subjects as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.core import Gateway
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.files import fetch_file, fetch_file_list, put_file
+from switchyard.services.gateway.product.files import fetch_file, fetch_file_list, put_file
 
 MAX_ATTACHED = 10
 

@@ -25,7 +25,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from switchyard.schemas import ChatEvent, ErrorCode
 from switchyard.services.gateway.core import Gateway
 from switchyard.services.gateway.errors import ApiError, error_response
-from switchyard.services.gateway.run import TERMINAL, Run
+from switchyard.services.gateway.runs.run import TERMINAL, Run
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # (answer index, sequence number, event): what an encoder is given.

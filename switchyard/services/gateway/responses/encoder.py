@@ -17,7 +17,7 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ErrorCode, ErrorInfo, ToolEvent, Usage
-from switchyard.services.gateway.relay import Encoder, sse
+from switchyard.services.gateway.runs.relay import Encoder, sse
 from switchyard.services.gateway.tool_calls import parse_calls
 
 # What OpenAI names our error codes in a failed response's `error.code` (the SDK knows only its own).

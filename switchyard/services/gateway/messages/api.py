@@ -13,15 +13,6 @@ from pydantic import Field
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ChatMessage, ErrorCode, Usage
-from switchyard.services.gateway.anthropic_tools import (
-    AnthropicTool,
-    AnthropicToolChoice,
-    pipeline_choice,
-    result_text,
-    tool_specs,
-    tool_use_block,
-    used,
-)
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import (
@@ -33,8 +24,17 @@ from switchyard.services.gateway.core import (
     start_run,
 )
 from switchyard.services.gateway.errors import ApiError
+from switchyard.services.gateway.messages.tools import (
+    AnthropicTool,
+    AnthropicToolChoice,
+    pipeline_choice,
+    result_text,
+    tool_specs,
+    tool_use_block,
+    used,
+)
 from switchyard.services.gateway.params import Strict, refuse_unsupported
-from switchyard.services.gateway.relay import Encoder, frames_of, sse, stream_response, whole_answers
+from switchyard.services.gateway.runs.relay import Encoder, frames_of, sse, stream_response, whole_answers
 from switchyard.services.gateway.tool_calls import check_tool_grammars, parse_call
 
 router = APIRouter()

@@ -52,7 +52,7 @@ class PdfReader:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "switchyard.services.gateway.pdf_worker",
+            "switchyard.services.gateway.product.pdf_worker",
             self._limits(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from switchyard.services.gateway import conversations_api, files_api, knowledge_api
+from switchyard.services.gateway.product import conversations as conversations_api
+from switchyard.services.gateway.product import files_api
+from switchyard.services.gateway.product import knowledge as knowledge_api
 
 router = APIRouter()
 router.include_router(conversations_api.router)
