@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import structlog
 from fastapi import APIRouter, Depends, FastAPI
@@ -103,11 +104,23 @@ def body_limits(settings: GatewaySettings) -> Callable[[str], int]:
     return limit_for
 
 
-def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
-    gw = Gateway(settings=settings, bus=bus, keys=keys)
+def create_app(
+    settings: GatewaySettings,
+    bus: Bus | None = None,
+    keys: KeyStore | None = None,
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+) -> FastAPI:
+    """On a bus and key store the caller owns (tests), or with a lifespan that opens them (lifespan.py)."""
+    metrics = Metrics()
     # FastAPI's own docs pages load Swagger UI / ReDoc from a CDN; openapi.install serves our own page.
-    app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
-    app.state.gateway = gw
+    app = FastAPI(
+        title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json", lifespan=lifespan
+    )
+    app.state.metrics = metrics
+    if bus is not None and keys is not None:
+        app.state.gateway = Gateway(settings=settings, bus=bus, keys=keys, metrics=metrics)
+    elif lifespan is None:
+        raise ValueError("create_app needs a bus and a key store, or a lifespan that opens them")
     errors.install(app)
     app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
     app.include_router(chat_api.router)
@@ -134,5 +147,5 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     openapi.install(app)
     web.install(app)
     app.add_middleware(BodyLimit, limit_for=body_limits(settings))
-    app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
+    app.add_middleware(RequestIdMiddleware, metrics=metrics)
     return app
