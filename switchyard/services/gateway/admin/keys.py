@@ -5,7 +5,7 @@ everywhere."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
@@ -47,7 +47,7 @@ def _bad(e: ValueError) -> ApiError:
     return ApiError(ErrorCode.bad_request, str(e))
 
 
-@admin_router.post("/v1/admin/keys", status_code=201)
+@admin_router.post("/v1/admin/keys", status_code=201, response_model=KeySecret)
 async def create(gw: Gw, body: Annotated[NewKey, json_body(NewKey)]) -> KeySecret:
     """A new key; `key` (the secret) is in this response only."""
     try:
@@ -56,7 +56,12 @@ async def create(gw: Gw, body: Annotated[NewKey, json_body(NewKey)]) -> KeySecre
         raise _bad(e) from e
 
 
-@admin_router.get("/v1/admin/keys")
+class KeyList(BaseModel):
+    object: Literal["list"]
+    data: list[KeyView]
+
+
+@admin_router.get("/v1/admin/keys", response_model=KeyList)
 async def list_keys(gw: Gw, tenant: TenantQuery = None) -> JSONResponse:
     now = now_ms()
     views = [KeyView.of(k, now).model_dump(mode="json") for k in await gw.keys.list(tenant or None)]
@@ -70,12 +75,12 @@ async def _view(gw: Gateway, key_id: str) -> KeyView:
     return KeyView.of(key, now_ms())
 
 
-@admin_router.get("/v1/admin/keys/{key_id}")
+@admin_router.get("/v1/admin/keys/{key_id}", response_model=KeyView)
 async def get_key(key_id: KeyIdPath, gw: Gw) -> KeyView:
     return await _view(gw, key_id)
 
 
-@admin_router.patch("/v1/admin/keys/{key_id}")
+@admin_router.patch("/v1/admin/keys/{key_id}", response_model=KeyView)
 async def patch_key(key_id: KeyIdPath, gw: Gw, body: Annotated[KeyUpdate, json_body(KeyUpdate)]) -> KeyView:
     try:
         view = await update_key(gw.keys, key_id, body, now_ms(), gw.key_policy.announce)
@@ -93,18 +98,18 @@ async def _revoke(gw: Gateway, key_id: str) -> KeyView:
     return view
 
 
-@admin_router.delete("/v1/admin/keys/{key_id}")
+@admin_router.delete("/v1/admin/keys/{key_id}", response_model=KeyView)
 async def delete_key(key_id: KeyIdPath, gw: Gw) -> KeyView:
     """Revokes the key (its row stays, for the records that name it); the same as POST .../revoke."""
     return await _revoke(gw, key_id)
 
 
-@admin_router.post("/v1/admin/keys/{key_id}/revoke")
+@admin_router.post("/v1/admin/keys/{key_id}/revoke", response_model=KeyView)
 async def revoke(key_id: KeyIdPath, gw: Gw) -> KeyView:
     return await _revoke(gw, key_id)
 
 
-@admin_router.post("/v1/admin/keys/{key_id}/rotate")
+@admin_router.post("/v1/admin/keys/{key_id}/rotate", response_model=KeySecret)
 async def rotate(key_id: KeyIdPath, gw: Gw) -> KeySecret:
     """A new secret for the key (same id, tenant, policy and usage); the old secret is refused at once."""
     try:
@@ -157,7 +162,7 @@ async def _budgets(gw: Gateway, view: KeyView, now: int) -> dict[str, BudgetStat
     }
 
 
-@admin_router.get("/v1/admin/keys/{key_id}/usage")
+@admin_router.get("/v1/admin/keys/{key_id}/usage", response_model=KeyUsageReply)
 async def usage(key_id: KeyIdPath, gw: Gw, params: Annotated[UsageParams, Query()]) -> KeyUsageReply:
     """Tokens and requests from the request records, by model and by UTC day; the window defaults to the
     last 30 days."""

@@ -54,7 +54,7 @@ async def _replicas(gw: Gateway) -> list[Heartbeat]:
     return list((await TypedKV(kv, Heartbeat, bus.js, subjects.REPLICAS_BUCKET).items()).values())
 
 
-@admin_router.get("/v1/admin/models")
+@admin_router.get("/v1/admin/models", response_model=ModelEntryList)
 async def list_models(gw: Gw) -> ModelEntryList:
     """Every registry entry, and its pool's replicas that heartbeat now."""
     registry = gw.settings.registry
@@ -68,7 +68,7 @@ async def list_models(gw: Gw) -> ModelEntryList:
     return ModelEntryList(data=entries)
 
 
-@admin_router.post("/v1/admin/models", status_code=201)
+@admin_router.post("/v1/admin/models", status_code=201, response_model=ModelCard)
 async def add_model(gw: Gw, body: Annotated[ModelCard, json_body(ModelCard)]) -> ModelCard:
     """Adds `body` to the registry and starts its pool; answers once a replica of it serves (201 with the
     entry), else 400 (a bad entry: nothing was started) or 503 (no supervisor, or the pool did not come up,
@@ -92,7 +92,7 @@ async def add_model(gw: Gw, body: Annotated[ModelCard, json_body(ModelCard)]) ->
     return card
 
 
-@admin_router.delete("/v1/admin/models/{name}")
+@admin_router.delete("/v1/admin/models/{name}", response_model=ModelCard)
 async def remove_model(name: ModelName, gw: Gw) -> ModelCard:
     """Removes the model from the registry (new requests for it: 404) and stops its pool once the requests it
     holds have finished; the removed entry."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
 from switchyard.libs.bus import BusError
 from switchyard.libs.models import ModelCard
@@ -23,6 +24,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas.embeddings import EMBEDDING_DIM, EMBEDDING_MAX_TOKENS, EMBEDDING_MODEL, EMBEDDING_MODEL_ALIASES
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.core import Gw
 from switchyard.services.gateway.errors import ApiError
@@ -33,12 +35,24 @@ router = APIRouter()
 admin_router = APIRouter()
 
 
-@router.get("/healthz")
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """`/readyz`: every stage's health probe; 503 with `missing` when one does not answer ok."""
+
+    status: Literal["ready", "unavailable"]
+    stages: dict[str, dict[str, Any]]
+    missing: list[str] | None = None
+
+
+@router.get("/healthz", response_model=Health)
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(gw: Gw) -> JSONResponse:
     stages = [s for s in subjects.STAGES if s != "gateway"]
 
@@ -60,7 +74,7 @@ async def readyz(gw: Gw) -> JSONResponse:
     return JSONResponse({"status": "ready", "stages": results})
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=Response, responses=route_docs.prometheus())
 async def metrics(gw: Gw) -> Response:
     return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -135,7 +149,16 @@ def span_tree(spans: list[SpanRecord]) -> list[dict[str, Any]]:
     return roots
 
 
-@admin_router.get("/v1/admin/requests/{rid}")
+class RequestDetail(BaseModel):
+    """One request as the log service holds it: its record, its spans, and the spans as a tree."""
+
+    rid: str
+    record: dict[str, Any]
+    spans: list[dict[str, Any]]
+    tree: list[dict[str, Any]]
+
+
+@admin_router.get("/v1/admin/requests/{rid}", response_model=RequestDetail)
 async def admin_request(rid: RidPath, gw: Gw) -> JSONResponse:
     reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
     return JSONResponse(

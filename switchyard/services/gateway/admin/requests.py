@@ -20,6 +20,7 @@ from switchyard.schemas import (
     PreferenceList,
     PreferenceQuery,
     ReplayRequest,
+    ReplayResult,
     RequestExport,
     RequestList,
     RequestListQuery,
@@ -32,6 +33,7 @@ from switchyard.schemas.subjects import (
     ADMIN_REQUESTS_LIST,
     ADMIN_STATS,
 )
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import AdminKey
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw
@@ -123,13 +125,13 @@ class StatsParams(BaseModel):
         return self
 
 
-@router.get("/v1/admin/requests")
+@router.get("/v1/admin/requests", response_model=RequestList)
 async def list_requests(gw: Gw, filters: Annotated[RequestFilters, Query()]) -> JSONResponse:
     got: RequestList = await gw.bus.request(ADMIN_REQUESTS_LIST, filters.query(), RequestList, timeout=ASK_S)
     return JSONResponse(got.model_dump(mode="json"))
 
 
-@router.get("/v1/admin/stats")
+@router.get("/v1/admin/stats", response_model=Stats)
 async def stats(gw: Gw, params: Annotated[StatsParams, Query()]) -> JSONResponse:
     got: Stats = await gw.bus.request(ADMIN_STATS, params.query(), Stats, timeout=ASK_S)
     return JSONResponse(got.model_dump(mode="json"))
@@ -149,7 +151,7 @@ async def _jsonl_requests(gw: Gateway, q: RequestListQuery, limit: int | None) -
         q = q.model_copy(update={"cursor": page.next_cursor})
 
 
-@router.get("/v1/admin/export/requests")
+@router.get("/v1/admin/export/requests", response_class=StreamingResponse, responses=route_docs.jsonl())
 async def export_requests(gw: Gw, filters: Annotated[ExportFilters, Query()]) -> StreamingResponse:
     """Logged requests as JSONL (newest first), with the same filters as the list; `max` caps the count."""
     q = filters.query().model_copy(update={"limit": 50, "cursor": None})
@@ -170,7 +172,7 @@ async def _jsonl_preferences(gw: Gateway, q: PreferenceQuery) -> AsyncIterator[b
         q = q.model_copy(update={"cursor": page.next_cursor})
 
 
-@router.get("/v1/admin/export/preferences")
+@router.get("/v1/admin/export/preferences", response_class=StreamingResponse, responses=route_docs.jsonl())
 async def export_preferences(gw: Gw, tenant: Annotated[Text, Query()] = None) -> StreamingResponse:
     """Preference pairs as JSONL: prompt, chosen, rejected (and both rids)."""
     q = PreferenceQuery(tenant=tenant, limit=100)
@@ -178,7 +180,7 @@ async def export_preferences(gw: Gw, tenant: Annotated[Text, Query()] = None) ->
     return StreamingResponse(_jsonl_preferences(gw, q), media_type="application/x-ndjson")
 
 
-@router.post("/v1/admin/replay/{rid}")
+@router.post("/v1/admin/replay/{rid}", response_model=ReplayResult)
 async def replay_request(
     rid: RidPath, gw: Gw, key: AdminKey, body: Annotated[ReplayRequest, json_body(ReplayRequest, optional=True)]
 ) -> JSONResponse:

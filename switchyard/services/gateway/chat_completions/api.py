@@ -11,6 +11,7 @@ from pydantic import Field
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ChatMessage, ErrorCode, TokenLogprob, Usage
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import (
@@ -303,7 +304,7 @@ def logprobs_of(logprobs: bool | None, top: int | None) -> int | None:
     return (top or 0) if logprobs else None
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", responses=route_docs.json_or_sse())
 async def chat_completions(
     request: Request, gw: Gw, key: Principal, body: Annotated[CompletionRequest, json_body(CompletionRequest)]
 ) -> Response:

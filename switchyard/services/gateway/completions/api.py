@@ -16,6 +16,7 @@ from pydantic import Field
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ErrorCode, TokenLogprob, Usage
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.chat_completions.api import FINISH, StreamOptions
@@ -158,7 +159,7 @@ def completion_json(
     }
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", responses=route_docs.json_or_sse())
 async def completions(
     request: Request, gw: Gw, key: Principal, body: Annotated[TextCompletionRequest, json_body(TextCompletionRequest)]
 ) -> Response:

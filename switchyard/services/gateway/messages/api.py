@@ -13,6 +13,7 @@ from pydantic import Field
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ChatMessage, ErrorCode, Usage
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import (
@@ -245,7 +246,7 @@ def fold_message(frames: list[Any]) -> dict[str, Any]:
     return msg
 
 
-@router.post("/v1/messages")
+@router.post("/v1/messages", responses=route_docs.json_or_sse())
 async def messages(
     request: Request, gw: Gw, key: Principal, body: Annotated[MessagesRequest, json_body(MessagesRequest)]
 ) -> Response:

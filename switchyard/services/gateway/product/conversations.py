@@ -1,6 +1,6 @@
 """Conversations: create, list (newest first, cursor pages), rename, delete, search.
 
-`GET /v1/conversations/{id}` (the thread) lives in chat_api.py. This router is included before it so
+`GET /v1/conversations/{id}` (the thread) lives in simple_chat/api.py. This router is included before it so
 that `/v1/conversations/search` is not taken for a conversation id. Lists and search show the key's
 own conversations (every one of the tenant's for a key without a user); reads by id are tenant-wide.
 A chat id names a conversation within the key's tenant only: another tenant's use of the same id
@@ -52,7 +52,7 @@ class RenameConversation(BaseModel):
     title: str = Field(min_length=1, max_length=200)
 
 
-@router.post("/v1/conversations")
+@router.post("/v1/conversations", status_code=201, response_model=ConversationSummary)
 async def create(
     gw: Gw, key: Principal, body: Annotated[CreateConversation, json_body(CreateConversation, optional=True)]
 ) -> JSONResponse:
@@ -79,7 +79,7 @@ async def create(
     return JSONResponse(summary.model_dump(mode="json"), status_code=201)
 
 
-@router.get("/v1/conversations")
+@router.get("/v1/conversations", response_model=ConversationList)
 async def list_conversations(
     gw: Gw,
     key: Principal,
@@ -97,7 +97,7 @@ async def list_conversations(
     return JSONResponse(page.model_dump(mode="json"))
 
 
-@router.get("/v1/conversations/search")
+@router.get("/v1/conversations/search", response_model=SearchReply)
 async def search(
     gw: Gw,
     key: Principal,
@@ -115,7 +115,7 @@ async def search(
     return JSONResponse(reply.model_dump(mode="json"))
 
 
-@router.patch("/v1/conversations/{chat_id}")
+@router.patch("/v1/conversations/{chat_id}", response_model=ConversationSummary)
 async def rename(
     chat_id: ChatIdPath, gw: Gw, key: Principal, body: Annotated[RenameConversation, json_body(RenameConversation)]
 ) -> JSONResponse:
@@ -130,7 +130,7 @@ async def rename(
     return JSONResponse(summary.model_dump(mode="json"))
 
 
-@router.delete("/v1/conversations/{chat_id}")
+@router.delete("/v1/conversations/{chat_id}", response_model=DeleteAck)
 async def delete(chat_id: ChatIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,

@@ -77,7 +77,19 @@ async def publish(gw: Gateway, fb: Feedback) -> None:
         raise ApiError(ErrorCode.unavailable, f"feedback not stored: {e}") from e
 
 
-@router.post("/v1/feedback")
+class ThumbsStored(BaseModel):
+    rid: str
+    rating: Literal["up", "down"]
+    stored: bool
+
+
+class PreferenceStored(BaseModel):
+    chosen: str
+    rejected: str
+    stored: bool
+
+
+@router.post("/v1/feedback", status_code=202, response_model=ThumbsStored)
 async def thumbs(gw: Gw, key: Principal, body: Annotated[ThumbsBody, json_body(ThumbsBody)]) -> JSONResponse:
     await own_request(gw, key, body.rid)
     fb = Feedback(
@@ -93,7 +105,7 @@ async def thumbs(gw: Gw, key: Principal, body: Annotated[ThumbsBody, json_body(T
     return JSONResponse({"rid": body.rid, "rating": body.rating, "stored": True}, status_code=202)
 
 
-@router.post("/v1/feedback/preference")
+@router.post("/v1/feedback/preference", status_code=202, response_model=PreferenceStored)
 async def preference(
     gw: Gw, key: Principal, body: Annotated[PreferenceBody, json_body(PreferenceBody)]
 ) -> JSONResponse:

@@ -17,7 +17,16 @@ from pathlib import PurePosixPath
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from switchyard.schemas import DeleteAck, ErrorCode, FileListQuery, FileQuery, FileUpload
+from switchyard.schemas import (
+    DeleteAck,
+    ErrorCode,
+    FileContent,
+    FileInfo,
+    FileList,
+    FileListQuery,
+    FileQuery,
+    FileUpload,
+)
 from switchyard.schemas import subjects as subj
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
@@ -127,7 +136,7 @@ async def extract_text(data: bytes, media_type: str, pdf: PdfReader) -> str:
     return text.replace("\r\n", "\n")
 
 
-@router.post("/v1/files")
+@router.post("/v1/files", status_code=201, response_model=FileInfo)
 async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
     """multipart/form-data: `file` (required), `chatId` (optional: attach to that conversation)."""
     content_type = request.headers.get("content-type", "")
@@ -158,19 +167,19 @@ async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
     return JSONResponse(info.model_dump(mode="json"), status_code=201)
 
 
-@router.get("/v1/files")
+@router.get("/v1/files", response_model=FileList)
 async def list_files(gw: Gw, key: Principal, chat_id: ChatIdQuery = None) -> JSONResponse:
     got = await fetch_file_list(gw, FileListQuery(tenant=key.tenant, user=key.user, chat_id=chat_id))
     return JSONResponse(got.model_dump(mode="json"))
 
 
-@router.get("/v1/files/{file_id}")
+@router.get("/v1/files/{file_id}", response_model=FileContent)
 async def get_file(file_id: FileIdPath, gw: Gw, key: Principal) -> JSONResponse:
     got = await fetch_file(gw, key.tenant, file_id)
     return JSONResponse(got.model_dump(mode="json"))
 
 
-@router.delete("/v1/files/{file_id}")
+@router.delete("/v1/files/{file_id}", response_model=DeleteAck)
 async def delete_file(file_id: FileIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,

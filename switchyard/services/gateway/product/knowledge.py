@@ -58,7 +58,7 @@ class SetSafetyPolicy(BaseModel):
     policy: TenantSafety
 
 
-@router.get("/v1/memory")
+@router.get("/v1/memory", response_model=MemoryList)
 async def memory_list(gw: Gw, key: Principal) -> JSONResponse:
     items = await ask(
         gw,
@@ -71,7 +71,7 @@ async def memory_list(gw: Gw, key: Principal) -> JSONResponse:
     return JSONResponse(items.model_dump(mode="json"))
 
 
-@router.post("/v1/memory")
+@router.post("/v1/memory", status_code=201, response_model=MemoryItem)
 async def memory_add(gw: Gw, key: Principal, body: Annotated[NewMemory, json_body(NewMemory)]) -> JSONResponse:
     item = await ask(
         gw,
@@ -84,7 +84,7 @@ async def memory_add(gw: Gw, key: Principal, body: Annotated[NewMemory, json_bod
     return JSONResponse(item.model_dump(mode="json"), status_code=201)
 
 
-@router.delete("/v1/memory/{item_id}")
+@router.delete("/v1/memory/{item_id}", response_model=DeleteAck)
 async def memory_delete(item_id: ItemIdPath, gw: Gw, key: Principal) -> JSONResponse:
     ack = await ask(
         gw,
@@ -97,7 +97,7 @@ async def memory_delete(item_id: ItemIdPath, gw: Gw, key: Principal) -> JSONResp
     return JSONResponse(ack.model_dump(mode="json"))
 
 
-@admin_router.put("/v1/admin/instructions")
+@admin_router.put("/v1/admin/instructions", response_model=Instructions)
 async def instructions_set(gw: Gw, body: Annotated[SetInstructions, json_body(SetInstructions)]) -> JSONResponse:
     saved = await ask(
         gw,
@@ -110,7 +110,7 @@ async def instructions_set(gw: Gw, body: Annotated[SetInstructions, json_body(Se
     return JSONResponse(saved.model_dump(mode="json"))
 
 
-@admin_router.get("/v1/admin/instructions")
+@admin_router.get("/v1/admin/instructions", response_model=Instructions)
 async def instructions_get(
     gw: Gw, key: AdminKey, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
 ) -> JSONResponse:
@@ -122,7 +122,7 @@ async def instructions_get(
     return JSONResponse(got.model_dump(mode="json"))
 
 
-@admin_router.put("/v1/admin/safety-policy")
+@admin_router.put("/v1/admin/safety-policy", response_model=SafetyPolicyEntry)
 async def safety_policy_set(gw: Gw, body: Annotated[SetSafetyPolicy, json_body(SetSafetyPolicy)]) -> JSONResponse:
     saved = await ask(
         gw,
@@ -135,7 +135,7 @@ async def safety_policy_set(gw: Gw, body: Annotated[SetSafetyPolicy, json_body(S
     return JSONResponse(saved.model_dump(mode="json"))
 
 
-@admin_router.get("/v1/admin/safety-policy")
+@admin_router.get("/v1/admin/safety-policy", response_model=SafetyPolicyEntry)
 async def safety_policy_get(
     gw: Gw, key: AdminKey, tenant: Annotated[str | None, Query(min_length=1, max_length=200)] = None
 ) -> JSONResponse:

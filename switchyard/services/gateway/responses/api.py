@@ -6,7 +6,7 @@ of a chain opens a conversation whose chat id is that response's id, and a reque
 prompt budget like any chat) is the chain's context, and the chain shows in the console as a conversation.
 A response id names both: `resp_<rid>` for a chain's first response, `resp_<first rid>_<rid>` after it.
 
-Every body here is the fold of the response's own stream events (responses_stream.py): the stream, the
+Every body here is the fold of the response's own stream events (encoder.py): the stream, the
 non-streaming body, a background response read back and a stored one read back come from one encoder.
 """
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 import re
 import time
 from collections import OrderedDict
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from switchyard.schemas import (
     ChatEvent,
@@ -32,6 +33,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas import subjects as subj
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
@@ -215,7 +217,7 @@ async def _chain(gw: Gateway, request: Request, tenant: str, user: str, previous
     return conv.chat_id
 
 
-@router.post("/v1/responses")
+@router.post("/v1/responses", responses=route_docs.json_or_sse())
 async def create_response(
     request: Request, gw: Gw, key: Principal, body: Annotated[ResponsesRequest, json_body(ResponsesRequest)]
 ) -> Response:
@@ -296,7 +298,13 @@ async def get_response(response_id: ResponseIdPath, request: Request, gw: Gw, ke
     return JSONResponse(folded(ResponseEncoder(template, _call_names(turn.answer)), turn_events(turn)))
 
 
-@router.delete("/v1/responses/{response_id}")
+class ResponseDeleted(BaseModel):
+    id: str
+    object: Literal["response"]
+    deleted: bool
+
+
+@router.delete("/v1/responses/{response_id}", response_model=ResponseDeleted)
 async def delete_response(response_id: ResponseIdPath, gw: Gw, key: Principal) -> JSONResponse:
     chat_id, rid = chain_ids(response_id)
     await ask(

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from switchyard.schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
 from switchyard.schemas.messages import Mode
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
@@ -63,7 +64,7 @@ class ChatEncoder(Encoder):
         return [sse(chat_payload(event), event=event.type, id=seq)]
 
 
-@router.post("/chat")
+@router.post("/chat", response_class=EventSourceResponse, responses=route_docs.sse())
 async def chat(
     request: Request, gw: Gw, key: Principal, body: Annotated[ChatRequest, json_body(ChatRequest)]
 ) -> Response:
@@ -113,7 +114,7 @@ async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Item]:
             yield 0, *item
 
 
-@router.get("/v1/streams/{rid}")
+@router.get("/v1/streams/{rid}", response_class=EventSourceResponse, responses=route_docs.sse())
 async def resume(
     rid: RidPath,
     gw: Gw,
@@ -134,7 +135,14 @@ async def resume(
     return sse_response(gw, items, ChatEncoder())
 
 
-@router.post("/v1/streams/{rid}/cancel")
+class Cancelling(BaseModel):
+    """The 202 of a Stop: the run is told to stop; its stream ends with the partial text."""
+
+    rid: str
+    status: Literal["cancelling"]
+
+
+@router.post("/v1/streams/{rid}/cancel", status_code=202, response_model=Cancelling)
 async def stop(rid: RidPath, gw: Gw, key: Principal) -> JSONResponse:
     """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
     run = _local_run(gw, rid, key.tenant)
@@ -151,7 +159,7 @@ async def stop(rid: RidPath, gw: Gw, key: Principal) -> JSONResponse:
     return JSONResponse({"rid": rid, "status": "cancelling"}, status_code=202)
 
 
-@router.get("/v1/conversations/{chat_id}")
+@router.get("/v1/conversations/{chat_id}", response_model=ConversationReply)
 async def conversation(chat_id: ChatIdPath, gw: Gw, key: Principal) -> JSONResponse:
     reply = await ask(
         gw,
