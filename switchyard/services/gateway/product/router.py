@@ -1,5 +1,5 @@
 """The product routes (conversations, files, memory) as one router, so the
-app includes them with one line. It goes before chat_api's: `/v1/conversations/search` must not be
+app includes them with one line. It goes before simple_chat's: `/v1/conversations/search` must not be
 taken for the conversation id "search"."""
 
 from __future__ import annotations
