@@ -79,6 +79,29 @@ async def metrics(gw: Gw) -> Response:
     return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+class ModelInfo(BaseModel):
+    """OpenAI's model object and what it adds (kind, context length, capabilities, aliases...)."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    kind: Literal["generation", "embedding"]
+    context_length: int | None = None
+    capabilities: dict[str, bool]
+    aliases: list[str]
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelInfo]
+
+
+class ToolList(BaseModel):
+    object: Literal["list"]
+    data: list[dict[str, Any]]  # {"type": "function", "function": the tool's JSON schema}
+
+
 def model_json(card: ModelCard) -> dict[str, Any]:
     """OpenAI's model object, plus what a client needs to choose one: its kind, context length, capabilities,
     aliases."""
@@ -111,14 +134,14 @@ def embedding_model_json() -> dict[str, Any]:
     }
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", response_model=None, responses=route_docs.body(ModelList))
 async def models(gw: Gw, key: Principal) -> dict[str, Any]:
     """Every served model, as the live registry holds it now, and the embedding model."""
     data = [model_json(c) for c in gw.settings.registry.models]
     return {"object": "list", "data": [*data, embedding_model_json()]}
 
 
-@router.get("/v1/models/{model_id:path}")
+@router.get("/v1/models/{model_id:path}", response_model=None, responses=route_docs.body(ModelInfo))
 async def model(model_id: str, gw: Gw, key: Principal) -> dict[str, Any]:
     if model_id in EMBEDDING_MODEL_ALIASES:
         return embedding_model_json()
@@ -128,7 +151,7 @@ async def model(model_id: str, gw: Gw, key: Principal) -> dict[str, Any]:
     return model_json(card)
 
 
-@router.get("/v1/tools")
+@router.get("/v1/tools", response_model=None, responses=route_docs.body(ToolList))
 async def tools(gw: Gw, key: Principal) -> dict[str, Any]:
     """The server-side tools the pipeline runs before the model writes (asked of the tools stage)."""
     reply = await gw.bus.request(subjects.TOOLS_SPECS, ToolSpecsQuery(tenant=key.tenant), ToolSpecs, timeout=3.0)

@@ -188,13 +188,17 @@ async def replay_request(
     return JSONResponse(result.model_dump(mode="json"))
 
 
-@router.get("/v1/admin/keys/standing")
+class StandingList(BaseModel):
+    data: list[KeyStanding]
+
+
+@router.get("/v1/admin/keys/standing", response_model=None, responses=route_docs.body(StandingList))
 async def list_standing(gw: Gw) -> dict[str, object]:
     await gw.standings.kv()
     return {"data": [s.model_dump() for s in gw.standings.all()]}
 
 
-@router.post("/v1/admin/keys/{key_id}/reinstate")
+@router.post("/v1/admin/keys/{key_id}/reinstate", response_model=None, responses=route_docs.body(KeyStanding))
 async def reinstate(key_id: KeyIdPath, gw: Gw) -> dict[str, object]:
     # Only a key the store knows: anything else (a typo, a non-ASCII id the bucket could not even name)
     # is 404 and writes nothing.

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from fastapi import APIRouter, Request
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from switchyard.libs.bus import BusError
 from switchyard.libs.bus import headers as H
@@ -29,6 +29,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas.embeddings import EMBEDDING_DIM, EMBEDDING_MODEL, EMBEDDING_MODEL_ALIASES
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw, _parent_context, request_id
@@ -161,7 +162,25 @@ async def record(
     )
 
 
-@router.post("/v1/embeddings")
+class Embedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str  # a string with encoding_format=base64
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(BaseModel):
+    object: Literal["list"]
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
+@router.post("/v1/embeddings", response_model=None, responses=route_docs.body(EmbeddingList))
 async def embeddings(
     request: Request, gw: Gw, key: Principal, body: Annotated[EmbeddingsRequest, json_body(EmbeddingsRequest)]
 ) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_core import PydanticSerializationError
 
 from switchyard.libs.store.keys import ApiKey
@@ -21,6 +21,7 @@ from switchyard.schemas import (
     TokenizeReply,
     subjects,
 )
+from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.chat_completions.api import OpenAIMessage, split_messages
@@ -97,7 +98,24 @@ def check_prompt(gw: Gateway, prompt: str) -> None:
         raise ApiError(ErrorCode.bad_request, "prompt is not valid Unicode (lone surrogate)") from e
 
 
-@router.post("/tokenize")
+class Tokenized(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = None  # only with return_token_strs
+
+
+class Detokenized(BaseModel):
+    prompt: str
+
+
+class TokenCount(BaseModel):
+    """Anthropic's count_tokens answer."""
+
+    input_tokens: int
+
+
+@router.post("/tokenize", response_model=None, responses=route_docs.body(Tokenized))
 async def tokenize(
     request: Request, gw: Gw, key: Principal, body: Annotated[TokenizeRequest, json_body(TokenizeRequest)]
 ) -> dict[str, Any]:
@@ -124,7 +142,7 @@ async def tokenize(
     return out
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", response_model=None, responses=route_docs.body(Detokenized))
 async def detokenize(
     request: Request, gw: Gw, key: Principal, body: Annotated[DetokenizeRequest, json_body(DetokenizeRequest)]
 ) -> dict[str, Any]:
@@ -146,7 +164,7 @@ async def detokenize(
     return {"prompt": reply.prompt}
 
 
-@router.post("/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", response_model=None, responses=route_docs.body(TokenCount))
 async def count_tokens(
     request: Request, gw: Gw, key: Principal, body: Annotated[CountTokensRequest, json_body(CountTokensRequest)]
 ) -> dict[str, Any]:
