@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 import structlog
 from fastapi import APIRouter, Depends, FastAPI
@@ -14,31 +15,27 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from switchyard.libs.bus import Bus
 from switchyard.libs.store.keys import KeyStore
 from switchyard.schemas import ErrorCode, ErrorInfo
-from switchyard.services.gateway import (
-    admin_api,
-    anthropic_api,
-    chat_api,
-    completions_api,
-    embeddings_api,
-    errors,
-    feedback_api,
-    files_api,
-    keys_api,
-    knowledge_api,
-    models_api,
-    openai_api,
-    openapi,
-    ops_api,
-    responses_api,
-    tokens_api,
-    web,
-)
+from switchyard.services.gateway import errors, openapi, web
+from switchyard.services.gateway.admin import keys as keys_api
+from switchyard.services.gateway.admin import models as models_api
+from switchyard.services.gateway.admin import ops as ops_api
+from switchyard.services.gateway.admin import requests as admin_api
 from switchyard.services.gateway.auth import require_admin
 from switchyard.services.gateway.body import BodyLimit
+from switchyard.services.gateway.chat_completions import api as openai_api
+from switchyard.services.gateway.completions import api as completions_api
 from switchyard.services.gateway.core import Gateway
+from switchyard.services.gateway.embeddings import api as embeddings_api
+from switchyard.services.gateway.messages import api as anthropic_api
 from switchyard.services.gateway.metrics import Metrics
-from switchyard.services.gateway.product import router as product_router
+from switchyard.services.gateway.product import feedback as feedback_api
+from switchyard.services.gateway.product import files_api
+from switchyard.services.gateway.product import knowledge as knowledge_api
+from switchyard.services.gateway.product.router import router as product_router
+from switchyard.services.gateway.responses import api as responses_api
 from switchyard.services.gateway.settings import GatewaySettings
+from switchyard.services.gateway.simple_chat import api as chat_api
+from switchyard.services.gateway.tokens import api as tokens_api
 
 log = structlog.get_logger()
 
@@ -107,11 +104,23 @@ def body_limits(settings: GatewaySettings) -> Callable[[str], int]:
     return limit_for
 
 
-def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
-    gw = Gateway(settings=settings, bus=bus, keys=keys)
+def create_app(
+    settings: GatewaySettings,
+    bus: Bus | None = None,
+    keys: KeyStore | None = None,
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+) -> FastAPI:
+    """On a bus and key store the caller owns (tests), or with a lifespan that opens them (lifespan.py)."""
+    metrics = Metrics()
     # FastAPI's own docs pages load Swagger UI / ReDoc from a CDN; openapi.install serves our own page.
-    app = FastAPI(title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
-    app.state.gateway = gw
+    app = FastAPI(
+        title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json", lifespan=lifespan
+    )
+    app.state.metrics = metrics
+    if bus is not None and keys is not None:
+        app.state.gateway = Gateway(settings=settings, bus=bus, keys=keys, metrics=metrics)
+    elif lifespan is None:
+        raise ValueError("create_app needs a bus and a key store, or a lifespan that opens them")
     errors.install(app)
     app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
     app.include_router(chat_api.router)
@@ -138,5 +147,5 @@ def create_app(settings: GatewaySettings, bus: Bus, keys: KeyStore) -> FastAPI:
     openapi.install(app)
     web.install(app)
     app.add_middleware(BodyLimit, limit_for=body_limits(settings))
-    app.add_middleware(RequestIdMiddleware, metrics=gw.metrics)
+    app.add_middleware(RequestIdMiddleware, metrics=metrics)
     return app

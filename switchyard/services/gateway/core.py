@@ -33,10 +33,10 @@ from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.key_policy import KeyPolicy
 from switchyard.services.gateway.lazy import OpenedOnUse
 from switchyard.services.gateway.metrics import Metrics
-from switchyard.services.gateway.pdf import PdfReader
-from switchyard.services.gateway.resume import mark_owner
-from switchyard.services.gateway.run import Run
-from switchyard.services.gateway.runs import Runs
+from switchyard.services.gateway.product.pdf import PdfReader
+from switchyard.services.gateway.runs.resume import mark_owner
+from switchyard.services.gateway.runs.run import Run
+from switchyard.services.gateway.runs.runs import Runs
 from switchyard.services.gateway.settings import GatewaySettings
 from switchyard.services.gateway.standing import Standings
 

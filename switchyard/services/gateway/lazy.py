@@ -1,6 +1,7 @@
-"""A bus-backed object the gateway opens on first use (its key-value bucket needs the running loop, and
-tests run the app without a lifespan). When opening fails the gateway serves without it and tries again a
-little later: limits and budgets protect the pipeline, they must not take it down."""
+"""A bus-backed object the gateway opens when it is first asked for: at startup by the lifespan
+(lifespan.py), else on first use (tests run the app without a lifespan). When opening fails the gateway
+serves without it and tries again 30 s later: limits and budgets protect the pipeline, they must not take
+it down, and a bus without JetStream at startup may have it a little later."""
 
 from __future__ import annotations
 

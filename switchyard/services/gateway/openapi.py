@@ -1,12 +1,12 @@
 """The OpenAPI document at `/openapi.json`, made true to the API.
 
-FastAPI's own document says little here: handlers read their bodies through the `json_body` dependency (so
-the error shape, 415 and 413 come before validation), stream SSE or JSONL, and answer errors in one shape. So
-the generated document is completed from this table: the request body of each operation (the same pydantic
-model the handler reads), its success status and media types, the error statuses it can answer with their
-shape, the admin query strings as clients write them (times and durations are strings their models parse),
-and the two ways to present a key. FastAPI's 422 never happens (bad
-input is 400), so it is removed."""
+Each route declares its success itself: status_code, response_model for a JSON body, and `responses=`
+(route_docs.py) for server-sent events, JSON lines and Prometheus text. What FastAPI cannot see is
+completed here: handlers read their bodies through the `json_body` dependency (so the error shape, 415 and
+413 come before validation), so the request body of each operation is named from `BODIES` (the same
+pydantic model the handler reads); the error statuses it can answer, in their one shape; the admin query
+strings as clients write them (times and durations are strings their models parse); and the two ways to
+present a key. FastAPI's 422 never happens (bad input is 400), so it is removed."""
 
 from __future__ import annotations
 
@@ -19,20 +19,20 @@ from pydantic.json_schema import models_json_schema
 
 from switchyard.libs.store.key_admin import KeyUpdate, NewKey
 from switchyard.schemas import ModelCard, ReplayRequest
-from switchyard.services.gateway.anthropic_api import MessagesRequest
 from switchyard.services.gateway.body import MAX_JSON_DEPTH
-from switchyard.services.gateway.chat_api import ChatRequest
-from switchyard.services.gateway.completions_api import TextCompletionRequest
-from switchyard.services.gateway.conversations_api import CreateConversation, RenameConversation
-from switchyard.services.gateway.embeddings_api import EmbeddingsRequest
-from switchyard.services.gateway.feedback_api import PreferenceBody, ThumbsBody
-from switchyard.services.gateway.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
-from switchyard.services.gateway.knowledge_api import NewMemory, SetInstructions, SetSafetyPolicy
-from switchyard.services.gateway.openai_api import CompletionRequest
-from switchyard.services.gateway.responses_input import ResponsesRequest
-from switchyard.services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
+from switchyard.services.gateway.chat_completions.api import CompletionRequest
+from switchyard.services.gateway.completions.api import TextCompletionRequest
+from switchyard.services.gateway.embeddings.api import EmbeddingsRequest
+from switchyard.services.gateway.messages.api import MessagesRequest
+from switchyard.services.gateway.product.conversations import CreateConversation, RenameConversation
+from switchyard.services.gateway.product.feedback import PreferenceBody, ThumbsBody
+from switchyard.services.gateway.product.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
+from switchyard.services.gateway.product.knowledge import NewMemory, SetInstructions, SetSafetyPolicy
+from switchyard.services.gateway.responses.request import ResponsesRequest
+from switchyard.services.gateway.simple_chat.api import ChatRequest
+from switchyard.services.gateway.tokens.api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 
-JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
+JSON = "application/json"
 
 BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/chat"): ChatRequest,
@@ -58,27 +58,6 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
 }
 # Bodies a client may leave out.
 OPTIONAL_BODIES = {("post", "/v1/conversations"), ("post", "/v1/admin/replay/{rid}")}
-
-# (status, media types) of success, where it is not 200 with JSON.
-SUCCESS: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {
-    ("post", "/chat"): ("200", (SSE,)),
-    ("get", "/v1/streams/{rid}"): ("200", (SSE,)),
-    ("post", "/v1/streams/{rid}/cancel"): ("202", (JSON,)),
-    ("post", "/v1/chat/completions"): ("200", (JSON, SSE)),
-    ("post", "/v1/completions"): ("200", (JSON, SSE)),
-    ("post", "/v1/messages"): ("200", (JSON, SSE)),
-    ("post", "/v1/responses"): ("200", (JSON, SSE)),
-    ("post", "/v1/conversations"): ("201", (JSON,)),
-    ("post", "/v1/files"): ("201", (JSON,)),
-    ("post", "/v1/memory"): ("201", (JSON,)),
-    ("post", "/v1/admin/keys"): ("201", (JSON,)),
-    ("post", "/v1/admin/models"): ("201", (JSON,)),
-    ("post", "/v1/feedback"): ("202", (JSON,)),
-    ("post", "/v1/feedback/preference"): ("202", (JSON,)),
-    ("get", "/metrics"): ("200", ("text/plain",)),
-    ("get", "/v1/admin/export/requests"): ("200", (JSONL,)),
-    ("get", "/v1/admin/export/preferences"): ("200", (JSONL,)),
-}
 
 PUBLIC = {("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics")}
 
@@ -205,12 +184,11 @@ def _complete(method: str, path: str, op: dict[str, Any]) -> None:
     params += [{"name": n, "in": "query", "required": False, "schema": s} for n, s in QUERY.get(key, {}).items()]
     if params:
         op["parameters"] = params
-    status, media = SUCCESS.get(key, ("200", (JSON,)))
-    responses: dict[str, Any] = {status: {"description": "success", "content": {m: {"schema": {}} for m in media}}}
+    # Success is what the route declares (status_code, response_model, responses= from route_docs.py);
+    # FastAPI's 422 never happens (bad input is 400), and every error has the one shape.
+    responses = {code: r for code, r in op.get("responses", {}).items() if code != "422"}
     error = {JSON: {"schema": _error_schema(path.startswith("/v1/messages"))}}
     if key in PUBLIC:
-        if path == "/readyz":
-            responses["503"] = {"description": "some stage is not ready", "content": {JSON: {"schema": {}}}}
         responses |= {code: {"description": ERRORS[code], "content": error} for code in ("405", "500")}
     else:
         op["security"] = [{"bearer": []}, {"apiKey": []}]

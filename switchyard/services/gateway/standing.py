@@ -1,5 +1,5 @@
 """Key standing: the logger suspends abusive keys, every gateway enforces it, an admin reinstates
-(admin_api.py).
+(admin/requests.py).
 
 The gateway keeps a local copy of the `key_standing` bucket through a watch, so checking a key on
 every request costs no round trip."""

@@ -42,7 +42,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.services.gateway.app import create_app
-from switchyard.services.gateway.resume import ensure_events_stream
+from switchyard.services.gateway.runs.resume import ensure_events_stream
 from switchyard.services.gateway.settings import GatewaySettings, TierLimits
 from tests.wait import wait_for
 

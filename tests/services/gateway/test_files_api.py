@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from switchyard.libs.bus import NatsServer
-from switchyard.services.gateway import files_api
+from switchyard.services.gateway.product import files_api
 from tests.services.gateway.product import Product, pdf_with, product
 from tests.services.gateway.test_conversations_api import assert_error, chat
 

@@ -11,7 +11,7 @@ import structlog
 
 from switchyard.services.gateway import app as app_module
 from switchyard.services.gateway.body import MAX_JSON_DEPTH
-from switchyard.services.gateway.files_api import MAX_FILE_TEXT_BYTES
+from switchyard.services.gateway.product.files_api import MAX_FILE_TEXT_BYTES
 from tests.services.gateway.harness import Gateway, Responder
 
 MODEL = "SmolLM2-135M-Instruct"

@@ -12,13 +12,18 @@ import httpx
 import openai
 import pytest
 
-from switchyard.services.gateway.anthropic_api import AnthropicMessage, Block, MessagesRequest
-from switchyard.services.gateway.anthropic_tools import AnthropicTool, AnthropicToolChoice
-from switchyard.services.gateway.embeddings_api import EmbeddingsRequest
-from switchyard.services.gateway.openai_api import CompletionRequest, ContentPart, OpenAIMessage, StreamOptions
+from switchyard.services.gateway.chat_completions.api import (
+    CompletionRequest,
+    ContentPart,
+    OpenAIMessage,
+    StreamOptions,
+)
+from switchyard.services.gateway.embeddings.api import EmbeddingsRequest
+from switchyard.services.gateway.messages.api import AnthropicMessage, Block, MessagesRequest
+from switchyard.services.gateway.messages.tools import AnthropicTool, AnthropicToolChoice
 from switchyard.services.gateway.params import Strict
 from switchyard.services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs
-from switchyard.services.gateway.tokens_api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
+from switchyard.services.gateway.tokens.api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 from switchyard.services.gateway.tool_calls import FunctionDef, NamedChoice, ToolDef
 from switchyard.services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder

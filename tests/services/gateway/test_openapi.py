@@ -10,8 +10,31 @@ from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 from starlette.routing import Mount
 
-from switchyard.services.gateway.openapi import BODIES, ERRORS, PUBLIC, SUCCESS
+from switchyard.services.gateway.openapi import BODIES, ERRORS, PUBLIC
 from tests.services.gateway.harness import Gateway
+
+JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
+# (status, media types) of success where it is not 200 with JSON: each route declares it (status_code,
+# responses=); the document must say it.
+SUCCESS: dict[tuple[str, str], tuple[str, set[str]]] = {
+    ("post", "/chat"): ("200", {SSE}),
+    ("get", "/v1/streams/{rid}"): ("200", {SSE}),
+    ("post", "/v1/streams/{rid}/cancel"): ("202", {JSON}),
+    ("post", "/v1/chat/completions"): ("200", {JSON, SSE}),
+    ("post", "/v1/completions"): ("200", {JSON, SSE}),
+    ("post", "/v1/messages"): ("200", {JSON, SSE}),
+    ("post", "/v1/responses"): ("200", {JSON, SSE}),
+    ("post", "/v1/conversations"): ("201", {JSON}),
+    ("post", "/v1/files"): ("201", {JSON}),
+    ("post", "/v1/memory"): ("201", {JSON}),
+    ("post", "/v1/admin/keys"): ("201", {JSON}),
+    ("post", "/v1/admin/models"): ("201", {JSON}),
+    ("post", "/v1/feedback"): ("202", {JSON}),
+    ("post", "/v1/feedback/preference"): ("202", {JSON}),
+    ("get", "/metrics"): ("200", {"text/plain"}),
+    ("get", "/v1/admin/export/requests"): ("200", {JSONL}),
+    ("get", "/v1/admin/export/preferences"): ("200", {JSONL}),
+}
 
 
 async def test_openapi_document_is_true_to_the_routes(gw: Gateway) -> None:
@@ -36,6 +59,13 @@ async def test_openapi_document_is_true_to_the_routes(gw: Gateway) -> None:
         assert "422" not in op["responses"], key  # bad input is 400 here
         if key not in PUBLIC:
             assert set(ERRORS) <= set(op["responses"]) and op["security"], key
+    for key, op in ops.items():
+        status, media = SUCCESS.get(key, ("200", {JSON}))
+        assert [c for c in op["responses"] if c.startswith("2")] == [status], key
+        assert set(op["responses"][status].get("content", {})) == media, key
+    # A JSON body a pydantic model describes is in the document, not `{}`.
+    card = ops[("post", "/v1/admin/models")]["responses"]["201"]["content"]["application/json"]["schema"]
+    assert "$ref" in card, card
     anthropic_error = ops[("post", "/v1/messages")]["responses"]["500"]["content"]["application/json"]["schema"]
     assert anthropic_error["required"] == ["type", "error"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from switchyard.schemas import ErrorCode
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.pdf import PdfReader
+from switchyard.services.gateway.product.pdf import PdfReader
 from switchyard.services.gateway.settings import GatewaySettings
 from tests.services.gateway.product import pdf_bomb, pdf_of, pdf_with
 

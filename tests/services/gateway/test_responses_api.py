@@ -13,7 +13,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from switchyard.services.gateway.params import Strict
-from switchyard.services.gateway.responses_input import (
+from switchyard.services.gateway.responses.request import (
     FunctionChoice,
     FunctionTool,
     InputItem,

@@ -1,0 +1,1 @@
+"""Admin and ops routes: keys, models, requests and replay, health and metrics."""

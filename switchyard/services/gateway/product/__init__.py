@@ -1,0 +1,1 @@
+"""Product routes: conversations, files, memory and knowledge, feedback."""

@@ -1,0 +1,203 @@
+"""The one relay from runs to clients.
+
+Streaming: `follow` reads one run (or several, OpenAI's `n`) as a reader (attached while it reads, so a
+client that leaves cancels what nobody reads any more); an `Encoder` turns each `ChatEvent` into the
+protocol's SSE events (/chat, OpenAI, Anthropic: pure, no I/O); `sse_response` sends them with
+sse-starlette, which also sends the protocol's keep-alive and notices the client leaving. Each event
+goes out as it arrives: nothing here buffers.
+
+Not streaming (and the first event of a stream, held so that an early error gets its real status):
+`collect` reads the events while waiting on the client's disconnect message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from switchyard.schemas import ChatEvent, ErrorCode
+from switchyard.services.gateway.core import Gateway
+from switchyard.services.gateway.errors import ApiError, error_response
+from switchyard.services.gateway.runs.run import TERMINAL, Run
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# (answer index, sequence number, event): what an encoder is given.
+Item = tuple[int, int, ChatEvent]
+
+
+_json = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+
+def sse(data: Any, event: str | None = None, id: int | None = None) -> ServerSentEvent:
+    """One event; `data` is compact JSON (UTF-8 as it is, keys in order) unless it is already a string
+    (OpenAI's `[DONE]`). One encode per frame, by msgspec: a delta's whole cost here is a few µs."""
+    payload = data if isinstance(data, str) else _json(data).decode()
+    return ServerSentEvent(payload, event=event, id=None if id is None else str(id), sep="\n")
+
+
+class Encoder:
+    """A protocol's framing of a run: what opens the stream, each event's SSE events, what closes it, and
+    what keeps a quiet line alive (by default nothing, nothing, and a comment)."""
+
+    def opening(self) -> list[ServerSentEvent]:
+        return []
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        raise NotImplementedError
+
+    def closing(self) -> list[ServerSentEvent]:
+        return []
+
+    def keepalive(self) -> ServerSentEvent:
+        return ServerSentEvent(comment="keepalive", sep="\n")
+
+
+async def _read(gw: Gateway, run: Run, after: int) -> AsyncIterator[tuple[int, ChatEvent]]:
+    gw.runs.attach(run)
+    completed = False
+    try:
+        async for item in run.follow(after):
+            yield item
+        completed = True
+    finally:
+        gw.runs.detach(run, completed)
+
+
+async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator[Item]:
+    """The runs' events as they come (each run's own in order), up to each one's last."""
+    if len(runs) == 1:
+        async for seq, event in _read(gw, runs[0], after):
+            yield 0, seq, event
+        return
+    queue: asyncio.Queue[Item | None] = asyncio.Queue()
+
+    async def pump(index: int, run: Run) -> None:
+        try:
+            async for seq, event in _read(gw, run, after):
+                await queue.put((index, seq, event))
+        finally:
+            await queue.put(None)
+
+    tasks = [asyncio.create_task(pump(i, r)) for i, r in enumerate(runs)]
+    try:
+        open_runs = len(tasks)
+        while open_runs:
+            item = await queue.get()
+            if item is None:
+                open_runs -= 1
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def frames_of(encoder: Encoder, answers: list[list[ChatEvent]]) -> list[Any]:
+    """The data of every frame the encoder would stream for these answers (each JSON payload decoded): what a
+    protocol folds into its whole, non-streaming body, so that body is never a second derivation."""
+    frames = [*encoder.opening()]
+    for index, events in enumerate(answers):
+        for seq, event in enumerate(events):
+            frames += encoder.encode(index, seq, event)
+    frames += encoder.closing()
+    return [_decode(str(f.data)) for f in frames if f.data is not None]
+
+
+def _decode(data: str) -> Any:
+    try:
+        return _json_decode(data)
+    except msgspec.DecodeError:
+        return data  # OpenAI's `[DONE]`
+
+
+async def encoded(items: AsyncIterator[Item], encoder: Encoder) -> AsyncIterator[ServerSentEvent]:
+    for e in encoder.opening():
+        yield e
+    async for index, seq, event in items:
+        for e in encoder.encode(index, seq, event):
+            yield e
+    for e in encoder.closing():
+        yield e
+
+
+def sse_response(gw: Gateway, items: AsyncIterator[Item], encoder: Encoder) -> EventSourceResponse:
+    return EventSourceResponse(
+        encoded(items, encoder),
+        headers=SSE_HEADERS,
+        ping=gw.settings.keepalive_s,
+        ping_message_factory=encoder.keepalive,
+        sep="\n",
+    )
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns when the client disconnects: the body is read, so the next message is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def collect(gw: Gateway, runs: list[Run], request: Request, *, first_only: bool = False) -> list[list[ChatEvent]]:
+    """Each run's events up to its last one (or only the first run's first); what came if the client left."""
+    if first_only:
+        runs = runs[:1]
+    got: list[list[ChatEvent]] = [[] for _ in runs]
+
+    async def read(i: int, run: Run) -> None:
+        async for _, event in run.follow():
+            got[i].append(event)
+            if first_only:
+                return
+
+    for run in runs:
+        gw.runs.attach(run)
+    completed = False
+    reading: asyncio.Future[Any] = asyncio.gather(*(read(i, r) for i, r in enumerate(runs)))
+    gone: asyncio.Future[Any] = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait([reading, gone], return_when=asyncio.FIRST_COMPLETED)
+        completed = reading.done()
+    finally:
+        for task in (reading, gone):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        for run in runs:
+            gw.runs.detach(run, completed)
+    return got
+
+
+def terminal_error(events: list[ChatEvent]) -> ApiError | None:
+    if events and events[-1].type == "error" and events[-1].error is not None:
+        info = events[-1].error
+        return ApiError(info.code, info.message)
+    return None
+
+
+async def stream_response(gw: Gateway, runs: list[Run], request: Request, encoder: Encoder) -> Response:
+    """The stream, its status line held until the first event: a request the pipeline refuses (policy,
+    deadline) then gets its real status, and the SDK raises its own exception type."""
+    (first,) = await collect(gw, runs, request, first_only=True)
+    err = terminal_error(first)
+    if err is not None:
+        return error_response(err, request.url.path)
+    return sse_response(gw, follow(gw, runs), encoder)
+
+
+async def whole_answers(gw: Gateway, runs: list[Run], request: Request) -> list[list[ChatEvent]] | JSONResponse:
+    """Every run's events to its end, or the error response for the first that did not end well."""
+    answers = await collect(gw, runs, request)
+    for events in answers:
+        if not events or events[-1].type not in TERMINAL:
+            return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
+        err = terminal_error(events)
+        if err is not None:
+            return error_response(err, request.url.path)
+    return answers

@@ -1,0 +1,73 @@
+"""Resuming a stream that another gateway replica relays (the relaying replica's own copy is its `Run`, run.py).
+
+A memory-backed JetStream stream captures `chat.events.>` for a few minutes, so any replica can replay a
+request's events in order and follow the rest live. Sequence numbers are positions among the rid's
+messages, the same ids the relaying replica gave them (it numbers events in the order the server
+delivered them). The relaying replica's own copy stays the fast path; this is the fallback.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator
+
+from switchyard.libs.bus import Bus
+from switchyard.libs.bus import headers as H
+from switchyard.libs.bus.capture import ensure_memory_stream, follow, last_headers
+from switchyard.schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
+from switchyard.schemas.frames import decode_event
+from switchyard.services.gateway.errors import ApiError
+from switchyard.services.gateway.runs.run import TERMINAL
+
+
+async def ensure_events_stream(bus: Bus, max_age_s: float, max_bytes: int) -> None:
+    await ensure_memory_stream(
+        bus, subjects.CHAT_EVENTS_STREAM, [subjects.CHAT_EVENTS_ALL, subjects.CHAT_OWNER_ALL], max_age_s, max_bytes
+    )
+
+
+async def mark_owner(bus: Bus, rid: str, tenant: str) -> None:
+    """Published by the relaying replica at launch; JetStream keeps it beside the events."""
+    await bus.publish_marker(subjects.chat_owner(rid), {H.TENANT: tenant, H.RID: rid})
+
+
+async def stream_tenant(bus: Bus, rid: str) -> str | None:
+    """The tenant a kept stream belongs to, or None when none is kept."""
+    headers = await last_headers(bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_owner(rid))
+    return (headers or {}).get(H.TENANT) or None
+
+
+async def owned(bus: Bus, rid: str, tenant: str) -> None:
+    # Another tenant's stream, one without a tenant, and none at all look the same: 404.
+    if await stream_tenant(bus, rid) != tenant:
+        raise ApiError(ErrorCode.not_found, f"stream {rid!r} not found")
+
+
+async def kept_events(
+    bus: Bus, rid: str, after: int, idle_s: float, timeout_s: float
+) -> AsyncIterator[tuple[int, ChatEvent] | None]:
+    """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet."""
+    deadline = time.monotonic() + timeout_s
+    seq = -1
+    events = follow(
+        bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_events(rid), functools.partial(decode_event, rid), idle_s
+    )
+    try:
+        async for event in events:
+            if event is None:
+                if time.monotonic() > deadline:
+                    info = ErrorInfo.of(ErrorCode.deadline_exceeded, "stream did not finish in time")
+                    yield seq + 1, ChatEvent(rid=rid, type="error", error=info)
+                    return
+                yield None
+                continue
+            if event.type == "holder":
+                continue  # for the gateway that launched the run, never relayed or numbered
+            seq += 1
+            if seq > after:
+                yield seq, event
+            if event.type in TERMINAL:
+                return
+    finally:
+        await events.aclose()

@@ -1,0 +1,362 @@
+"""The gateway's runs (`gw.runs`): admitting, launching, ending and closing each `Run` (run.py).
+
+A run subscribes to `chat.events.<rid>` before the work is published (so no event is lost). Every way a
+launched run ends goes through `Runs._end`. When the last reader leaves before the end, the run is
+cancelled (after an optional grace period) so inference stops decoding for nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from switchyard.libs.bus import Bus, BusError, Liveness
+from switchyard.libs.bus import headers as H
+from switchyard.libs.bus.bus import FORWARD_ACK_S
+from switchyard.schemas import (
+    CancelNotice,
+    ChatEvent,
+    ErrorCode,
+    ErrorInfo,
+    SaveTurn,
+    SaveTurnAck,
+    StageRecord,
+    Turn,
+    Usage,
+    Work,
+    WorkAccepted,
+    subjects,
+)
+from switchyard.schemas.frames import decode_event
+from switchyard.services.gateway.errors import ApiError, status_of
+from switchyard.services.gateway.metrics import Metrics
+from switchyard.services.gateway.runs.run import CLIENT_STOPS, TERMINAL, Phase, Rerun, Run
+from switchyard.services.gateway.settings import GatewaySettings
+
+log = structlog.get_logger()
+
+
+class Runs:
+    def __init__(self, bus: Bus, settings: GatewaySettings, metrics: Metrics):
+        self.bus = bus
+        self.settings = settings
+        self.metrics = metrics
+        self.by_rid: dict[str, Run] = {}
+        self.active = 0
+        self.liveness = Liveness(
+            bus,
+            self._holder_lost,
+            idle_s=settings.liveness_idle_s,
+            period_s=settings.liveness_period_s,
+            probe_s=settings.liveness_probe_s,
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- starting --------------------------------------------------------------------------
+
+    def begin(
+        self,
+        rid: str,
+        api: str,
+        route: str,
+        tenant: str,
+        key_id: str,
+        parent: otel_context.Context | None,
+        rerun: Rerun | None = None,
+    ) -> Run:
+        """Admit a request and open its server span; nothing is published yet."""
+        if self.active >= self.settings.max_active_streams:
+            self.metrics.rate_limited.labels("admission").inc()
+            raise ApiError(
+                ErrorCode.overloaded,
+                f"gateway is at its limit of {self.settings.max_active_streams} concurrent streams",
+                retry_after=1,
+            )
+        attributes = {
+            "http.request.method": route.split(" ", 1)[0],
+            "http.route": route.split(" ", 1)[-1],
+            "switchyard.rid": rid,
+            "switchyard.tenant": tenant,
+            "switchyard.api": api,
+        }
+        if rerun is not None:
+            attributes["switchyard.replay_of"] = rerun.of
+        span = self.bus.tracer.start_span(route, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+        run = Run(rid=rid, api=api, route=route, tenant=tenant, key_id=key_id, span=span, rerun=rerun)
+        self.active += 1
+        self.metrics.active_streams.set(self.active)
+        return run
+
+    async def abandon(self, run: Run, error: BusError) -> None:
+        """A request refused before launch (unknown chat, limit): return its lease, close the span, keep nothing."""
+        if run.phase is not Phase.admitted:  # the publish itself failed: it is a run, and ends like one
+            await self._end(run, ChatEvent(rid=run.rid, type="error", error=error.info()))
+            return
+        run.to(Phase.refused)
+        await self._run_hooks(run)
+        run.span.set_status(Status(StatusCode.ERROR, error.message))
+        run.span.set_attribute("http.response.status_code", status_of(error))
+        run.span.end()
+        self.active -= 1
+        self.metrics.active_streams.set(self.active)
+
+    @contextlib.asynccontextmanager
+    async def starting(self, run: Run) -> AsyncIterator[None]:
+        """Around everything between `begin` and a launched run: a failure abandons the run, as its error."""
+        try:
+            yield
+        except BusError as e:
+            await self.abandon(run, e)
+            raise
+        except Exception as e:
+            err = ApiError(ErrorCode.unavailable, f"bus: {e}")
+            await self.abandon(run, err)
+            raise err from e
+
+    async def launch(self, run: Run, work: Work, subject: str = subjects.CONTEXT) -> None:
+        """Subscribe to the run's events, then publish its work to `subject` (a re-run may skip stages)."""
+        run.work = work
+        deadline_ms = H.now_ms() + int(self.settings.request_timeout_s * 1000)
+
+        async def on_event(event: ChatEvent) -> None:
+            await self._receive(run, event)
+
+        run.sub = await self.bus.watch_frames(
+            subjects.chat_events(run.rid), functools.partial(decode_event, run.rid), on_event
+        )
+        run.to(Phase.running)
+        self.by_rid[run.rid] = run
+        run.holder = self.liveness.watch(run.rid)
+        loop = asyncio.get_running_loop()
+        run.timers.append(loop.call_later(self.settings.request_timeout_s, self._expire, run))
+        # The server must know the subscription before the work goes out, or the first events could be lost.
+        await self.bus.flush()
+        with run.activate():
+            # Acked at once by a replica; nobody listening fails the request now, not at its deadline.
+            await self.bus.request(
+                subject,
+                work,
+                WorkAccepted,
+                timeout=FORWARD_ACK_S,
+                rid=run.rid,
+                tenant=run.tenant,
+                deadline_ms=deadline_ms,
+            )
+
+    # ---- events ----------------------------------------------------------------------------
+
+    async def _receive(self, run: Run, event: ChatEvent) -> None:
+        if not run.live:
+            return
+        if event.type == "holder":
+            run.holder.took(event.stage or "", event.replica or "")
+            return
+        run.holder.heard()
+        if run.cancel_reason in CLIENT_STOPS and event.type in ("delta", "thinking"):
+            return  # in flight behind the client's Stop: it is not shown, so it is not saved either
+        if run.first_token_s is None and event.type in ("delta", "thinking") and event.text:
+            # Relayed to the client as it arrives; a tool result, a refusal or an error is no first token.
+            run.first_token_s = time.perf_counter() - run.t0
+            self.metrics.ttft.labels(run.api).observe(run.first_token_s)
+        if event.type in TERMINAL:
+            await self._end(run, event)
+        else:
+            run.push(event)
+
+    async def _run_hooks(self, run: Run) -> None:
+        for hook in run.on_finish:
+            try:
+                await hook(run)
+            except Exception:
+                log.exception("finish hook failed", rid=run.rid)
+
+    async def _end(self, run: Run, event: ChatEvent, *, ours: bool = False) -> None:
+        """The one way a launched run ends. Settle the request (limits) before the client sees the last
+        event: a client that sends its next request the moment it gets `done` must find its stream lease
+        already returned.
+
+        `ours`: the gateway made this event (deadline, Stop without an answer, holder lost, shutdown); it
+        goes on the bus too, so a replica replaying the stream sees the same ending."""
+        if not run.live:
+            return
+        run.to(Phase.ending)
+        run.last = event
+        if ours:
+            try:
+                await self.bus.publish(subjects.chat_events(run.rid), event, rid=run.rid, tenant=run.tenant)
+            except Exception as e:
+                log.warning("last event not published", rid=run.rid, error=str(e))
+        await self._run_hooks(run)
+        run.push(event)
+        run.to(Phase.ended)
+        self._spawn(self._close(run))
+
+    async def _holder_lost(self, rid: str, stage: str, replica: str, why: str) -> None:
+        """The process holding the run died, or what it sent on was lost: end it now, keeping what the
+        client already has."""
+        run = self.by_rid.get(rid)
+        if run is None or not run.live:
+            return
+        self.metrics.cancels.labels("holder_lost").inc()
+        if why == "gone":
+            info = ErrorInfo.of(ErrorCode.unavailable, f"the {stage} stage stopped while answering; please retry")
+        else:
+            info = ErrorInfo.of(ErrorCode.unavailable, f"the answer was lost in transit after {stage}; please retry")
+        run.span.add_event("holder_lost", {"stage": stage, "replica": replica, "why": why})
+        self._spawn(self._publish_cancel(run, "holder_lost"))
+        if stage == "safety_out" and why == "gone":
+            await self._save_relayed(run)  # the stage that would have saved the turn is gone
+        await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
+
+    async def _save_relayed(self, run: Run) -> None:
+        work = run.work
+        if work is None or not work.persist or not work.chat_id:
+            return
+        text = "".join(e.text for e in run.events if e.type == "delta")
+        turn = Turn(
+            id=uuid.uuid4().hex,
+            rid=run.rid,
+            user_text=work.text,
+            answer=text,
+            status="error",
+            usage=Usage(),
+            created_ms=H.now_ms(),
+        )
+        try:
+            await self.bus.request(
+                subjects.SAVE_TURN,
+                SaveTurn(tenant=work.tenant, user=work.user, chat_id=work.chat_id, turn=turn),
+                SaveTurnAck,
+                deadline_ms=H.now_ms() + 10_000,
+            )
+        except Exception as e:
+            log.warning("partial answer not saved", rid=run.rid, error=str(e))
+
+    def _expire(self, run: Run) -> None:
+        if not run.live:
+            return
+        info = ErrorInfo.of(ErrorCode.deadline_exceeded, f"no answer within {self.settings.request_timeout_s:g}s")
+        self._spawn(self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True))
+        self._spawn(self._publish_cancel(run, "deadline_exceeded"))
+
+    async def _publish_cancel(self, run: Run, reason: str) -> None:
+        self.metrics.cancels.labels(reason).inc()
+        delivered = None
+        if reason in CLIENT_STOPS:
+            delivered = sum(len(e.text) for e in run.events if e.type == "delta")
+        try:
+            with run.activate():
+                await self.bus.publish(
+                    subjects.chat_cancel(run.rid),
+                    CancelNotice(rid=run.rid, reason=reason, delivered_chars=delivered),
+                    rid=run.rid,
+                    tenant=run.tenant,
+                )
+        except Exception as e:
+            log.warning("cancel not published", rid=run.rid, error=str(e))
+
+    async def cancel(self, run: Run, reason: str) -> None:
+        """Stop a running request; the pipeline answers with its last event, or we end it ourselves."""
+        if run.phase is not Phase.running:
+            return
+        run.to(Phase.cancelling)
+        run.cancel_reason = reason
+        run.span.add_event("cancel", {"reason": reason})
+        await self._publish_cancel(run, reason)
+        loop = asyncio.get_running_loop()
+        run.timers.append(loop.call_later(self.settings.cancel_wait_s, self._cancel_timeout, run))
+
+    def _cancel_timeout(self, run: Run) -> None:
+        done = ChatEvent(rid=run.rid, type="done", finish_reason="cancelled", usage=Usage())
+        self._spawn(self._end(run, done, ours=True))
+
+    # ---- readers ---------------------------------------------------------------------------
+
+    def attach(self, run: Run) -> None:
+        run.readers += 1
+
+    def detach(self, run: Run, completed: bool) -> None:
+        """Synchronous on purpose: it runs in `finally` of a response the server may be cancelling."""
+        run.readers -= 1
+        if completed or run.readers > 0 or run.phase is not Phase.running:
+            return
+        grace = self.settings.resume_grace_s
+        if grace <= 0:
+            self._spawn(self.cancel(run, "client_disconnected"))
+            return
+
+        def later() -> None:
+            if run.readers == 0:
+                self._spawn(self.cancel(run, "client_disconnected"))
+
+        run.timers.append(asyncio.get_running_loop().call_later(grace, later))
+
+    # ---- closing ---------------------------------------------------------------------------
+
+    async def _close(self, run: Run) -> None:
+        """After the last event: stop watching, then the span and the gateway's record, each made here only."""
+        if run.phase is not Phase.ended:
+            return
+        run.to(Phase.closed)
+        self.liveness.forget(run.rid)
+        for timer in run.timers:
+            timer.cancel()
+        if run.sub is not None:
+            with contextlib.suppress(Exception):
+                await run.sub.unsubscribe()
+        self.active -= 1
+        self.metrics.active_streams.set(self.active)
+        duration = time.perf_counter() - run.t0
+        status = run.client_status
+        self.metrics.stream_duration.labels(run.api, status).observe(duration)
+        error = run.error
+        run.span.set_attribute("http.response.status_code", 200)
+        run.span.set_attribute("switchyard.client_status", status)
+        if error is not None:
+            run.span.set_status(Status(StatusCode.ERROR, error.message))
+        with run.activate():
+            await self.bus.log_stage(
+                StageRecord(
+                    rid=run.rid,
+                    stage="gateway",
+                    tenant=run.tenant,
+                    started_ms=run.started_ms,
+                    duration_ms=duration * 1000,
+                    status="error" if error is not None else "ok",
+                    error=error,
+                    part=run.part(),
+                )
+            )
+        run.span.end()
+        run.timers = [asyncio.get_running_loop().call_later(self.settings.resume_ttl_s, self._forget, run.rid)]
+
+    def _forget(self, rid: str) -> None:
+        self.by_rid.pop(rid, None)
+
+    async def close(self) -> None:
+        """Shutdown: cancel what still runs so inference frees it, and record it."""
+        await self.liveness.close()
+        for run in list(self.by_rid.values()):
+            if run.live:
+                await self.cancel(run, "gateway_shutdown")
+                info = ErrorInfo.of(ErrorCode.unavailable, "gateway shutting down")
+                await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True)
+            await self._close(run)
+        for run in self.by_rid.values():
+            for timer in run.timers:
+                timer.cancel()
+        self.by_rid.clear()

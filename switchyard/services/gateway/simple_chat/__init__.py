@@ -1,0 +1,1 @@
+"""The `/chat` protocol, and resuming or stopping a stream by rid."""

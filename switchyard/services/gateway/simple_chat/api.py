@@ -1,0 +1,172 @@
+"""The simple protocol: `POST /chat` streams SSE; conversations; resuming and stopping a stream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from switchyard.schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
+from switchyard.schemas.messages import Mode
+from switchyard.services.gateway import route_docs
+from switchyard.services.gateway.ask import ask
+from switchyard.services.gateway.auth import Principal
+from switchyard.services.gateway.body import json_body
+from switchyard.services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
+from switchyard.services.gateway.errors import ApiError
+from switchyard.services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath, Id, RidPath
+from switchyard.services.gateway.product.chat_files import attach_files
+from switchyard.services.gateway.runs.relay import Encoder, Item, follow, sse, sse_response
+from switchyard.services.gateway.runs.resume import kept_events, owned
+from switchyard.services.gateway.runs.run import Phase, Run
+
+router = APIRouter()
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    chat_id: str = Field(alias="chatId", pattern=CHAT_ID_PATTERN)
+    text: str
+    model: str | None = None
+    mode: Mode | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+    stop: list[str] | None = None
+    file_ids: list[Id] = Field(default_factory=list, alias="fileIds", max_length=10)
+
+
+def chat_payload(event: ChatEvent) -> dict[str, Any]:
+    """The `data` of one /chat SSE event."""
+    if event.type in ("delta", "thinking"):
+        return {"text": event.text}
+    if event.type == "tool":
+        return event.tool.model_dump(mode="json") if event.tool is not None else {}
+    if event.type == "done":
+        usage = event.usage.model_dump(mode="json") if event.usage is not None else {}
+        return {**usage, "finish_reason": event.finish_reason, "model": event.model, "rid": event.rid}
+    if event.error is not None:
+        return event.error.model_dump(mode="json")
+    return {"message": "unknown error", "code": ErrorCode.internal.value, "type": "api_error"}
+
+
+class ChatEncoder(Encoder):
+    """Every event as `id: <seq>` / `event: <type>` / `data: <json>`; a comment keeps the line alive."""
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        return [sse(chat_payload(event), event=event.type, id=seq)]
+
+
+@router.post("/chat", response_class=EventSourceResponse, responses=route_docs.sse())
+async def chat(
+    request: Request, gw: Gw, key: Principal, body: Annotated[ChatRequest, json_body(ChatRequest)]
+) -> Response:
+    text = check_text(gw.settings, body.text)
+    model, mode = resolve_model(gw.settings, body.model)
+    if body.file_ids:
+        await attach_files(gw, key, body.chat_id, body.file_ids)
+    run = await start_run(
+        gw,
+        request,
+        key,
+        api="chat",
+        route="POST /chat",
+        text=text,
+        chat_id=body.chat_id,
+        model=model,
+        mode=body.mode or mode,
+        sampling=sampling(
+            gw.settings,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            max_tokens=body.max_tokens,
+            seed=body.seed,
+            stop=body.stop,
+        ),
+    )
+    return sse_response(gw, follow(gw, [run]), ChatEncoder())
+
+
+NOT_KEPT = "stream {rid!r} not found (or no longer kept)"
+
+
+def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
+    """This replica's copy of the stream; another tenant's is treated as absent."""
+    run = gw.runs.by_rid.get(rid)
+    if run is not None and run.tenant != tenant:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    return run
+
+
+async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Item]:
+    """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
+    timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
+    async for item in kept_events(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
+        if item is not None:  # quiet: sse-starlette keeps the line alive
+            yield 0, *item
+
+
+@router.get("/v1/streams/{rid}", response_class=EventSourceResponse, responses=route_docs.sse())
+async def resume(
+    rid: RidPath,
+    gw: Gw,
+    key: Principal,
+    last_event_id: Annotated[int | None, Header()] = None,
+    after: Annotated[int | None, Query()] = None,
+) -> Response:
+    """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live."""
+    after = last_event_id if last_event_id is not None else after if after is not None else -1
+    run = _local_run(gw, rid, key.tenant)
+    if run is not None:
+        items = follow(gw, [run], after)
+    elif gw.settings.resume_stream:
+        await owned(gw.bus, rid, key.tenant)
+        items = follow_kept(gw, rid, after)
+    else:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    return sse_response(gw, items, ChatEncoder())
+
+
+class Cancelling(BaseModel):
+    """The 202 of a Stop: the run is told to stop; its stream ends with the partial text."""
+
+    rid: str
+    status: Literal["cancelling"]
+
+
+@router.post("/v1/streams/{rid}/cancel", status_code=202, response_model=Cancelling)
+async def stop(rid: RidPath, gw: Gw, key: Principal) -> JSONResponse:
+    """The Stop button: inference frees the sequence; readers get the final event with the partial text."""
+    run = _local_run(gw, rid, key.tenant)
+    if run is not None:
+        await gw.runs.cancel(run, "stopped")
+        return JSONResponse(
+            {"rid": rid, "status": "finished" if run.phase is Phase.closed else "cancelling"}, status_code=202
+        )
+    if not gw.settings.resume_stream:
+        raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
+    # Relayed by another replica: the cancel reaches inference (and that replica's reader) through the bus.
+    await owned(gw.bus, rid, key.tenant)
+    await gw.bus.publish(subjects.chat_cancel(rid), CancelNotice(rid=rid, reason="stopped"), rid=rid, tenant=key.tenant)
+    return JSONResponse({"rid": rid, "status": "cancelling"}, status_code=202)
+
+
+@router.get("/v1/conversations/{chat_id}", response_model=ConversationReply)
+async def conversation(chat_id: ChatIdPath, gw: Gw, key: Principal) -> JSONResponse:
+    reply = await ask(
+        gw,
+        subjects.CONVERSATION_GET,
+        ConversationQuery(tenant=key.tenant, chat_id=chat_id, user=key.user),
+        ConversationReply,
+        tenant=key.tenant,
+        missing=f"conversation {chat_id!r}",
+    )
+    return JSONResponse(reply.model_dump(mode="json"))

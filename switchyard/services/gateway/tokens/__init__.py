@@ -1,0 +1,1 @@
+"""Tokenize, detokenize and count tokens."""
