@@ -58,7 +58,8 @@ async def test_an_empty_bucket_is_seeded_from_the_settings_and_a_full_one_is_lef
     # A reader opening the bucket takes it as it is, not its own settings.
     mine = ModelRegistry()
     live = await LiveModels.follow(bus, mine, bucket=bucket)
-    assert mine.names() == [DEFAULT_MODEL_NAME]
+    # The bucket's snapshot, or under load the watch's replay of it right after, replaces the settings'.
+    assert await live.wait_for(lambda r: r.names() == [DEFAULT_MODEL_NAME], 10.0), mine.names()
     await live.close()
 
 
