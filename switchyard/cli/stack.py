@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from switchyard import CHECKOUT
 from switchyard.cli.health import wait_pools_live, wait_stages_ready
 from switchyard.cli.pools import PoolManager
 from switchyard.cli.supervise import Backoff, ServiceStatus, StopLatch, SupervisorLog, describe_exit, write_status
@@ -30,9 +31,6 @@ from switchyard.libs.models import ModelRegistry
 # Start order: consumers of the log and the pipeline's back half first, the gateway last, so the
 # gateway's readiness probe finds everyone.
 SERVICES = ("logger", "context", "safety_in", "router", "tools", "inference", "safety_out", "gateway")
-
-# The folder that holds this package: what an interpreter of another virtualenv needs on its path.
-CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 class StackStopping(Exception):

@@ -7,8 +7,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from switchyard import CHECKOUT
+
 # Defaults point into the repository so tests and `make run` work from any cwd.
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = CHECKOUT
 INFRA = REPO_ROOT / "infra"
 
 

@@ -9,13 +9,11 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from switchyard import CHECKOUT
 from switchyard.schemas import ErrorCode
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.settings import GatewaySettings
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -48,7 +46,10 @@ class PdfReader:
 
     async def _run(self, data: bytes) -> dict[str, object]:
         timeout = self.settings.pdf_parse_timeout_s
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p),
+        }
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
