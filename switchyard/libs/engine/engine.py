@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 def engine_threads(requested: int = 0) -> int:
-    """Intra-op threads for the step loop: `requested` (EngineConfig.threads), else cores - 1.
+    """Intra-op threads for a busy step loop: `requested` (EngineConfig.threads), else cores - 1.
 
     With another busy process on the cores, an OpenMP team waits at every op for a member the
     kernel has descheduled, while one thread degrades gracefully (docs/benchmarks.md, "Measurements
@@ -53,6 +53,32 @@ def engine_threads(requested: int = 0) -> int:
     if requested > 0:
         return requested
     return max(1, (os.cpu_count() or 2) - 1)
+
+
+def step_threads(requested: int, batch: int, wide_batch: int) -> int:
+    """Intra-op threads for one step of `batch` sequences.
+
+    A small batch leaves the pipeline little to do per step (its work grows with the tokens a step
+    makes), so the step takes every core; the step thread runs niced (`_lower_priority`), so what the
+    pipeline does need preempts it at once instead of queueing behind it. A larger batch keeps a core
+    free, as `engine_threads` says. `requested` > 0 fixes the count whatever the batch.
+    """
+    if requested > 0:
+        return requested
+    if batch <= wide_batch:
+        return os.cpu_count() or 1
+    return engine_threads()
+
+
+def _lower_priority(nice: int) -> None:
+    """Nice this thread by `nice` more (Linux: per thread) before it makes its OpenMP team, whose threads inherit it."""
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:
+        log.warning("could not lower the engine thread's priority", exc_info=True)
 
 
 class EngineDeviceError(RuntimeError):
@@ -111,6 +137,7 @@ class NativeEngine:
         with the first for the same cores at every op."""
         loop = loaded.get_loop()
         try:
+            _lower_priority(self.config.step_nice)
             torch.set_num_threads(engine_threads(self.config.threads))
             if self.runner is None:
                 self._load()
@@ -316,7 +343,8 @@ class NativeEngine:
     def _loop(self) -> None:
         assert self.scheduler is not None
         torch.set_grad_enabled(False)
-        torch.set_num_threads(engine_threads(self.config.threads))
+        threads = engine_threads(self.config.threads)
+        torch.set_num_threads(threads)
         # Invariant at the top of each iteration: every cancel and new request that arrived
         # before the previous step ended is applied before the next batch is formed.
         while not self._stopping:
@@ -330,6 +358,10 @@ class NativeEngine:
                 self._wake.wait(0.01)
                 self._wake.clear()
                 continue
+            wanted = step_threads(self.config.threads, len(seqs), self.config.wide_step_batch)
+            if wanted != threads:
+                threads = wanted
+                torch.set_num_threads(threads)
             try:
                 self._step(seqs)
             except Exception:

@@ -16,8 +16,12 @@ from switchyard.libs.tokenizer import TokenizerSettings
 
 
 class EngineSettings(TokenizerSettings):
-    # SWITCHYARD_ENGINE_THREADS: torch intra-op threads of the step loop; 0 => cores - 1.
+    # SWITCHYARD_ENGINE_THREADS: torch intra-op threads of the step loop; 0 => every core for a step of at
+    # most SWITCHYARD_ENGINE_WIDE_STEP_BATCH sequences, cores - 1 for a larger one.
     engine_threads: int = 0
+    engine_wide_step_batch: int | None = None
+    # SWITCHYARD_ENGINE_STEP_NICE: niceness of the step thread, so the pipeline's processes preempt it.
+    engine_step_nice: int | None = None
     # SWITCHYARD_KERNEL_ISA: 'auto' | 'avx512' (no AMX tiles) | 'avx2' (no AVX-512 VNNI either); see EngineConfig.
     kernel_isa: Literal["auto", "avx512", "avx2"] = "auto"
     # SWITCHYARD_KV_CACHE_BYTES: KV budget when the config leaves num_blocks at 0.
@@ -54,6 +58,10 @@ class EngineSettings(TokenizerSettings):
             config,
             model_path=config.model_path or self.model_path,
             threads=config.threads or self.engine_threads,
+            wide_step_batch=config.wide_step_batch
+            if self.engine_wide_step_batch is None
+            else self.engine_wide_step_batch,
+            step_nice=config.step_nice if self.engine_step_nice is None else self.engine_step_nice,
             kv_cache_bytes=(
                 self.kv_cache_bytes if config.kv_cache_bytes == default.kv_cache_bytes else config.kv_cache_bytes
             ),

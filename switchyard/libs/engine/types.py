@@ -139,7 +139,11 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     cache_dir: str | None = None  # converted-weights cache; None => ./var/cache/engine
     max_model_len: int = 8192
-    threads: int = 0  # torch intra-op threads of the step loop; 0 => cores - 1
+    threads: int = 0  # torch intra-op threads of the step loop; 0 => follow the batch (wide_step_batch)
+    # With `threads` 0: a step of at most this many sequences takes every core, a larger one cores - 1.
+    wide_step_batch: int = 1
+    # Niceness of the step thread and its OpenMP team: the pipeline's processes preempt it (0: unchanged).
+    step_nice: int = 5
     kv_cache_bytes: int = 1 << 30  # KV budget when num_blocks is 0
     tokenizer_cache_dir: str | None = None  # None => var/cache/tokenizer; "" => none
     trtllm_model: str | None = None  # tensorrt_llm: HF checkpoint dir (cli export-hf); None => model_path if one
