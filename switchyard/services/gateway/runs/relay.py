@@ -4,7 +4,8 @@ Streaming: `follow` reads one run (or several, OpenAI's `n`) as a reader (attach
 client that leaves cancels what nobody reads any more); an `Encoder` turns each `ChatEvent` into the
 protocol's SSE events (/chat, OpenAI, Anthropic: pure, no I/O); `sse_response` sends them with
 sse-starlette, which also sends the protocol's keep-alive and notices the client leaving. Each event
-goes out as it arrives: nothing here buffers.
+goes out as soon as it is here, and every event already here goes out in one write: a reader that fell
+behind (a busy gateway, a fast engine) pays for one socket write per catch-up, not one per token.
 
 Not streaming (and the first event of a stream, held so that an early error gets its real status):
 `collect` reads the events while waiting on the client's disconnect message.
@@ -30,6 +31,8 @@ from switchyard.services.gateway.runs.run import TERMINAL, Run
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # (answer index, sequence number, event): what an encoder is given.
 Item = tuple[int, int, ChatEvent]
+# The items that were ready together, in order: what one socket write carries.
+Batch = list[Item]
 
 
 _json = msgspec.json.Encoder().encode
@@ -60,29 +63,30 @@ class Encoder:
         return ServerSentEvent(comment="keepalive", sep="\n")
 
 
-async def _read(gw: Gateway, run: Run, after: int) -> AsyncIterator[tuple[int, ChatEvent]]:
+async def _read(gw: Gateway, run: Run, after: int) -> AsyncIterator[list[tuple[int, ChatEvent]]]:
     gw.runs.attach(run)
     completed = False
     try:
-        async for item in run.follow(after):
-            yield item
+        async for batch in run.follow_batches(after):
+            yield batch
         completed = True
     finally:
         gw.runs.detach(run, completed)
 
 
-async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator[Item]:
-    """The runs' events as they come (each run's own in order), up to each one's last."""
+async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator[Batch]:
+    """The runs' events as they come (each run's own in order), up to each one's last, in batches of
+    what was ready together."""
     if len(runs) == 1:
-        async for seq, event in _read(gw, runs[0], after):
-            yield 0, seq, event
+        async for batch in _read(gw, runs[0], after):
+            yield [(0, seq, event) for seq, event in batch]
         return
-    queue: asyncio.Queue[Item | None] = asyncio.Queue()
+    queue: asyncio.Queue[Batch | None] = asyncio.Queue()
 
     async def pump(index: int, run: Run) -> None:
         try:
-            async for seq, event in _read(gw, run, after):
-                await queue.put((index, seq, event))
+            async for batch in _read(gw, run, after):
+                await queue.put([(index, seq, event) for seq, event in batch])
         finally:
             await queue.put(None)
 
@@ -90,11 +94,13 @@ async def follow(gw: Gateway, runs: list[Run], after: int = -1) -> AsyncIterator
     try:
         open_runs = len(tasks)
         while open_runs:
-            item = await queue.get()
-            if item is None:
-                open_runs -= 1
-            else:
-                yield item
+            got = [await queue.get()]
+            while not queue.empty():
+                got.append(queue.get_nowait())
+            open_runs -= sum(b is None for b in got)
+            merged = [item for b in got if b is not None for item in b]
+            if merged:
+                yield merged
     finally:
         for t in tasks:
             t.cancel()
@@ -118,19 +124,23 @@ def _decode(data: str) -> Any:
         return data  # OpenAI's `[DONE]`
 
 
-async def encoded(items: AsyncIterator[Item], encoder: Encoder) -> AsyncIterator[ServerSentEvent]:
-    for e in encoder.opening():
-        yield e
-    async for index, seq, event in items:
-        for e in encoder.encode(index, seq, event):
-            yield e
-    for e in encoder.closing():
-        yield e
+async def encoded(batches: AsyncIterator[Batch], encoder: Encoder) -> AsyncIterator[bytes]:
+    """Each batch's SSE events as the bytes of one write (sse-starlette passes bytes through as they are)."""
+    opening = encoder.opening()
+    if opening:
+        yield b"".join(e.encode() for e in opening)
+    async for batch in batches:
+        chunk = b"".join(e.encode() for index, seq, event in batch for e in encoder.encode(index, seq, event))
+        if chunk:
+            yield chunk
+    closing = encoder.closing()
+    if closing:
+        yield b"".join(e.encode() for e in closing)
 
 
-def sse_response(gw: Gateway, items: AsyncIterator[Item], encoder: Encoder) -> EventSourceResponse:
+def sse_response(gw: Gateway, batches: AsyncIterator[Batch], encoder: Encoder) -> EventSourceResponse:
     return EventSourceResponse(
-        encoded(items, encoder),
+        encoded(batches, encoder),
         headers=SSE_HEADERS,
         ping=gw.settings.keepalive_s,
         ping_message_factory=encoder.keepalive,

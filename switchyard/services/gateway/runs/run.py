@@ -140,14 +140,22 @@ class Run:
 
     async def follow(self, after: int = -1) -> AsyncIterator[tuple[int, ChatEvent]]:
         """Events after sequence number `after`, live until the last one."""
+        async for batch in self.follow_batches(after):
+            for item in batch:
+                yield item
+
+    async def follow_batches(self, after: int = -1) -> AsyncIterator[list[tuple[int, ChatEvent]]]:
+        """As `follow`, every event already here at once: a reader that fell behind catches up in one go."""
         i = after + 1
         while True:
-            while i < len(self.events):
-                yield i, self.events[i]
-                i += 1
-            if self.phase in (Phase.ended, Phase.closed):
+            if i < len(self.events):
+                batch = list(enumerate(self.events[i:], start=i))
+                i += len(batch)
+                yield batch
+            if self.phase in (Phase.ended, Phase.closed) and i >= len(self.events):
                 return
-            await self._wake.wait()
+            if i >= len(self.events):
+                await self._wake.wait()
 
     def part(self) -> GatewayPart | ReplayPart:
         """The gateway's part of the request's record. The logger merges every stage's part into one record;

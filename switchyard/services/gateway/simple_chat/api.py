@@ -20,7 +20,7 @@ from switchyard.services.gateway.core import Gateway, Gw, check_text, resolve_mo
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath, Id, RidPath
 from switchyard.services.gateway.product.chat_files import attach_files
-from switchyard.services.gateway.runs.relay import Encoder, Item, follow, sse, sse_response
+from switchyard.services.gateway.runs.relay import Batch, Encoder, follow, sse, sse_response
 from switchyard.services.gateway.runs.resume import kept_events, owned
 from switchyard.services.gateway.runs.run import Phase, Run
 
@@ -106,12 +106,12 @@ def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
     return run
 
 
-async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Item]:
+async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Batch]:
     """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
     timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
     async for item in kept_events(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
         if item is not None:  # quiet: sse-starlette keeps the line alive
-            yield 0, *item
+            yield [(0, *item)]
 
 
 @router.get("/v1/streams/{rid}", response_class=EventSourceResponse, responses=route_docs.sse())
