@@ -29,6 +29,17 @@ from switchyard.schemas.conversations import (
 )
 from switchyard.schemas.embeddings import EmbedReply, EmbedRequest
 from switchyard.schemas.errors import ErrorBody, ErrorCode, ErrorInfo, http_status
+from switchyard.schemas.mcp import (
+    McpCall,
+    McpServerEntry,
+    McpServerList,
+    McpServerSpec,
+    McpServerState,
+    McpServerView,
+    McpStatus,
+    McpStatusQuery,
+    McpToolSpec,
+)
 from switchyard.schemas.messages import (
     CancelNotice,
     ChatEvent,
@@ -227,6 +238,15 @@ __all__ = [
     "TokenizeReply",
     "ToolEvent",
     "ToolSpecs",
+    "McpCall",
+    "McpServerEntry",
+    "McpServerList",
+    "McpServerSpec",
+    "McpServerState",
+    "McpServerView",
+    "McpStatus",
+    "McpStatusQuery",
+    "McpToolSpec",
     "ToolSpecsQuery",
     "ToolsPart",
     "TopLogprob",
