@@ -142,6 +142,8 @@ class McpServerEntry(BaseModel):
 
     spec: McpServerSpec
     created_ms: int = 0
+    # Changes with every registration of this name and tenant: a listing names the version it listed.
+    updated_ms: int = 0
 
 
 class McpToolSpec(BaseModel):
@@ -158,6 +160,8 @@ class McpServerState(BaseModel):
     """What a tools replica found at a server when it last listed its tools."""
 
     key: str
+    # The registration's `updated_ms` this listing is of.
+    updated_ms: int = 0
     tools: list[McpToolSpec] = Field(default_factory=list)
     # Tools the server offered under names this pipeline will not use (unsafe, too long, schema too big).
     skipped: list[str] = Field(default_factory=list)
@@ -182,6 +186,7 @@ class McpServerView(BaseModel):
     key: str
     spec: McpServerSpec
     created_ms: int = 0
+    updated_ms: int = 0
     state: Literal["ready", "error", "disabled", "unknown"]
     tools: list[McpToolSpec] = Field(default_factory=list)
     skipped: list[str] = Field(default_factory=list)

@@ -20,6 +20,7 @@ from opentelemetry import trace
 from switchyard.libs.tools.mcp.connect import Meter, result_text, session
 from switchyard.libs.tools.mcp.plan import PlannableTool, description_text, match
 from switchyard.libs.tools.planner import split_clauses
+from switchyard.libs.tools.runner import truncate
 from switchyard.libs.tools.sandbox import Sandbox
 from switchyard.libs.tools.settings import ToolSettings
 from switchyard.libs.tools.types import ToolCall, ToolContext, ToolResult
@@ -99,7 +100,7 @@ class McpHub:
                 self._listed.notify_all()
             return
         old = self.servers.get(key)
-        state = McpServerState(key=key)
+        state = McpServerState(key=key, updated_ms=entry.updated_ms)
         self.servers[key] = Server(entry=entry, state=state, tools=old.tools if old else [])
         if entry.spec.enabled:
             self._spawn(self.refresh(key))
@@ -124,7 +125,7 @@ class McpHub:
             return
         spec = server.spec
         meter = Meter(cap=self.settings.mcp_list_max_bytes)
-        state = McpServerState(key=key, listed_ms=_now_ms())
+        state = McpServerState(key=key, updated_ms=server.entry.updated_ms, listed_ms=_now_ms())
         tools: list[PlannableTool] = server.tools
         try:
             listed = await asyncio.wait_for(self._list(spec, meter), self.settings.mcp_list_timeout_s)
@@ -269,12 +270,15 @@ class McpHub:
                 "mcp.transport": transport,
             },
         ) as span:
+            err: str | None
             if server is None or parts is None:
                 err = f"no MCP tool {call.name!r} for this tenant"
                 status, text, structured, meter = "error", err, None, Meter(0)
             else:
                 status, text, structured, meter, err = await self._bounded_call(server.spec, parts[1], call)
             text, cut = _cut(text, server.spec.max_result_bytes if server else 1024)
+            # What reaches the prompt is bounded as every tool's result is.
+            text = truncate(text, self.settings.max_output_chars)
             span.set_attribute("mcp.status", status)
             span.set_attribute("mcp.result_bytes", meter.received)
             if status != "ok":
