@@ -176,12 +176,8 @@ class ToolsStage:
         return [by_id[c.id] for c in calls if c.id in by_id], [rec for _, rec in remote]
 
 
-async def follow_mcp(
-    bus: Bus, settings: ToolsSettings, planning: PassBatcher[np.ndarray], runner: ToolRunner
-) -> McpHub:
-    """The hub, following the registrations in the bus's key-value store and listing each server's tools."""
-    embed = planning.run_many if settings.use_embeddings else None
-    hub = McpHub(settings.tools, runner.code.sandbox, embed, bus.tracer, replica=bus.replica)
+async def follow_mcp(bus: Bus, hub: McpHub) -> None:
+    """Keep `hub` equal to the registrations in the bus's key-value store, and answer what it found."""
     kv = await bus.kv(subjects.MCP_BUCKET, McpServerEntry)
     await kv.watch(hub.changed)
 
@@ -189,7 +185,6 @@ async def follow_mcp(
         return hub.status()
 
     await bus.subscribe(subjects.TOOLS_MCP_STATUS, McpStatusQuery, status, queue="tools", span=False)
-    return hub
 
 
 async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:
@@ -202,7 +197,9 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     await runner.warmup()
     guard = InputGuard(use_embeddings=False)
     planning = PassBatcher(planner.embed_clauses, name="planner", nice=settings.planner_nice, threads=1)
-    mcp = await follow_mcp(bus, settings, planning, runner)
+    embed = planning.run_many if settings.use_embeddings else None
+    mcp = McpHub(settings.tools, runner.code.sandbox, embed, bus.tracer, replica=bus.replica)
+    await follow_mcp(bus, mcp)
     refresh = asyncio.create_task(mcp.keep_fresh())
     await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard, planning, mcp).handle)
 

@@ -56,6 +56,11 @@ def build(port: int = 0) -> FastMCP:
         home = "repository visible" if os.path.exists("/work/main/pyproject.toml") else "repository hidden"
         return f"uid={os.getuid()} {net} {home}"
 
+    @server.tool(name="unsafe.name")
+    def unsafe() -> str:
+        """A name with a dot, which must never reach a subject or a prompt."""
+        return "never called"
+
     return server
 
 
