@@ -25,6 +25,8 @@ HEADER_NAME_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 MAX_DESCRIPTION_CHARS = 1024
 MAX_SCHEMA_BYTES = 16_384
+# What a credential (a header or environment value) reads as when shown back.
+MASK = "***"
 
 _TOOL = re.compile(MCP_TOOL_PATTERN)
 _SERVER = re.compile(MCP_SERVER_PATTERN)
@@ -133,7 +135,7 @@ class McpServerSpec(BaseModel):
     def shown(self) -> McpServerSpec:
         """This spec with header and environment values masked (they hold credentials)."""
         return self.model_copy(
-            update={"headers": dict.fromkeys(self.headers, "***"), "env": dict.fromkeys(self.env, "***")}
+            update={"headers": dict.fromkeys(self.headers, MASK), "env": dict.fromkeys(self.env, MASK)}
         )
 
 

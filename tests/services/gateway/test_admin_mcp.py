@@ -114,6 +114,11 @@ async def test_register_list_replace_and_remove(
     assert [v["key"] for v in listed] == [view["key"]]
     assert (await admin.get("/v1/admin/mcp-servers", params={"tenant": "globex"})).json()["data"] == []
 
+    # An edit that sends the mask back keeps the stored credential.
+    r = await admin.post("/v1/admin/mcp-servers", json={**body, "headers": {"X-Token": "***"}, "timeout_s": 4})
+    assert r.status_code == 201 and r.json()["state"] == "ready" and r.json()["spec"]["timeout_s"] == 4
+    assert hub.servers[view["key"]].spec.headers == {"X-Token": "s3"}
+
     # The same name and tenant again replaces it: disabled now, its tools gone from the tenant's list.
     r = await admin.post("/v1/admin/mcp-servers", json={**body, "enabled": False})
     assert r.status_code == 201 and r.json()["state"] == "disabled"

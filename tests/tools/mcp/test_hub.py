@@ -12,8 +12,8 @@ import pytest
 from switchyard.libs.tools.mcp import McpHub
 from switchyard.libs.tools.sandbox import Sandbox
 from switchyard.libs.tools.settings import ToolSettings
-from switchyard.libs.tools.types import ToolCall, ToolContext
-from switchyard.schemas import McpServerEntry, McpServerSpec
+from switchyard.libs.tools.types import ToolCall, ToolContext, ToolResult
+from switchyard.schemas import McpCall, McpServerEntry, McpServerSpec
 from tests.tools.mcp.servers import demo_http, stdio_spec
 
 CTX = ToolContext(tenant="acme", user="ann", rid="r1")
@@ -42,7 +42,7 @@ async def hub(http_server: tuple[str, subprocess.Popen[bytes]]) -> AsyncIterator
     await h.close()
 
 
-async def call(hub: McpHub, name: str, args: dict[str, object], ctx: ToolContext = CTX):  # noqa: ANN201
+async def call(hub: McpHub, name: str, args: dict[str, object], ctx: ToolContext = CTX) -> tuple[ToolResult, McpCall]:
     return await hub.run_one(ToolCall(id="call_1", name=name, arguments=args), ctx)
 
 

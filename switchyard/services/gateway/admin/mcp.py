@@ -29,7 +29,7 @@ from switchyard.schemas import (
     McpStatusQuery,
     subjects,
 )
-from switchyard.schemas.mcp import MCP_SERVER_PATTERN, scope_key
+from switchyard.schemas.mcp import MASK, MCP_SERVER_PATTERN, scope_key
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw
 from switchyard.services.gateway.errors import ApiError
@@ -62,6 +62,14 @@ async def _states(gw: Gateway) -> dict[str, McpServerState] | None:
     except BusError:
         return None
     return {s.key: s for s in reply.servers}
+
+
+def _keep_masked(spec: McpServerSpec, old: McpServerSpec) -> McpServerSpec:
+    """A header or environment value sent back as the mask (`***`, as the list shows it) keeps the stored
+    value, so an edit need not re-enter credentials it cannot read."""
+    headers = {k: old.headers.get(k, v) if v == MASK else v for k, v in spec.headers.items()}
+    env = {k: old.env.get(k, v) if v == MASK else v for k, v in spec.env.items()}
+    return spec.model_copy(update={"headers": headers, "env": env})
 
 
 def _view(entry: McpServerEntry, state: McpServerState | None) -> McpServerView:
@@ -97,6 +105,8 @@ async def register_server(gw: Gw, body: Annotated[McpServerSpec, json_body(McpSe
     `unknown` when no tools replica has listed it yet."""
     kv = await _bucket(gw)
     old = await kv.get(body.key)
+    if old is not None:
+        body = _keep_masked(body, old.spec)
     now = int(time.time() * 1000)
     updated = max(now, old.updated_ms + 1) if old else now
     entry = McpServerEntry(spec=body, created_ms=old.created_ms if old else now, updated_ms=updated)
