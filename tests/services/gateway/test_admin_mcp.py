@@ -18,6 +18,7 @@ from switchyard.libs.tools.settings import ToolSettings
 from switchyard.services.tools.service import follow_mcp
 from tests.services.gateway.harness import Gateway, connect
 from tests.tools.mcp.servers import demo_http
+from tests.wait import wait_for
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +124,7 @@ async def test_register_list_replace_and_remove(
     r = await admin.post("/v1/admin/mcp-servers", json={**body, "enabled": False})
     assert r.status_code == 201 and r.json()["state"] == "disabled"
     assert r.json()["created_ms"] == view["created_ms"] and r.json()["updated_ms"] > view["updated_ms"]
-    assert hub.specs("acme") == []
+    await wait_for(lambda: hub.specs("acme") == [], what="the hub to drop the disabled server's tools")
 
     gone = await admin.delete("/v1/admin/mcp-servers/inventory", params={"tenant": "acme"})
     assert gone.status_code == 200 and gone.json()["key"] == view["key"]
