@@ -317,6 +317,7 @@ class McpHub:
             await asyncio.wait({task, tripped}, timeout=spec.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
+            self._keep(task)
             raise
         finally:
             tripped.cancel()
