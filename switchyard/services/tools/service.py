@@ -197,7 +197,8 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     await runner.warmup()
     guard = InputGuard(use_embeddings=False)
     planning = PassBatcher(planner.embed_clauses, name="planner", nice=settings.planner_nice, threads=1)
-    embed = planning.run_many if settings.use_embeddings else None
+    # MCP tools' descriptions and the message's clauses share the planner's pass, where the encoder loaded.
+    embed = planning.run_many if settings.use_embeddings and planner.use_embeddings else None
     mcp = McpHub(settings.tools, runner.code.sandbox, embed, bus.tracer, replica=bus.replica)
     await follow_mcp(bus, mcp)
     refresh = asyncio.create_task(mcp.keep_fresh())
