@@ -15,9 +15,13 @@ import pytest
 
 from switchyard.cli.stack import Stack
 from tests.e2e.conftest import admin_record, chat
-from tests.e2e.test_console import ARGS, CHROMIUM
 from tests.e2e.warm import warm
 from tests.tools.mcp.servers import demo_http
+
+# As tests/e2e/test_console.py launches it (not imported: that module skips itself without Playwright, and the
+# chat tests here need no browser).
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
 
 @pytest.fixture(scope="module")
