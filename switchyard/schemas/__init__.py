@@ -29,6 +29,17 @@ from switchyard.schemas.conversations import (
 )
 from switchyard.schemas.embeddings import EmbedReply, EmbedRequest
 from switchyard.schemas.errors import ErrorBody, ErrorCode, ErrorInfo, http_status
+from switchyard.schemas.mcp import (
+    McpCall,
+    McpServerEntry,
+    McpServerList,
+    McpServerSpec,
+    McpServerState,
+    McpServerView,
+    McpStatus,
+    McpStatusQuery,
+    McpToolSpec,
+)
 from switchyard.schemas.messages import (
     CancelNotice,
     ChatEvent,
@@ -162,6 +173,15 @@ __all__ = [
     "InstructionsQuery",
     "KeyStanding",
     "LoggedRequest",
+    "McpCall",
+    "McpServerEntry",
+    "McpServerList",
+    "McpServerSpec",
+    "McpServerState",
+    "McpServerView",
+    "McpStatus",
+    "McpStatusQuery",
+    "McpToolSpec",
     "MemoryAdd",
     "MemoryDelete",
     "MemoryItem",

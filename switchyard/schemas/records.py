@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from switchyard.schemas.mcp import McpCall
 from switchyard.schemas.messages import (
     ChatMessage,
     Forward,
@@ -251,6 +252,8 @@ class ToolsPart(OnlySet):
     # The prompt with the tool results in it (replaces the context stage's).
     prompt: str = ""
     tool_verdicts: list[SafetyVerdict] = Field(default_factory=list)
+    # The calls that went to a registered MCP server: which server, how long, how many bytes came back.
+    mcp: list[McpCall] = Field(default_factory=list)
 
 
 class InferencePart(OnlySet):
@@ -451,6 +454,7 @@ class RequestRecord(BaseModel):
     events: int | None = None
     # context and tools
     prompt: Text | None = None
+    mcp: list[McpCall] | None = None
     chat_id: str | None = None
     # safety_in
     safety_action: str | None = None

@@ -20,6 +20,11 @@ TOOLS = "pipeline.tools"
 SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
 
 TOOLS_SPECS = "tools.specs"  # request/reply: the server-side tools, for GET /v1/tools
+# request/reply, queue group `tools`: what a tools replica found at each registered MCP server
+TOOLS_MCP_STATUS = "tools.mcp.status"
+# MCP servers an operator registered (`/v1/admin/mcp-servers`), watched by every tools replica; key
+# `global.<name>` or `t<tenant digest>.<name>` (switchyard/schemas/mcp.py), value an McpServerEntry.
+MCP_BUCKET = "mcp_servers"
 SAVE_TURN = "context.save_turn"  # request/reply: persist a finished turn before `done`
 CONVERSATION_GET = "context.conversation.get"
 # Opens (creating when absent) a tenant's conversation; not_found when the id belongs to another tenant.

@@ -18,7 +18,7 @@ from switchyard.libs.tools.web import WebTool
 log = logging.getLogger(__name__)
 
 
-def _truncate(text: str, limit: int) -> str:
+def truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 40].rstrip() + f"\n[... truncated, {len(text)} chars in all]"
@@ -69,7 +69,7 @@ class ToolRunner:
                 name=call.name,
                 arguments=call.arguments,
                 status=status,
-                output=_truncate(output, self.settings.max_output_chars),
+                output=truncate(output, self.settings.max_output_chars),
                 data=data,
                 sources=sources or [],
                 duration_ms=round((time.perf_counter() - start) * 1000, 2),

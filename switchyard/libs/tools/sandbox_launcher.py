@@ -10,6 +10,10 @@ it, so fork bombs cannot outlive the run), private mounts (fresh size-limited tm
 the repository hidden), then a switch to a throwaway uid so the process limit counts only this
 run and nothing root-owned is writable. rlimits cap CPU, memory, processes, file size and open files.
 Plain mode: rlimits only, in the host's namespaces; used only when explicitly allowed.
+
+With `argv` in the config it runs that command instead of the snippet (an MCP server over stdio): its
+stdin is this launcher's, and its stdout reaches the host through this launcher, which stops the run
+once `stdout_cap` bytes have passed, so a server cannot flood the host's memory.
 """
 
 from __future__ import annotations
@@ -76,7 +80,7 @@ def _hide_and_expose(expose: list[str]) -> None:
     # Hide the host's non-system directories, and any directory the sandbox uid cannot enter on the
     # way to the interpreter (pyenv under /root). Then bind-mount just the interpreter trees back,
     # read-only, at their own paths so absolute paths (RPATH, pyvenv.cfg) keep working.
-    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in expose}  # before anything is hidden
+    fds = {p: os.open(p, os.O_PATH) for p in expose}  # before anything is hidden
     hide = {
         "/" + name
         for name in os.listdir("/")
@@ -91,7 +95,11 @@ def _hide_and_expose(expose: list[str]) -> None:
         hidden.append(d)
     for p, fd in fds.items():
         if any(_under(p, h) for h in hidden):
-            os.makedirs(p, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(p, exist_ok=True)
+            else:  # a file (a server's script): the mount point is an empty file of its name
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                open(p, "a").close()
             _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
             _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
@@ -107,8 +115,8 @@ def _limits(cfg: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _env(home: str) -> dict[str, str]:
-    return {
+def _env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return (extra or {}) | {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
         "LANG": "C.UTF-8",
@@ -121,13 +129,47 @@ def _env(home: str) -> dict[str, str]:
 
 def _exec(cfg: dict, cwd: str) -> None:
     os.chdir(cwd)
+    argv = cfg.get("argv")
+    if argv:
+        os.execvpe(argv[0], argv, _env(cwd, cfg.get("env")))
     py = cfg["python"]
     os.execve(py, [py, "-I", "-B", "main.py"], _env(cwd))
 
 
+def _stdout_pipe(cfg: dict) -> tuple[int, int] | None:
+    """A pipe the run writes its stdout into and this launcher forwards, when the config caps it."""
+    return os.pipe() if cfg.get("stdout_cap") else None
+
+
+def _into_pipe(pipe: tuple[int, int] | None) -> None:
+    """In the forked child: its stdout becomes the pipe's write end."""
+    if pipe is not None:
+        os.dup2(pipe[1], 1)
+        os.close(pipe[0])
+        os.close(pipe[1])
+
+
+def _forward(pipe: tuple[int, int] | None, pid: int, cap: int) -> None:
+    """Copy the run's stdout to ours until it ends, killing `pid` once more than `cap` bytes came."""
+    if pipe is None:
+        return
+    os.close(pipe[1])
+    sent = 0
+    while chunk := os.read(pipe[0], 65536):
+        if sent + len(chunk) > cap:
+            sys.stderr.write(f"sandbox: output exceeded {cap} bytes; stopped\n")
+            os.kill(pid, signal.SIGKILL)
+            break
+        sent += len(chunk)
+        os.write(1, chunk)
+    os.close(pipe[0])
+
+
 def run_isolated(cfg: dict) -> int:
-    with open(os.path.join(cfg["workdir"], "main.py"), encoding="utf-8") as f:
-        source = f.read()
+    source = ""
+    if not cfg.get("argv"):
+        with open(os.path.join(cfg["workdir"], "main.py"), encoding="utf-8") as f:
+            source = f.read()
     _check(
         _libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
         "unshare",
@@ -141,14 +183,17 @@ def run_isolated(cfg: dict) -> int:
     uid = int(cfg["uid"])
     work = "/tmp/work"
     os.mkdir(work, 0o700)
-    with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
-        f.write(source)
     os.chown(work, uid, uid)
-    os.chown(os.path.join(work, "main.py"), uid, uid)
+    if not cfg.get("argv"):
+        with open(os.path.join(work, "main.py"), "w", encoding="utf-8") as f:
+            f.write(source)
+        os.chown(os.path.join(work, "main.py"), uid, uid)
 
+    pipe = _stdout_pipe(cfg)
     pid = os.fork()
     if pid == 0:  # init of the new PID namespace
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _into_pipe(pipe)
         code = 125
         try:
             _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # hide host processes
@@ -178,6 +223,7 @@ def run_isolated(cfg: dict) -> int:
     # The host stops a run with SIGTERM to this launcher: kill init (and so the whole namespace),
     # then reap it here. A SIGKILLed launcher would orphan init as a zombie the host may never reap.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+    _forward(pipe, pid, int(cfg.get("stdout_cap") or 0))
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -188,12 +234,22 @@ def run_isolated(cfg: dict) -> int:
 
 
 def run_plain(cfg: dict) -> int:
+    pipe = _stdout_pipe(cfg)
+    if pipe is not None:
+        pid = os.fork()
+        if pid != 0:
+            signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+            _forward(pipe, pid, int(cfg["stdout_cap"]))
+            _, status = os.waitpid(pid, 0)
+            return os.waitstatus_to_exitcode(status)
+        _into_pipe(pipe)
     if os.geteuid() == 0 and not any(_first_closed_ancestor(p) for p in cfg["expose"]):
         # Without namespaces, at least do not run user code as root (RLIMIT_NPROC does not bind root);
         # possible only when the interpreter is reachable by other users.
         uid = int(cfg["uid"])
         os.chown(cfg["workdir"], uid, uid)
-        os.chown(os.path.join(cfg["workdir"], "main.py"), uid, uid)
+        if not cfg.get("argv"):
+            os.chown(os.path.join(cfg["workdir"], "main.py"), uid, uid)
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)

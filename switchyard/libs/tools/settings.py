@@ -51,3 +51,14 @@ class ToolSettings(BaseModel):
 
     # how much of each result goes into the prompt
     max_output_chars: int = Field(default=2000, ge=200)
+
+    # MCP servers (switchyard/libs/tools/mcp): how often each replica lists a server's tools again, how long
+    # a listing may take and how many bytes it may bring, how close a clause must be to a tool's
+    # description for the planner to call it, and a stdio server's process limits (inside the sandbox).
+    mcp_refresh_s: float = 60.0
+    mcp_list_timeout_s: float = 10.0
+    mcp_list_max_bytes: int = 1_048_576
+    mcp_max_tools_per_server: int = 64
+    mcp_similarity: float = 0.5
+    mcp_stdio_cpu_s: int = 10
+    mcp_stdio_memory_mb: int = 1024

@@ -17,6 +17,7 @@ from switchyard.libs.store.keys import KeyStore
 from switchyard.schemas import ErrorCode, ErrorInfo
 from switchyard.services.gateway import errors, openapi, web
 from switchyard.services.gateway.admin import keys as keys_api
+from switchyard.services.gateway.admin import mcp as mcp_api
 from switchyard.services.gateway.admin import models as models_api
 from switchyard.services.gateway.admin import ops as ops_api
 from switchyard.services.gateway.admin import requests as admin_api
@@ -141,6 +142,7 @@ def create_app(
         knowledge_api.admin_router,
         keys_api.admin_router,
         models_api.admin_router,
+        mcp_api.admin_router,
     ):
         admin.include_router(router)
     app.include_router(admin)

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from switchyard.libs.store.key_admin import KeyUpdate, NewKey
-from switchyard.schemas import ModelCard, ReplayRequest
+from switchyard.schemas import McpServerSpec, ModelCard, ReplayRequest
 from switchyard.services.gateway.body import MAX_JSON_DEPTH
 from switchyard.services.gateway.chat_completions.api import CompletionRequest
 from switchyard.services.gateway.completions.api import TextCompletionRequest
@@ -55,6 +55,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/admin/keys"): NewKey,
     ("patch", "/v1/admin/keys/{key_id}"): KeyUpdate,
     ("post", "/v1/admin/models"): ModelCard,
+    ("post", "/v1/admin/mcp-servers"): McpServerSpec,
 }
 # Bodies a client may leave out.
 OPTIONAL_BODIES = {("post", "/v1/conversations"), ("post", "/v1/admin/replay/{rid}")}

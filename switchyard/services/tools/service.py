@@ -14,7 +14,8 @@ from switchyard.libs.plan import template_inputs
 from switchyard.libs.safety import InputGuard
 from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
 from switchyard.libs.tokenizer.template import render_prompt
-from switchyard.libs.tools import ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
+from switchyard.libs.tools import ToolCall, ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
+from switchyard.libs.tools.mcp import McpHub
 from switchyard.schemas import (
     ChatEvent,
     ChatMessage,
@@ -22,6 +23,10 @@ from switchyard.schemas import (
     ErrorCode,
     Forward,
     InputDecision,
+    McpCall,
+    McpServerEntry,
+    McpStatus,
+    McpStatusQuery,
     SafetyVerdict,
     ToolEvent,
     ToolsPart,
@@ -64,8 +69,10 @@ class ToolsStage:
         tokenizer: Tokenizer,
         guard: InputGuard,
         planning: PassBatcher[np.ndarray],
+        mcp: McpHub | None = None,
     ):
         self.bus = bus
+        self.mcp = mcp
         # Planning embeds the message: on its own niced thread, so concurrent requests queue for one
         # core's spare time instead of each taking a thread of the engine's, and every request
         # waiting goes into the same pass.
@@ -96,6 +103,10 @@ class ToolsStage:
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.
         calls = await self.planner.plan_batched(work.text, ctx, self.planning.run_many)
+        if self.mcp is not None:
+            # The same rule: the registered servers' tools are planned from the user's message only.
+            room = self.runner.settings.max_calls - len(calls)
+            calls += await self.mcp.plan(work.text, work.tenant, room)
         if not calls:
             return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
         work.planned_tools = [c.name for c in calls]
@@ -112,7 +123,7 @@ class ToolsStage:
                     tool=ToolEvent(id=c.id, name=c.name, arguments=c.arguments, status="running"),
                 )
             )
-        results = await self.runner.run(calls, ctx)
+        results, mcp_calls = await self.run(calls, ctx)
         work.tools = [to_event(r) for r in results]
         # Indirect injection: tool output that tries to instruct the model is flagged (never blocked) and
         # goes into the prompt marked as data either way.
@@ -148,8 +159,32 @@ class ToolsStage:
             prompt=work.prompt,
             tool_verdicts=[v for v in work.verdicts if v.source == "tool"],
         )
+        if mcp_calls:
+            part.mcp = mcp_calls
         decision = {"planned": [c.name for c in calls]}
         return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=decision, part=part)
+
+    async def run(self, calls: list[ToolCall], ctx: ToolContext) -> tuple[list[ToolResult], list[McpCall]]:
+        """Built-in and MCP calls side by side, results in the plan's order."""
+        mcp = self.mcp
+        if mcp is None:
+            return await self.runner.run(calls, ctx), []
+        theirs = [c for c in calls if mcp.owns(c.name, ctx.tenant)]
+        ours = [c for c in calls if c not in theirs]
+        built_in, remote = await asyncio.gather(self.runner.run(ours, ctx), mcp.run(theirs, ctx))
+        by_id = {r.call_id: r for r in built_in} | {r.call_id: r for r, _ in remote}
+        return [by_id[c.id] for c in calls if c.id in by_id], [rec for _, rec in remote]
+
+
+async def follow_mcp(bus: Bus, hub: McpHub) -> None:
+    """Keep `hub` equal to the registrations in the bus's key-value store, and answer what it found."""
+    kv = await bus.kv(subjects.MCP_BUCKET, McpServerEntry)
+    await kv.watch(hub.changed)
+
+    async def status(_: McpStatusQuery) -> McpStatus:
+        return hub.status()
+
+    await bus.subscribe(subjects.TOOLS_MCP_STATUS, McpStatusQuery, status, queue="tools", span=False)
 
 
 async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[None]] | None:
@@ -162,10 +197,15 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     await runner.warmup()
     guard = InputGuard(use_embeddings=False)
     planning = PassBatcher(planner.embed_clauses, name="planner", nice=settings.planner_nice, threads=1)
-    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard, planning).handle)
+    # MCP tools' descriptions and the message's clauses share the planner's pass, where the encoder loaded.
+    embed = planning.run_many if settings.use_embeddings and planner.use_embeddings else None
+    mcp = McpHub(settings.tools, runner.code.sandbox, embed, bus.tracer, replica=bus.replica)
+    await follow_mcp(bus, mcp)
+    refresh = asyncio.create_task(mcp.keep_fresh())
+    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard, planning, mcp).handle)
 
-    async def specs(_: ToolSpecsQuery) -> ToolSpecs:
-        return ToolSpecs(tools=runner.specs())
+    async def specs(q: ToolSpecsQuery) -> ToolSpecs:
+        return ToolSpecs(tools=runner.specs() + mcp.specs(q.tenant))
 
     await bus.subscribe(subjects.TOOLS_SPECS, ToolSpecsQuery, specs, queue="tools", span=False)
     if settings.use_embeddings and planner.use_embeddings:  # the encoder loaded (warmup above)
@@ -174,6 +214,8 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
         await bus.subscribe(subjects.EMBEDDINGS, EmbedRequest, served.handle, queue="tools")
 
     async def close() -> None:
+        refresh.cancel()
+        await mcp.close()
         await planning.close()
         await runner.aclose()
 

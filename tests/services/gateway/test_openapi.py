@@ -29,6 +29,7 @@ SUCCESS: dict[tuple[str, str], tuple[str, set[str]]] = {
     ("post", "/v1/memory"): ("201", {JSON}),
     ("post", "/v1/admin/keys"): ("201", {JSON}),
     ("post", "/v1/admin/models"): ("201", {JSON}),
+    ("post", "/v1/admin/mcp-servers"): ("201", {JSON}),
     ("post", "/v1/feedback"): ("202", {JSON}),
     ("post", "/v1/feedback/preference"): ("202", {JSON}),
     ("get", "/metrics"): ("200", {"text/plain"}),

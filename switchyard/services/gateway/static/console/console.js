@@ -478,19 +478,96 @@ async function renderModels() {
       "context", "state", "replicas", ""].map((c) => h("th", {}, c)))), body)));
 }
 
+// ---- MCP servers (POST/GET/DELETE /v1/admin/mcp-servers) -----------------------------------------------
+const lines = (v) => (v || "").split("\n").map((x) => x.trim()).filter(Boolean);
+function pairs(v, sep) {
+  const out = {};
+  for (const line of lines(v)) { const i = line.indexOf(sep); if (i > 0) out[line.slice(0, i).trim()] = line.slice(i + 1).trim(); }
+  return out;
+}
+function mcpForm(edit) {
+  const sp = edit ? edit.spec : { transport: "http", timeout_s: 10, max_result_bytes: 16384, enabled: true, plan: true };
+  const f = h("form", { class: "filters card", id: "mcp-form" },
+    h("label", {}, "name", h("input", { name: "name", required: true, maxlength: 24, pattern: "[a-z][a-z0-9\\-]*", value: sp.name || "", readonly: !!edit })),
+    h("label", {}, "tenant (empty: every tenant)", h("input", { name: "tenant", maxlength: 128, value: sp.tenant || "", readonly: !!edit })),
+    h("label", {}, "transport", h("select", { name: "transport" }, ["http", "stdio"].map((t) => h("option", { value: t, selected: sp.transport === t }, t)))),
+    h("label", {}, "URL (http)", h("input", { name: "url", maxlength: 2048, value: sp.url || "", placeholder: "https://host/mcp" })),
+    h("label", {}, "headers (http; Name: value a line; *** keeps the stored value)",
+      h("textarea", { name: "headers", rows: 2 }, Object.entries(sp.headers || {}).map(([k, v]) => `${k}: ${v}`).join("\n"))),
+    h("label", {}, "command (stdio; one argument a line)", h("textarea", { name: "command", rows: 2 }, (sp.command || []).join("\n"))),
+    h("label", {}, "read-only paths (stdio; one a line)", h("textarea", { name: "read_only_paths", rows: 2 }, (sp.read_only_paths || []).join("\n"))),
+    h("label", {}, "env (stdio; NAME=value a line; *** keeps the stored value)",
+      h("textarea", { name: "env", rows: 2 }, Object.entries(sp.env || {}).map(([k, v]) => `${k}=${v}`).join("\n"))),
+    h("label", {}, "timeout (s)", h("input", { name: "timeout_s", type: "number", min: 0.1, max: 120, step: 0.1, value: sp.timeout_s })),
+    h("label", {}, "max result bytes", h("input", { name: "max_result_bytes", type: "number", min: 256, max: 1048576, value: sp.max_result_bytes })),
+    h("label", {}, "description", h("input", { name: "description", maxlength: 500, value: sp.description || "" })),
+    h("label", {}, h("input", { name: "enabled", type: "checkbox", checked: sp.enabled }), " enabled"),
+    h("label", {}, h("input", { name: "plan", type: "checkbox", checked: sp.plan }), " planned before the model writes"),
+    h("button", { type: "submit" }, edit ? "Save" : "Register"),
+    edit ? h("a", { href: "#/mcp" }, "cancel") : null);
+  f.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const v = Object.fromEntries(new FormData(f).entries());
+    const body = { name: v.name, transport: v.transport, timeout_s: Number(v.timeout_s),
+      max_result_bytes: Number(v.max_result_bytes), description: v.description, enabled: !!v.enabled, plan: !!v.plan };
+    if (v.tenant) body.tenant = v.tenant;
+    if (v.transport === "http") { body.url = v.url; body.headers = pairs(v.headers, ":"); }
+    else { body.command = lines(v.command); body.read_only_paths = lines(v.read_only_paths); body.env = pairs(v.env, "="); }
+    toast(`registering ${v.name}: waits for its tools to be listed`);
+    try {
+      const got = await api("/v1/admin/mcp-servers", { method: "POST", body: JSON.stringify(body) });
+      toast(`${v.name}: ${got.state}${got.error ? ` (${got.error})` : ""}, ${got.tools.length} tools`);
+    } catch (err) { toast(`register failed: ${err.message}`); return; }
+    location.hash = "#/mcp"; route();
+  });
+  return f;
+}
+async function removeMcp(sv) {
+  if (!confirm(`Remove ${sv.spec.name}? Its tools leave every tools replica at once.`)) return;
+  const q = sv.spec.tenant ? `?tenant=${encodeURIComponent(sv.spec.tenant)}` : "";
+  try {
+    await api(`/v1/admin/mcp-servers/${encodeURIComponent(sv.spec.name)}${q}`, { method: "DELETE" });
+    toast(`${sv.spec.name} removed`);
+  } catch (e) { toast(`remove failed: ${e.message}`); }
+  route();
+}
+async function renderMcp(params) {
+  const got = await api("/v1/admin/mcp-servers");
+  const editing = got.data.find((sv) => sv.key === params.edit);
+  const body = h("tbody");
+  for (const sv of got.data) {
+    const sp = sv.spec;
+    body.append(h("tr", { class: "mcp-row", "data-server": sp.name, "data-state": sv.state },
+      h("td", {}, h("code", {}, sp.name)), h("td", {}, sp.tenant || "all"), h("td", {}, sp.transport),
+      h("td", {}, h("code", {}, sp.transport === "http" ? sp.url : sp.command.join(" "))),
+      h("td", {}, h("span", { class: `badge ${sv.state === "ready" ? "ok" : sv.state === "unknown" ? "" : "block"}` }, sv.state),
+        sv.error ? h("div", { class: "muted" }, sv.error) : null),
+      h("td", { class: "mcp-tools" }, sv.tools.map((t) => h("div", { title: t.description }, h("code", {}, t.name))),
+        sv.skipped.length ? h("div", { class: "muted" }, `skipped: ${sv.skipped.join(", ")}`) : null),
+      h("td", { class: "num" }, `${sp.timeout_s} s / ${sp.max_result_bytes} B`),
+      h("td", {}, h("a", { class: "edit", href: `#/mcp?edit=${encodeURIComponent(sv.key)}` }, "Edit"), " ",
+        h("button", { class: "secondary remove", onclick: () => removeMcp(sv) }, "Remove"))));
+  }
+  if (!got.data.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No MCP servers registered.")));
+  view.replaceChildren(mcpForm(editing), h("div", { class: "card" }, h("h2", {}, "MCP servers"),
+    h("table", { id: "mcp-servers" }, h("thead", {}, h("tr", {}, ["server", "tenant", "transport", "endpoint", "state",
+      "tools", "limits", ""].map((c) => h("th", {}, c)))), body)));
+}
+
 // ---- Routing --------------------------------------------------------------------------------------
 async function route() {
   const [path, query] = (location.hash.slice(1) || "/requests").split("?");
   const params = Object.fromEntries(new URLSearchParams(query || ""));
   const parts = path.split("/").filter(Boolean);
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.nav === parts[0]
-    || (a.dataset.nav === "requests" && !["dashboard", "keys", "models"].includes(parts[0]))));
+    || (a.dataset.nav === "requests" && !["dashboard", "keys", "models", "mcp"].includes(parts[0]))));
   if (!adminKey()) { view.replaceChildren(h("p", { class: "muted" }, "Enter the admin key to begin.")); return; }
   try {
     if (parts[0] === "dashboard") await renderDashboard(params);
     else if (parts[0] === "keys" && parts[1]) await renderKeyUsage(parts[1]);
     else if (parts[0] === "keys") await renderKeys(params);
     else if (parts[0] === "models") await renderModels();
+    else if (parts[0] === "mcp") await renderMcp(params);
     else if (parts[0] === "r" && parts[1]) await renderRequest(parts[1]);
     else if (parts[0] === "compare" && parts[2]) await renderCompare(parts[1], parts[2]);
     else await renderRequests(params);

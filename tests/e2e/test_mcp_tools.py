@@ -1,0 +1,118 @@
+"""MCP tools on the real stack: an operator registers the SDK's own MCP server over the admin API; its tools
+are in `GET /v1/tools`; a chat plans its tool before the model writes, the result streams as a `tool`
+event and is in the prompt, the record and the trace; a pipeline replay calls it again; a server that
+hangs costs one tool event with status timeout, and the answer still comes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from switchyard.cli.stack import Stack
+from tests.e2e.conftest import admin_record, chat
+from tests.e2e.warm import warm
+from tests.tools.mcp.servers import demo_http
+
+# As tests/e2e/test_console.py launches it (not imported: that module skips itself without Playwright, and the
+# chat tests here need no browser).
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def admin(stack: Stack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.url, headers={"Authorization": f"Bearer {stack.admin_key}"}, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def inventory(admin: httpx.Client) -> Iterator[dict[str, Any]]:
+    with demo_http() as (url, _):
+        r = admin.post(
+            "/v1/admin/mcp-servers", json={"name": "inventory", "transport": "http", "url": url, "timeout_s": 3}
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["state"] == "ready", r.json()
+        try:
+            yield r.json()
+        finally:
+            admin.delete("/v1/admin/mcp-servers/inventory")
+
+
+def finished_tools(evs: list[Any]) -> dict[str, dict[str, Any]]:
+    return {e.data["name"]: e.data for e in evs if e.event == "tool" and e.data["status"] != "running"}
+
+
+def test_an_mcp_tool_is_listed_planned_called_streamed_recorded_and_replayed(
+    client: httpx.Client, stack: Stack, admin: httpx.Client, inventory: dict[str, Any]
+) -> None:
+    listed = {t["function"]["name"] for t in client.get("/v1/tools").json()["data"]}
+    assert {"inventory__lookup_stock", "orders", "docs"} <= listed, listed
+    assert not any("." in n for n in listed)
+
+    warm(client)
+    evs, resp = chat(client, f"mcp-{uuid.uuid4().hex[:8]}", "How many units of SKU 'A-100' do you have in stock?")
+    kinds = [e.event for e in evs]
+    assert kinds and kinds[-1] == "done", kinds
+    done = finished_tools(evs)
+    call = done["inventory__lookup_stock"]
+    assert call["status"] == "ok" and call["arguments"] == {"sku": "A-100"} and "42 units" in call["output"]
+    assert max(i for i, k in enumerate(kinds) if k == "tool") < kinds.index("delta")
+
+    rid = resp.headers["x-request-id"]
+    rec = admin_record(stack, rid, lambda r: r["record"].get("status") == "complete" and r["record"].get("mcp"))
+    record = rec["record"]
+    assert record["mcp"][0]["server"] == "inventory" and record["mcp"][0]["status"] == "ok"
+    assert "42 units in stock" in record["prompt"] and "<tool_results>" in record["prompt"]
+    spans = {s["name"] for s in rec["spans"]}
+    assert "execute_tool inventory__lookup_stock" in spans, spans
+
+    replay = admin.post(f"/v1/admin/replay/{rid}", json={"mode": "pipeline"})
+    assert replay.status_code == 200 and replay.json()["status"] == "complete", replay.text
+    again = admin_record(stack, replay.json()["rid"], lambda r: r["record"].get("mcp"))
+    assert again["record"]["mcp"][0]["name"] == "inventory__lookup_stock"
+
+
+def test_a_hanging_mcp_server_costs_one_tool_error_not_the_answer(
+    client: httpx.Client, inventory: dict[str, Any]
+) -> None:
+    warm(client)
+    evs, resp = chat(client, f"mcp-{uuid.uuid4().hex[:8]}", "Use inventory__slow_report for 'Q3'.", max_tokens=16)
+    assert resp.status_code == 200 and evs and evs[-1].event == "done", [e.event for e in evs][-3:]
+    ended = [e.data for e in evs if e.event == "tool" and e.data["status"] != "running"]
+    assert [(t["name"], t["status"]) for t in ended] == [("inventory__slow_report", "timeout")], ended
+    assert any(e.event == "delta" for e in evs)
+
+
+def test_the_console_shows_and_edits_a_registration(
+    stack: Stack, admin: httpx.Client, inventory: dict[str, Any]
+) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("no Chromium at /usr/bin/chromium")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(30_000)
+        page.goto(f"{stack.url}/console?key={stack.admin_key}#/mcp")
+        page.wait_for_function("document.body.dataset.ready === '/mcp'")
+        row = page.locator('tr.mcp-row[data-server="inventory"]')
+        assert row.get_attribute("data-state") == "ready"
+        assert "inventory__lookup_stock" in row.locator(".mcp-tools").inner_text()
+        row.locator("a.edit").click()
+        page.wait_for_function(
+            "document.body.dataset.ready === '/mcp' && !!document.querySelector('#mcp-form [readonly]')"
+        )
+        page.fill('#mcp-form input[name="timeout_s"]', "4")
+        page.click('#mcp-form button[type="submit"]')
+        page.wait_for_function(
+            "document.body.dataset.ready === '/mcp' && !document.querySelector('#mcp-form [readonly]')"
+        )
+        browser.close()
+    view = next(v for v in admin.get("/v1/admin/mcp-servers").json()["data"] if v["spec"]["name"] == "inventory")
+    assert view["spec"]["timeout_s"] == 4 and view["state"] == "ready"
