@@ -249,6 +249,9 @@ class Inference:
         # The thinking as the model wrote it (open tag included); a model that answered without thinking gets
         # an empty thinking block, as its template writes one when thinking is off.
         thinking = (text if at < 0 else text[:at]) if parser.thought else f"{spec.open}\n\n"
+        # What the model wrote goes back as text: a control spelling it spelled out stays spelled out.
+        opened = spec.open if thinking.startswith(spec.open) else ""
+        thinking = opened + self.engine.tokenizer.literal(thinking[len(opened) :])
         prompt = f"{work.prompt}{thinking}{spec.close}\n\n"
         return await self._answer(gen, work, plan, answer_request_id(work.rid), prompt, prefill, span, False)
 
@@ -304,7 +307,8 @@ class Inference:
                         gen, "thinking", work.rid, think_prompt, params_of(s, budget, ["\n\n"]), span, True
                     )
                     if gen.finish in ("stop", "length"):
-                        answer_prompt = think_prompt + "".join(gen.thinking).rstrip() + ANSWER_OPEN
+                        thought = self.engine.tokenizer.literal("".join(gen.thinking).rstrip())
+                        answer_prompt = think_prompt + thought + ANSWER_OPEN
                         gen.finish = await self._answer(
                             gen, work, plan, answer_request_id(work.rid), answer_prompt, "", span, False
                         )
