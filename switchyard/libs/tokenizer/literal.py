@@ -116,7 +116,9 @@ def escape_values(value: Any, controls: ControlSpellings) -> Any:
     if isinstance(value, str):
         return escape(value, controls)
     if isinstance(value, Mapping):
-        return {(escape(k, controls) if isinstance(k, str) else k): escape_values(v, controls) for k, v in value.items()}
+        return {
+            (escape(k, controls) if isinstance(k, str) else k): escape_values(v, controls) for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [escape_values(v, controls) for v in value]
     return value

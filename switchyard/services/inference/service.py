@@ -202,7 +202,9 @@ class Inference:
             gen.seq += 1
         stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
         params = params_of(work.sampling, left, extra_stop=stops, constraint=answer_constraint(work, prefill))
-        return await self._phase(gen, "delta", request_id, prompt + prefill, params, span, first_phase)
+        # The prefill spells client names (a forced function's, its first argument's): text, not markup.
+        prompt += self.engine.tokenizer.literal(prefill)
+        return await self._phase(gen, "delta", request_id, prompt, params, span, first_phase)
 
     async def _native(self, gen: Generation, work: Work, plan: RequestPlan, span: Span) -> str:
         """A model that thinks by itself: its text is split at its delimiters as it streams. When its thinking
@@ -325,7 +327,8 @@ class Inference:
                     params = params_of(
                         s, plan.max_tokens, extra_stop=stops, constraint=answer_constraint(work, prefill)
                     )
-                    gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
+                    prompt = work.prompt + self.engine.tokenizer.literal(prefill)
+                    gen.finish = await self._phase(gen, "delta", work.rid, prompt, params, span, True)
             except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit
                 gen.finish = "error"
                 error = ErrorInfo.of(ErrorCode.bad_request, str(e))
