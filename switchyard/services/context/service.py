@@ -4,6 +4,7 @@ safety_out call. Management subjects (lists, memory, files, instructions) live i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -131,6 +132,22 @@ class Context:
         return await asyncio.to_thread(
             renderer.render_messages, messages, add_generation_prompt, parts.tools, kwargs, after
         )
+
+    async def render_visible(self, work: Work, add_generation_prompt: bool = True) -> tuple[str, str | None]:
+        """`render_for`'s prompt, and the same prompt without the tenant's instructions (None where the
+        tenant has none): what a key that may not read them is shown of it."""
+        parts, _ = await self._parts(work)
+        p = self.plan(work)
+        renderer = await self.renderer_for(p.model)
+        kwargs, after = template_inputs(p, renderer.template.template)
+
+        def render(of: PromptParts) -> str:
+            return renderer.render_messages(renderer.messages(of), add_generation_prompt, of.tools, kwargs, after)
+
+        full = await asyncio.to_thread(render, parts)
+        if not parts.instructions.strip():
+            return full, None
+        return full, await asyncio.to_thread(render, dataclasses.replace(parts, instructions=""))
 
     def plan(self, work: Work) -> RequestPlan:
         """The work's plan (the gateway's); made here only for work that arrives without one."""

@@ -137,6 +137,7 @@ async def tokenize(
         query.client_tools = specs(body.tools)
         query.add_generation_prompt = body.add_generation_prompt
     query.token_strs = body.return_token_strs
+    query.operator_view = key.admin
     reply = await tokenize_on_bus(gw, request, key, query)
     out: dict[str, Any] = {"count": reply.count, "max_model_len": reply.max_model_len, "tokens": reply.tokens}
     if body.return_token_strs:
