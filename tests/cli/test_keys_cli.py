@@ -45,7 +45,7 @@ async def test_cli_policy_rotate_and_announced_revoke(
         assert key is not None and key.models == ("SmolLM2-135M-Instruct", "gemma-3-270m")
         assert key.budget_day == 500 and key.name == "bot"
         # A name no model has is refused, and nothing is stored.
-        assert await run(*db, "create", "--tenant", "acme", "--models", "no-such-model") == 2
+        assert await run(*db, "create", "--tenant", "acme", "--tier", "free", "--models", "no-such-model") == 2
         assert "no-such-model" in capsys.readouterr().err
         assert len(await store.list("acme")) == 1
 
