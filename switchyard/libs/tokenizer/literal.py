@@ -40,9 +40,6 @@ class ControlSpellings:
         firsts = "".join(sorted(self._lengths)) + LITERAL
         self._candidate = re.compile("[" + re.escape(firsts) + "]")
 
-    def __bool__(self) -> bool:
-        return bool(self.spellings)
-
     def at(self, text: str, pos: int) -> str | None:
         """The longest control spelling that starts at `pos`, if any."""
         for n in self._lengths.get(text[pos], ()) if pos < len(text) else ():
