@@ -27,6 +27,7 @@ from switchyard.libs.store.key_admin import (
     KeyView,
     NewKey,
     OnChange,
+    ResolveModel,
     create_key,
     revoke_key,
     rotate_key,
@@ -36,6 +37,7 @@ from switchyard.libs.store.keys import TIERS, KeyStore
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.schemas.keys import KeyChanged
 from switchyard.schemas.subjects import KEYS_CHANGED
+from switchyard.services.gateway.key_policy import resolve_served
 from switchyard.services.gateway.settings import GatewaySettings
 
 CONNECT_S = 3.0
@@ -131,17 +133,20 @@ async def _announcer(nats_url: str) -> AsyncIterator[OnChange]:
         await bus.close()
 
 
-async def _change(args: argparse.Namespace, store: KeyStore, on_change: OnChange) -> int:
+async def _change(
+    args: argparse.Namespace, store: KeyStore, on_change: OnChange, resolve: ResolveModel | None = None
+) -> int:
+    """`resolve`: model names and aliases to served models (the settings' registry)."""
     now = now_ms()
     if args.command == "create":
         spec = NewKey.model_validate({"tenant": args.tenant, "user": args.user, "admin": args.admin, **_policy(args)})
-        made = await create_key(store, spec, now, on_change)
+        made = await create_key(store, spec, now, on_change, resolve)
         print(made.key)
         print(_row(made), file=sys.stderr)
         print("Store this key now: it cannot be shown again.", file=sys.stderr)
         return 0
     if args.command == "update":
-        view = await update_key(store, args.id, KeyUpdate.model_validate(_policy(args)), now, on_change)
+        view = await update_key(store, args.id, KeyUpdate.model_validate(_policy(args)), now, on_change, resolve)
     elif args.command == "rotate":
         got = await rotate_key(store, args.id, now, on_change)
         if got is not None:
@@ -181,11 +186,16 @@ async def _run(args: argparse.Namespace) -> int:
                 return 1
             print(KeyView.of(key, now_ms()).model_dump_json(indent=2))
             return 0
+
         # Only a change a gateway may have cached needs announcing; a new key works at once anyway.
+        # The models the settings serve; one added at run time (`/v1/admin/models`) is known to the gateway only.
+        def resolve(name: str) -> str | None:
+            return resolve_served(settings.registry, name)
+
         if args.command == "create":
-            return await _change(args, store, None)
+            return await _change(args, store, None, resolve)
         async with _announcer(args.nats_url or settings.nats_url) as on_change:
-            return await _change(args, store, on_change)
+            return await _change(args, store, on_change, resolve)
     except (ValidationError, ValueError) as e:
         print(f"refused: {e}", file=sys.stderr)
         return 2

@@ -29,6 +29,9 @@ class TokenizeQuery(BaseModel):
     # False: only the count (no ids to carry back).
     ids: bool = True
     token_strs: bool = False
+    # The asker may read the tenant's operator-set instructions (an admin key). Otherwise the count is the
+    # whole prompt's, as the engine is sent it, and the ids are those of the prompt without them.
+    operator_view: bool = False
 
 
 class TokenizeReply(BaseModel):

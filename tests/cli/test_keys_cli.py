@@ -35,12 +35,19 @@ async def test_cli_policy_rotate_and_announced_revoke(
     await bus.subscribe(KEYS_CHANGED, KeyChanged, on_change)
     await bus.flush()
     try:
-        args = ["--tenant", "acme", "--tier", "free", "--name", "bot", "--models", "m1,m2", "--budget-day", "500"]
+        args = ["--tenant", "acme", "--tier", "free", "--name", "bot", "--models", "smollm2,gemma3-270m"]
+        args += ["--budget-day", "500"]
         assert await run(*db, "create", *args, "--expires", "2031-01-01") == 0
         raw = capsys.readouterr().out.strip()
         store = await KeyStore.open(f"sqlite+aiosqlite:///{tmp_path / 'k.db'}")
         key = await store.verify(raw)
-        assert key is not None and key.models == ("m1", "m2") and key.budget_day == 500 and key.name == "bot"
+        # Aliases are stored as the models they name.
+        assert key is not None and key.models == ("SmolLM2-135M-Instruct", "gemma-3-270m")
+        assert key.budget_day == 500 and key.name == "bot"
+        # A name no model has is refused, and nothing is stored.
+        assert await run(*db, "create", "--tenant", "acme", "--tier", "free", "--models", "no-such-model") == 2
+        assert "no-such-model" in capsys.readouterr().err
+        assert len(await store.list("acme")) == 1
 
         assert await run(*db, "update", key.id, "--tier", "pro", "--clear", "models", "--budget-month", "9000") == 0
         assert (await heard.get()).change == "updated"

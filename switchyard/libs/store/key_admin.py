@@ -20,6 +20,8 @@ from switchyard.libs.store.keys import TIERS, ApiKey, KeyStore
 MAX_MODELS = 100
 Change = Literal["created", "updated", "rotated", "revoked"]
 OnChange = Callable[[str, Change], Awaitable[None]] | None
+# A model name or alias -> the served model's own name; None for a name no model has.
+ResolveModel = Callable[[str], str | None]
 Tier = Literal["free", "pro"]
 assert set(TIERS) == {"free", "pro"}, "Tier must list the store's tiers"
 
@@ -150,14 +152,30 @@ class KeySecret(KeyView):
     key: str
 
 
+def canonical_models(models: list[str] | None, resolve: ResolveModel | None) -> list[str] | None:
+    """A key's model list by the served models' own names (an alias is stored as the model it names, so
+    the key means the same on every route); ValueError naming every name no model has."""
+    if models is None or resolve is None:
+        return models
+    named = {m: resolve(m) for m in models}
+    unknown = [m for m, name in named.items() if name is None]
+    if unknown:
+        raise ValueError(f"unknown model {', '.join(map(repr, unknown))}: GET /v1/models lists the served models")
+    return sorted({name for name in named.values() if name is not None})
+
+
 def _not_past(expires: int | None, now_ms: int) -> None:
     if expires is not None and expires <= now_ms:
         raise ValueError("expires_at is in the past")
 
 
-async def create_key(store: KeyStore, spec: NewKey, now_ms: int, on_change: OnChange = None) -> KeySecret:
+async def create_key(
+    store: KeyStore, spec: NewKey, now_ms: int, on_change: OnChange = None, resolve: ResolveModel | None = None
+) -> KeySecret:
+    """`resolve`: how model names and aliases map to served models (None: names are stored as given)."""
     _not_past(spec.expires_at, now_ms)
     policy = spec.store_fields()
+    policy["models"] = canonical_models(policy["models"], resolve)
     del policy["tier"]
     key, raw = await store.create(spec.tenant, spec.tier, user=spec.user, admin=spec.admin, **policy)
     if on_change is not None:
@@ -166,11 +184,18 @@ async def create_key(store: KeyStore, spec: NewKey, now_ms: int, on_change: OnCh
 
 
 async def update_key(
-    store: KeyStore, key_id: str, change: KeyUpdate, now_ms: int, on_change: OnChange = None
+    store: KeyStore,
+    key_id: str,
+    change: KeyUpdate,
+    now_ms: int,
+    on_change: OnChange = None,
+    resolve: ResolveModel | None = None,
 ) -> KeyView | None:
-    """None when there is no live key `key_id`."""
+    """None when there is no live key `key_id`. `resolve` as for `create_key`."""
     fields = change.store_fields(only_set=True)
     _not_past(fields.get("expires"), now_ms)
+    if "models" in fields:
+        fields["models"] = canonical_models(fields["models"], resolve)
     key = await store.update(key_id, **fields)
     if key is not None and on_change is not None:
         await on_change(key_id, "updated")

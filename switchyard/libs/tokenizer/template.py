@@ -29,6 +29,8 @@ from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from switchyard.libs.tokenizer.literal import ControlSpellings, escape_values
+
 # Named fallbacks for files without a template. "chatml": SmolLM2's / Qwen's turn format.
 # "gemma": Gemma's documented turn format (user and model turns, <start_of_turn>/<end_of_turn>; no
 # system role, so system text opens the next user turn). "plain": a role-prefixed transcript.
@@ -72,6 +74,8 @@ class ModelTemplate:
     # The tokenizer adds BOS itself: a BOS the template writes first is dropped.
     tokenizer_adds_bos: bool = False
     extra: Mapping[str, str] = field(default_factory=dict)
+    # The vocabulary's control-token spellings: written in content they stay text (literal.py).
+    controls: ControlSpellings = field(default_factory=lambda: ControlSpellings(()), compare=False)
 
     @property
     def from_file(self) -> bool:
@@ -144,7 +148,8 @@ def render_prompt(
     """The prompt text for `messages` (dicts with at least role and content) under this model's template.
     `template_kwargs` are further variables, as HF's `apply_chat_template(**kwargs)` passes them (Qwen3's
     `enable_thinking`); they cannot replace the ones above."""
-    msgs = with_tool_section(model_template, messages, tools)
+    msgs = escape_values(with_tool_section(model_template, messages, tools), model_template.controls)
+    tools = escape_values(tools, model_template.controls) if tools else tools
     fixed = {
         "messages": msgs,
         "tools": list(tools) if tools and model_template.renders_tools else None,

@@ -3,6 +3,7 @@ from a Hugging Face checkpoint directory's own files (hf_dir.py)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import threading
@@ -13,6 +14,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from switchyard.libs.tokenizer.backends import BACKEND_VERSION, CONTROL, build_backend, load_backend
 from switchyard.libs.tokenizer.gguf_meta import TokenizerMeta, cache_file, load_tokenizer_meta
+from switchyard.libs.tokenizer.literal import LITERAL, ControlSpellings, escape, unescape
 from switchyard.libs.tokenizer.spec import END_OF_TURN_MARKERS, TokenizerSpec
 from switchyard.libs.tokenizer.template import model_template, render_prompt
 
@@ -62,13 +64,15 @@ class Tokenizer:
         self.add_space_prefix = spec.add_space_prefix
         self.bos_token = self._spelling(spec.bos_token_id)
         self.eos_token = self._spelling(spec.eos_token_id)
+        self.special_ids: set[int] = set(spec.special_ids)
+        self.controls = ControlSpellings(self._spelling(i) for i in self.special_ids)
+        # The same pipeline with special tokens not parsed (`split_special_tokens`), built on first use.
+        self._plain: HFTokenizer | None = None
         # The file's chat template, or the named fallback for its architecture (template.py).
         template = model_template(
             spec.chat_template, spec.architecture, self.bos_token, self.eos_token, tokenizer_adds_bos=spec.add_bos
         )
-        self.template = (
-            dataclasses.replace(template, extra=dict(spec.template_tokens)) if spec.template_tokens else template
-        )
+        self.template = dataclasses.replace(template, extra=dict(spec.template_tokens), controls=self.controls)
         # Only a file's own template makes a chat model; a fallback is a best effort for base models.
         self.has_chat_template = self.template.from_file
         eos: set[int] = set(spec.end_ids)
@@ -79,7 +83,6 @@ class Tokenizer:
             if tid is not None and marker in self.template.source:
                 eos.add(tid)
         self.eos_token_ids: set[int] = eos
-        self.special_ids: set[int] = set(spec.special_ids)
         self._lock = threading.Lock()
 
     def _spelling(self, token_id: int | None) -> str:
@@ -91,11 +94,65 @@ class Tokenizer:
 
     def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
         """Token ids of `text`, special tokens written in it parsed as tokens (llama.cpp's
-        parse_special); BOS first where the file says so, or where `add_bos` asks."""
-        ids: list[int] = self._backend.encode(text, add_special_tokens=False).ids
+        parse_special) except where `render_prompt` marked them as content's (literal.py: those are
+        plain text, as with `split_special_tokens`); BOS first where the file says so, or where
+        `add_bos` asks."""
+        if LITERAL in text:
+            ids = self._encode_marked(text)
+        else:
+            ids = self._backend.encode(text, add_special_tokens=False).ids
         if (self.add_bos if add_bos is None else add_bos) and self.bos_token_id is not None:
             ids = [int(self.bos_token_id), *ids]
         return ids
+
+    def literal(self, text: str) -> str:
+        """`text` marked as content for a prompt string: `encode` reads its control spellings as text."""
+        return escape(text, self.controls)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` as plain text: a control token's spelling in it is its characters
+        (HF's `split_special_tokens`, llama.cpp's parse_special=false). No BOS."""
+        return list(self._plain_backend().encode(text, add_special_tokens=False).ids)
+
+    def _plain_backend(self) -> HFTokenizer:
+        with self._lock:
+            if self._plain is None:
+                plain = HFTokenizer.from_str(self._backend.to_str())
+                plain.encode_special_tokens = True
+                self._plain = plain
+            return self._plain
+
+    def _encode_marked(self, text: str) -> list[int]:
+        """`encode` of a prompt holding marked content: the control tokens the template wrote stay, and
+        each stretch between two of them that holds a marked spelling is encoded as plain text (so text
+        without marks gets exactly the ids it always did)."""
+        clean, spans = unescape(text, self.controls)
+        enc = self._backend.encode(clean, add_special_tokens=False)
+        ids: list[int] = enc.ids
+        if not spans:
+            return ids
+        starts = [a for a, _ in spans]
+
+        def marked(start: int, end: int) -> bool:
+            # Whether [start, end) overlaps a marked spelling (spans are sorted and never overlap).
+            i = bisect.bisect_right(starts, start)
+            return (i > 0 and spans[i - 1][1] > start) or (i < len(spans) and spans[i][0] < end)
+
+        out: list[int] = []
+        first = 0  # first token of the current stretch
+        begin = 0  # where the current stretch's text begins
+        dirty = False
+        for i, (tid, (a, b)) in enumerate(zip(ids, enc.offsets, strict=True)):
+            if tid not in self.special_ids:
+                continue
+            if marked(a, b):
+                dirty = True
+                continue
+            out += self.encode_text(clean[begin:a]) if dirty else ids[first:i]
+            out.append(tid)
+            first, begin, dirty = i + 1, b, False
+        out += self.encode_text(clean[begin:]) if dirty else ids[first:]
+        return out
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -39,6 +39,7 @@ from switchyard.schemas import (
 )
 from switchyard.schemas import subjects as subj
 from switchyard.schemas.subjects import SAFETY_POLICY_GET, SAFETY_POLICY_SET
+from switchyard.services.context.memory_check import MemoryRules
 
 QUEUE = "context"
 
@@ -48,10 +49,17 @@ def _missing(what: str, ident: str) -> BusError:
 
 
 class Manager:
-    def __init__(self, conversations: ConversationStore, knowledge: KnowledgeStore, max_file_chars: int):
+    def __init__(
+        self,
+        conversations: ConversationStore,
+        knowledge: KnowledgeStore,
+        max_file_chars: int,
+        memory_rules: MemoryRules | None = None,
+    ):
         self.conversations = conversations
         self.knowledge = knowledge
         self.max_file_chars = max_file_chars
+        self.memory_rules = memory_rules or MemoryRules()
 
     async def subscribe(self, bus: Bus) -> None:
         await bus.subscribe(subj.CONVERSATIONS_LIST, ConversationListQuery, self.list_conversations, queue=QUEUE)
@@ -105,7 +113,10 @@ class Manager:
         return MemoryList(items=await self.knowledge.memories(q.tenant, q.user))
 
     async def memory_add(self, q: MemoryAdd) -> MemoryItem:
-        return await self.knowledge.remember(q.tenant, q.user, q.text.strip())
+        text = q.text.strip()
+        _instructions, safety = await self.knowledge.tenant_settings(q.tenant)
+        self.memory_rules.check_new(text, safety)  # nothing is stored for an item the rules catch
+        return await self.knowledge.remember(q.tenant, q.user, text)
 
     async def memory_delete(self, q: MemoryDelete) -> DeleteAck:
         if not await self.knowledge.forget(q.tenant, q.user, q.id):

@@ -4,6 +4,7 @@ safety_out call. Management subjects (lists, memory, files, instructions) live i
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,6 +38,7 @@ from switchyard.schemas import (
 from switchyard.services.context.facts import fact_to_remember
 from switchyard.services.context.file_check import FileChecks
 from switchyard.services.context.manage import Manager
+from switchyard.services.context.memory_check import MemoryRules
 from switchyard.services.context.models import ModelTemplates
 from switchyard.services.context.prompt import (
     ChatTemplate,
@@ -78,8 +80,14 @@ class Context:
         # Tool definitions rendered first in every system block; none are defined yet.
         self.tools = tools or []
         self.file_checks = FileChecks(renderer.file_chars)
+        self.memory_rules = MemoryRules()
 
     async def _parts(self, work: Work) -> tuple[PromptParts, TenantSafety]:
+        parts, safety, _withheld = await self._parts_checked(work)
+        return parts, safety
+
+    async def _parts_checked(self, work: Work) -> tuple[PromptParts, TenantSafety, list[str]]:
+        """`_parts`, and the ids of the memory items left out because input safety's rules catch them."""
         memory_q = self.knowledge.memories(work.tenant, work.user)
         settings_q = self.knowledge.tenant_settings(work.tenant)
         if work.chat_id:
@@ -97,17 +105,19 @@ class Context:
             memory, (instructions, safety) = await asyncio.gather(memory_q, settings_q)
             chat_files = []
             client_system, history = group_client_messages(work.messages)
+        newest = memory[-self.memory_items :] if self.memory_items else []
+        memory, withheld = await self.memory_rules.usable(newest, safety)
         parts = PromptParts(
             user_text=work.text,
             history=history,
             instructions=instructions.text,
             client_system="\n\n".join(s for s in (client_system, work.system or "") if s),
             # The newest facts, still in saved order so the block only grows at its end.
-            memory=memory[-self.memory_items :] if self.memory_items else [],
+            memory=memory,
             files=chat_files,
             tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
         )
-        return parts, safety
+        return parts, safety, withheld
 
     async def renderer_for(self, model: str | None) -> PromptRenderer:
         return self.renderer if self.models is None else await self.models.renderer(model)
@@ -123,6 +133,22 @@ class Context:
             renderer.render_messages, messages, add_generation_prompt, parts.tools, kwargs, after
         )
 
+    async def render_visible(self, work: Work, add_generation_prompt: bool = True) -> tuple[str, str | None]:
+        """`render_for`'s prompt, and the same prompt without the tenant's instructions (None where the
+        tenant has none): what a key that may not read them is shown of it."""
+        parts, _ = await self._parts(work)
+        p = self.plan(work)
+        renderer = await self.renderer_for(p.model)
+        kwargs, after = template_inputs(p, renderer.template.template)
+
+        def render(of: PromptParts) -> str:
+            return renderer.render_messages(renderer.messages(of), add_generation_prompt, of.tools, kwargs, after)
+
+        full = await asyncio.to_thread(render, parts)
+        if not parts.instructions.strip():
+            return full, None
+        return full, await asyncio.to_thread(render, dataclasses.replace(parts, instructions=""))
+
     def plan(self, work: Work) -> RequestPlan:
         """The work's plan (the gateway's); made here only for work that arrives without one."""
         try:
@@ -134,7 +160,7 @@ class Context:
         p = self.plan(work)
         if work.prompt_mode == "raw":
             return await self.assemble_raw(work.model_copy(update={"plan": p}))
-        parts, safety = await self._parts(work)
+        parts, safety, withheld = await self._parts_checked(work)
         # The plan's model: a chat the named model cannot serve is rendered for the fallback that serves it.
         renderer = await self.renderer_for(p.model)
         kwargs, after = template_inputs(p, renderer.template.template)
@@ -169,6 +195,7 @@ class Context:
             "budget": min(renderer.budget, p.prompt_budget),
             "plan": p.model_dump(mode="json"),
             "memory_items": len(parts.memory),
+            "memory_withheld": withheld,
             "files": [info.id for info, _ in parts.files],
             "flagged_files": list(file_verdicts),
             "instructions": bool(parts.instructions),
@@ -222,7 +249,7 @@ class Context:
         turn_id, new = await self.conversations.save_turn(req.tenant, req.user, req.chat_id, req.turn)
         # Only a turn that passed the safety checks and completed may teach the assistant a fact.
         fact = fact_to_remember(req.turn.user_text) if new and req.turn.status == "complete" else None
-        if fact:
+        if fact and not self.memory_rules.verdicts(fact, (await self.knowledge.tenant_settings(req.tenant))[1]):
             await self.knowledge.remember(req.tenant, req.user, fact, source_rid=req.turn.rid)
             log.info("fact remembered", chat_id=req.chat_id)
         return SaveTurnAck(turn_id=turn_id)
@@ -264,7 +291,7 @@ async def setup(
     await bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, ctx.open, queue="context")
     await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")
     await bus.subscribe(subjects.SAVE_TURN, SaveTurn, ctx.save_turn, queue="context")
-    await Manager(conversations, knowledge, settings.max_file_chars).subscribe(bus)
+    await Manager(conversations, knowledge, settings.max_file_chars, ctx.memory_rules).subscribe(bus)
     if isinstance(template, TokenCodec):  # a tokenizer, not only a template: it can count and decode too
         tokens = Tokens(ctx, models.template, settings.context_budget, settings.tokenize_max_ids)
         await bus.subscribe(subjects.TOKENIZE, TokenizeQuery, tokens.tokenize, queue="context")

@@ -4,7 +4,12 @@ sent (system block with tools, tenant instructions and saved memory; history; th
 template). The rendering is `Context`'s own; nothing here formats a prompt.
 
 History is not trimmed here: a count over `max_model_len` is a prompt the pipeline would shorten (or
-refuse). Tool results the tools stage may add for a message are not known before tools run."""
+refuse). Tool results the tools stage may add for a message are not known before tools run.
+
+The tenant's instructions are the operator's: a query without `operator_view` (any key but an admin
+key) gets the count of the whole prompt, instructions included, and the ids of the prompt rendered
+without them, so `count` can exceed `len(tokens)` by what the instructions take and nothing of them is
+shown."""
 
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ class Renders(Protocol):
     """The part of `Context` that gathers and renders a request's prompt."""
 
     async def render_for(self, work: Work, add_generation_prompt: bool) -> str: ...
+
+    async def render_visible(self, work: Work, add_generation_prompt: bool) -> tuple[str, str | None]: ...
 
 
 class Tokens:
@@ -72,9 +79,20 @@ class Tokens:
                 client_tools=q.client_tools,
                 tool_choice=q.tool_choice,
             )
-            text = await self.context.render_for(work, q.add_generation_prompt)
-        ids = await asyncio.to_thread(codec.encode, text)
+            text, visible = await self.context.render_visible(work, q.add_generation_prompt)
+            if visible is not None and not q.operator_view:
+                # The tenant's instructions are the operator's: counted, as the engine is sent them, never shown.
+                return await self._reply(q, codec, await asyncio.to_thread(codec.encode, text), visible)
+        return await self._reply(q, codec, await asyncio.to_thread(codec.encode, text))
+
+    async def _reply(
+        self, q: TokenizeQuery, codec: TokenCodec, ids: list[int], shown: str | None = None
+    ) -> TokenizeReply:
+        """The count of `ids`; the ids themselves where asked for: those of `shown` when given (the prompt
+        without what the asker may not read), else `ids`."""
         reply = TokenizeReply(count=len(ids), max_model_len=self.max_model_len)
+        if q.ids and shown is not None:
+            ids = await asyncio.to_thread(codec.encode, shown)
         if q.ids:
             if len(ids) > self.max_ids:
                 raise BusError(

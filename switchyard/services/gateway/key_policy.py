@@ -16,9 +16,11 @@ import structlog
 from switchyard.libs.bus import Bus
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.limits.budget import BudgetRefusal, KeyBudgets
+from switchyard.libs.models import ModelRegistry
 from switchyard.libs.store.key_admin import Change, iso
 from switchyard.libs.store.keys import ApiKey, KeyStore
 from switchyard.schemas import ErrorCode
+from switchyard.schemas.embeddings import EMBEDDING_MODEL, EMBEDDING_MODEL_ALIASES
 from switchyard.schemas.keys import KeyChanged
 from switchyard.schemas.subjects import KEYS_CHANGED
 from switchyard.services.gateway.errors import ApiError
@@ -28,11 +30,30 @@ from switchyard.services.gateway.settings import GatewaySettings
 log = structlog.get_logger()
 
 
-def check_model(key: ApiKey, model: str) -> None:
-    """403 when the key names the models it may use and `model` is not one of them."""
-    if not key.allows_model(model):
-        allowed = ", ".join(key.models or ())
-        raise ApiError(ErrorCode.forbidden, f"this API key may not use model {model!r} (allowed: {allowed})")
+def resolve_served(registry: ModelRegistry, name: str) -> str | None:
+    """The served model `name` (a name or an alias) means: a chat pool's or the embedding model's own name."""
+    if name in EMBEDDING_MODEL_ALIASES:
+        return EMBEDDING_MODEL
+    card = registry.find(name)
+    return None if card is None else card.name
+
+
+def check_model(key: ApiKey, model: str, registry: ModelRegistry | None = None) -> None:
+    """403 when the key names the models it may use and `model` (a served model's own name) is not one
+    of them. With `registry`, a name the key holds is read as the model it names today (a key saved with
+    an alias before aliases were resolved when saved)."""
+    if key.allows_model(model):
+        return
+    if registry is not None and any(resolve_served(registry, m) == model for m in key.models or ()):
+        return
+    allowed = ", ".join(key.models or ())
+    raise ApiError(ErrorCode.forbidden, f"this API key may not use model {model!r} (allowed: {allowed})")
+
+
+def check_key_model(key: ApiKey, registry: ModelRegistry, model: str | None) -> None:
+    """`check_model` for a request that names `model` (None: the default model), on a route that runs no
+    model (token counting): the key's model list holds there as on every other route."""
+    check_model(key, registry.get(model).name, registry)
 
 
 def budget_error(refusal: BudgetRefusal, now: int) -> ApiError:
@@ -94,7 +115,7 @@ class KeyPolicy:
     async def admit(self, key: ApiKey, model: str) -> Callable[[int], Awaitable[None]] | None:
         """Check the key's model list and budgets before a request runs; returns what debits the tokens it
         used once it ends (None when the key has no budget)."""
-        check_model(key, model)
+        check_model(key, model, self.settings.registry)
         if key.budget_day is None and key.budget_month is None:
             return None
         budgets = await self.budgets()

@@ -202,7 +202,9 @@ class Inference:
             gen.seq += 1
         stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
         params = params_of(work.sampling, left, extra_stop=stops, constraint=answer_constraint(work, prefill))
-        return await self._phase(gen, "delta", request_id, prompt + prefill, params, span, first_phase)
+        # The prefill spells client names (a forced function's, its first argument's): text, not markup.
+        prompt += self.engine.tokenizer.literal(prefill)
+        return await self._phase(gen, "delta", request_id, prompt, params, span, first_phase)
 
     async def _native(self, gen: Generation, work: Work, plan: RequestPlan, span: Span) -> str:
         """A model that thinks by itself: its text is split at its delimiters as it streams. When its thinking
@@ -249,6 +251,9 @@ class Inference:
         # The thinking as the model wrote it (open tag included); a model that answered without thinking gets
         # an empty thinking block, as its template writes one when thinking is off.
         thinking = (text if at < 0 else text[:at]) if parser.thought else f"{spec.open}\n\n"
+        # What the model wrote goes back as text: a control spelling it spelled out stays spelled out.
+        opened = spec.open if thinking.startswith(spec.open) else ""
+        thinking = opened + self.engine.tokenizer.literal(thinking[len(opened) :])
         prompt = f"{work.prompt}{thinking}{spec.close}\n\n"
         return await self._answer(gen, work, plan, answer_request_id(work.rid), prompt, prefill, span, False)
 
@@ -304,7 +309,8 @@ class Inference:
                         gen, "thinking", work.rid, think_prompt, params_of(s, budget, ["\n\n"]), span, True
                     )
                     if gen.finish in ("stop", "length"):
-                        answer_prompt = think_prompt + "".join(gen.thinking).rstrip() + ANSWER_OPEN
+                        thought = self.engine.tokenizer.literal("".join(gen.thinking).rstrip())
+                        answer_prompt = think_prompt + thought + ANSWER_OPEN
                         gen.finish = await self._answer(
                             gen, work, plan, answer_request_id(work.rid), answer_prompt, "", span, False
                         )
@@ -321,7 +327,8 @@ class Inference:
                     params = params_of(
                         s, plan.max_tokens, extra_stop=stops, constraint=answer_constraint(work, prefill)
                     )
-                    gen.finish = await self._phase(gen, "delta", work.rid, work.prompt + prefill, params, span, True)
+                    prompt = work.prompt + self.engine.tokenizer.literal(prefill)
+                    gen.finish = await self._phase(gen, "delta", work.rid, prompt, params, span, True)
             except ConstraintError as e:  # the request's own constraint: invalid or over a grammar limit
                 gen.finish = "error"
                 error = ErrorInfo.of(ErrorCode.bad_request, str(e))

@@ -16,7 +16,7 @@ from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.safety import InputGuard, Verdict, worst_action
 from switchyard.libs.safety.batcher import ScoreBatcher
-from switchyard.libs.safety.taxonomy import action_rank, worst_first
+from switchyard.libs.safety.taxonomy import HARM_CATEGORIES, action_rank, worst_first
 from switchyard.libs.safety.tenant import TenantGuards
 from switchyard.schemas import ErrorCode, InputDecision, SafetyInPart, SafetyVerdict, StageRecord, Work, subjects
 from switchyard.services.safety_in.settings import SafetyInSettings
@@ -54,6 +54,37 @@ def client_texts(work: Work) -> list[str]:
     return texts
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string in a tool spec (names, descriptions, parameter names, enums), keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def turn_texts(work: Work) -> tuple[list[str], list[str]]:
+    """What else the client put in the prompt, for the rules alone: (assistant turns, tool messages and
+    tool specs). The classifier does not read them (see `client_texts`); the rules do, since an
+    injection or a smuggled control sequence means the same whichever role carries it."""
+    assistant = [m.content for m in work.messages if m.role == "assistant" and m.content.strip()]
+    tool = [m.content for m in work.messages if m.role == "tool" and m.content.strip()]
+    tool += ["\n".join(_strings(spec)) for spec in work.client_tools]
+    return assistant, tool
+
+
+def rule_verdicts(guard: InputGuard, work: Work) -> list[list[Verdict]]:
+    """The rules' verdicts on `turn_texts`. In an assistant turn only the rules about the prompt itself
+    count (injection, jailbreak, hidden text, credentials): a refusal there names the harm it refused."""
+    assistant, tool = turn_texts(work)
+    judged = guard.check_many([*assistant, *tool], source="user")
+    for i in range(len(assistant)):
+        judged[i] = [v for v in judged[i] if v.category not in HARM_CATEGORIES]
+    return judged
+
+
 def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
     best: dict[str, Verdict] = {}
     for verdicts in judged:
@@ -68,6 +99,8 @@ class SafetyIn:
     def __init__(self, bus: Bus, guard: InputGuard, batcher: ScoreBatcher | None, max_scored: int = 16):
         self.bus = bus
         self.guards = TenantGuards(guard)
+        # The rules alone, for the rest of what the client sent (`turn_texts`).
+        self.rules = TenantGuards(InputGuard(use_embeddings=False))
         self.batcher = batcher
         self.max_scored = max_scored
 
@@ -79,6 +112,8 @@ class SafetyIn:
             judged = await guard.check_many_batched(texts, self.batcher, source="user", max_scored=self.max_scored)
         else:
             judged = guard.check_many(texts, source="user")
+        if work.messages or work.client_tools:
+            judged += await asyncio.to_thread(rule_verdicts, self.rules.for_tenant(work.safety), work)
         verdicts = worst_per_category(judged)
         if "code" in work.planned_tools:  # technical text itself is already judged as such by the guard
             verdicts = guard.for_technical(verdicts)

@@ -215,3 +215,18 @@ def _inspector(sync_conn: Any) -> Any:
 def _schema(sync_conn: Any) -> str | None:
     schema: str | None = (sync_conn.get_execution_options().get("schema_translate_map") or {}).get(None)
     return schema
+
+
+async def test_model_names_are_stored_as_the_models_they_name(engine: AsyncEngine) -> None:
+    store = KeyStore(engine, verified_ttl_s=60.0)
+    await store.init()
+    served = {"small": "Small-1", "Small-1": "Small-1", "big": "Big-2"}
+    made = await create_key(store, NewKey(tenant="m", models=["small", "Small-1", "big"]), NOW, None, served.get)
+    assert made.models == ["Big-2", "Small-1"]
+    with pytest.raises(ValueError, match="'nope'"):
+        await create_key(store, NewKey(tenant="m", models=["small", "nope"]), NOW, None, served.get)
+    with pytest.raises(ValueError, match="'gone'"):
+        await update_key(store, made.id, KeyUpdate.model_validate({"models": ["gone"]}), NOW, None, served.get)
+    assert [k.models for k in await store.list("m")] == [("Big-2", "Small-1")]
+    cleared = await update_key(store, made.id, KeyUpdate.model_validate({"models": None}), NOW, None, served.get)
+    assert cleared is not None and cleared.models is None

@@ -39,13 +39,22 @@ async def test_a_chat_count_is_the_prompt_the_stage_renders(harness: Harness, to
     w = await harness.assemble(Work(rid=uuid.uuid4().hex, tenant=tenant, user=user, key_id="k", **fields))
     assert isinstance(w, Work) and "Answer in French." in w.prompt and "Tom" in w.prompt and "lookup" in w.prompt
 
+    # An operator (an admin key) sees the whole prompt.
     got = await c.request(
-        subjects.TOKENIZE, TokenizeQuery(tenant=tenant, user=user, token_strs=True, **fields), TokenizeReply
+        subjects.TOKENIZE,
+        TokenizeQuery(tenant=tenant, user=user, token_strs=True, operator_view=True, **fields),
+        TokenizeReply,
     )
     assert got.count == w.prompt_tokens == len(got.tokens)
     assert got.tokens == tokenizer.encode(w.prompt) and got.max_model_len == 2048
     assert got.token_strs is not None and len(got.token_strs) == got.count
     assert got.token_strs[0] == tokenizer.id_to_token(got.tokens[0])
+
+    # Anyone else: the same count, and the ids of the prompt without the tenant's instructions.
+    seen = await c.request(subjects.TOKENIZE, TokenizeQuery(tenant=tenant, user=user, **fields), TokenizeReply)
+    assert seen.count == got.count and len(seen.tokens) < seen.count
+    shown = tokenizer.decode(seen.tokens)
+    assert "French" not in shown and "Tom" in shown and "lookup" in shown and "Be brief." in shown
 
     # Another user of the tenant has no memory: fewer tokens. Count only: no ids come back.
     other = await c.request(
@@ -55,7 +64,9 @@ async def test_a_chat_count_is_the_prompt_the_stage_renders(harness: Harness, to
 
     # Without the generation prompt the rendering ends at the user's message.
     bare = await c.request(
-        subjects.TOKENIZE, TokenizeQuery(tenant=tenant, user=user, add_generation_prompt=False, **fields), TokenizeReply
+        subjects.TOKENIZE,
+        TokenizeQuery(tenant=tenant, user=user, add_generation_prompt=False, operator_view=True, **fields),
+        TokenizeReply,
     )
     assert bare.tokens == got.tokens[: bare.count] and bare.count < got.count
 

@@ -18,12 +18,14 @@ import pytest
 
 from switchyard.libs.bus import NatsServer
 from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.models.registry import GEMMA_MODEL_NAME
 from switchyard.libs.store.keys import KeyStore
 from switchyard.schemas import EmbedReply, EmbedRequest, subjects
 from switchyard.schemas.embeddings import EMBEDDING_MODEL as EMBEDDING
 from tests.services.gateway.harness import USAGE, Gateway, Responder, gateway
 
 MODEL = "SmolLM2-135M-Instruct"
+OTHER = GEMMA_MODEL_NAME
 PER_REQUEST = USAGE.prompt_tokens + USAGE.completion_tokens  # what the scripted pipeline reports
 
 
@@ -119,13 +121,13 @@ async def test_rotated_key_old_secret_dead_at_once_new_one_works(pair: tuple[Gat
 
 async def test_models_expiry_and_patch(pair: tuple[Gateway, Gateway, str]) -> None:
     a, b, root = pair
-    made = (await admin(a.url, root, "POST", "/v1/admin/keys", {"tenant": "acme", "models": ["other-model"]})).json()
+    made = (await admin(a.url, root, "POST", "/v1/admin/keys", {"tenant": "acme", "models": [OTHER]})).json()
     key = made["key"]
     r = await chat(a.url, key)
     assert r.status_code == 403
     err = r.json()["error"]
     assert err["code"] == "forbidden" and err["type"] == "permission_error"
-    assert MODEL in err["message"] and "other-model" in err["message"]
+    assert MODEL in err["message"] and OTHER in err["message"]
     # The Anthropic route answers in its own shape, with the same refusal.
     async with httpx.AsyncClient(base_url=b.url) as c:
         msg = await c.post(
@@ -136,8 +138,8 @@ async def test_models_expiry_and_patch(pair: tuple[Gateway, Gateway, str]) -> No
     assert msg.status_code == 403 and msg.json()["type"] == "error"
 
     # A change on one gateway reaches the other's cache at once.
-    patched = await admin(a.url, root, "PATCH", f"/v1/admin/keys/{made['id']}", {"models": [MODEL, "other-model"]})
-    assert patched.status_code == 200 and patched.json()["models"] == sorted([MODEL, "other-model"])
+    patched = await admin(a.url, root, "PATCH", f"/v1/admin/keys/{made['id']}", {"models": [MODEL, OTHER]})
+    assert patched.status_code == 200 and patched.json()["models"] == sorted([MODEL, OTHER])
     assert (await chat(b.url, key)).status_code == 200
     assert (await chat(a.url, key)).status_code == 200
 

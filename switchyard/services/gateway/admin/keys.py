@@ -18,6 +18,7 @@ from switchyard.libs.store.key_admin import (
     KeyUpdate,
     KeyView,
     NewKey,
+    ResolveModel,
     TimeMs,
     create_key,
     iso,
@@ -32,6 +33,7 @@ from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.ids import KeyIdPath
+from switchyard.services.gateway.key_policy import resolve_served
 
 admin_router = APIRouter()
 DAY_MS = 24 * 3600 * 1000
@@ -47,11 +49,16 @@ def _bad(e: ValueError) -> ApiError:
     return ApiError(ErrorCode.bad_request, str(e))
 
 
+def served_model(gw: Gateway) -> ResolveModel:
+    """Names and aliases of the models this gateway serves now (chat pools and the embedding model)."""
+    return lambda name: resolve_served(gw.settings.registry, name)
+
+
 @admin_router.post("/v1/admin/keys", status_code=201, response_model=KeySecret)
 async def create(gw: Gw, body: Annotated[NewKey, json_body(NewKey)]) -> KeySecret:
     """A new key; `key` (the secret) is in this response only."""
     try:
-        return await create_key(gw.keys, body, now_ms(), gw.key_policy.announce)
+        return await create_key(gw.keys, body, now_ms(), gw.key_policy.announce, served_model(gw))
     except ValueError as e:
         raise _bad(e) from e
 
@@ -83,7 +90,7 @@ async def get_key(key_id: KeyIdPath, gw: Gw) -> KeyView:
 @admin_router.patch("/v1/admin/keys/{key_id}", response_model=KeyView)
 async def patch_key(key_id: KeyIdPath, gw: Gw, body: Annotated[KeyUpdate, json_body(KeyUpdate)]) -> KeyView:
     try:
-        view = await update_key(gw.keys, key_id, body, now_ms(), gw.key_policy.announce)
+        view = await update_key(gw.keys, key_id, body, now_ms(), gw.key_policy.announce, served_model(gw))
     except ValueError as e:
         raise _bad(e) from e
     if view is None:

@@ -27,6 +27,7 @@ from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.chat_completions.api import OpenAIMessage, split_messages
 from switchyard.services.gateway.core import Gateway, Gw, check_input_budget, check_text, request_id, resolve_model
 from switchyard.services.gateway.errors import ApiError
+from switchyard.services.gateway.key_policy import check_key_model
 from switchyard.services.gateway.messages.api import AnthropicMessage, Block
 from switchyard.services.gateway.messages.api import _text as anthropic_text
 from switchyard.services.gateway.messages.tools import AnthropicTool, AnthropicToolChoice, pipeline_choice, tool_specs
@@ -121,6 +122,7 @@ async def tokenize(
 ) -> dict[str, Any]:
     refuse_unsupported(body)
     model, _ = resolve_model(gw.settings, body.model)
+    check_key_model(key, gw.settings.registry, model)
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(ErrorCode.bad_request, "send either prompt or messages")
     if body.prompt is not None:
@@ -135,6 +137,7 @@ async def tokenize(
         query.client_tools = specs(body.tools)
         query.add_generation_prompt = body.add_generation_prompt
     query.token_strs = body.return_token_strs
+    query.operator_view = key.admin
     reply = await tokenize_on_bus(gw, request, key, query)
     out: dict[str, Any] = {"count": reply.count, "max_model_len": reply.max_model_len, "tokens": reply.tokens}
     if body.return_token_strs:
@@ -148,6 +151,7 @@ async def detokenize(
 ) -> dict[str, Any]:
     refuse_unsupported(body)
     model, _ = resolve_model(gw.settings, body.model)
+    check_key_model(key, gw.settings.registry, model)
     if len(body.tokens) > gw.settings.max_detokenize_tokens:
         raise ApiError(
             ErrorCode.payload_too_large,
@@ -170,6 +174,7 @@ async def count_tokens(
 ) -> dict[str, Any]:
     refuse_unsupported(body)
     model, _ = resolve_model(gw.settings, body.model)
+    check_key_model(key, gw.settings.registry, model)
     if body.messages[-1].role != "user":
         raise ApiError(ErrorCode.bad_request, "messages must end with a user message")
     earlier = [ChatMessage(role=m.role, content=anthropic_text(m.content)) for m in body.messages[:-1]]
