@@ -185,10 +185,10 @@ def test_a_first_blocks_cached_tail_stays_within_its_tenant(tiny):
     eng = make_engine(tiny, block_size=16, num_blocks=64)
     short = _prompt(9, 7)
     drive(eng, [make_request("a1", short, max_tokens=2, cache_salt="tenant-a")])
-    other = make_request("b1", short + [5], max_tokens=2, cache_salt="tenant-b")
+    other = make_request("b1", [*short, 5], max_tokens=2, cache_salt="tenant-b")
     drive(eng, [other])
     assert other.cached_tokens == 0
-    again = make_request("a2", short + [5], max_tokens=2, cache_salt="tenant-a")
+    again = make_request("a2", [*short, 5], max_tokens=2, cache_salt="tenant-a")
     drive(eng, [again])
     assert again.cached_tokens > 0
 

@@ -125,11 +125,11 @@ class Scheduler:
             computed = kv.get_computed_blocks(req)
             n = min(req.num_tokens - computed.num_tokens, budget)
             while kv.allocate_slots(req, n, computed) is None:
-                victim = self._outranked_by(req)
-                if victim is None:
+                outranked = self._outranked_by(req)
+                if outranked is None:
                     return out
-                budget += self._unschedule(victim, out)
-                self._preempt(victim)
+                budget += self._unschedule(outranked, out)
+                self._preempt(outranked)
             req.num_computed = computed.num_tokens
             if req.cached_tokens < 0:
                 req.cached_tokens = computed.num_tokens
