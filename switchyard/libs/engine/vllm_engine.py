@@ -244,7 +244,7 @@ class VllmEngine:
                 yield self._final(request_id, req, "", [], "error")
                 return
             prompt_in: dict[str, Any] = {"prompt_token_ids": ids}
-            if params.cache_salt is not None:
+            if params.cache_salt is not None and self.config.enable_prefix_caching:  # no cache, nothing to salt
                 prompt_in["cache_salt"] = params.cache_salt
             by_priority = self.config.scheduling_policy == "priority"
             stream = self._llm.generate(prompt_in, sp, request_id, priority=params.priority if by_priority else 0)
