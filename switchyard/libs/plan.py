@@ -15,7 +15,7 @@ from switchyard.libs.models import Capability, ModelCard, ModelRegistry
 from switchyard.libs.tokenizer.template import ModelTemplate
 from switchyard.schemas import Work
 from switchyard.schemas.models import Mode
-from switchyard.schemas.plan import Effort, RequestPlan, ThinkingAsk, ThinkingKind
+from switchyard.schemas.plan import MAX_PRIORITY, Effort, RequestPlan, ThinkingAsk, ThinkingKind
 
 # Messages that benefit from a thinking phase: proofs, multi-step maths, explicit requests to reason.
 _REASONING = re.compile(
@@ -99,6 +99,19 @@ def _budget(kind: ThinkingKind, ask: ThinkingAsk | None, max_tokens: int) -> int
     return max(0, min(max(want, 1), max_tokens - 1))
 
 
+def scheduling_priority(tier_priority: int, asked: int | None) -> int:
+    """The engine priority of a request (lower is sooner): its key's tier's, or the one it asked for when that
+    is no sooner. A request may put itself behind its tier (a batch job), never ahead of it."""
+    if asked is None:
+        return tier_priority
+    if not tier_priority <= asked <= MAX_PRIORITY:
+        raise PlanError(
+            f"priority {asked} is outside what this API key's tier allows: {tier_priority} to {MAX_PRIORITY}"
+            " (lower is served sooner)"
+        )
+    return asked
+
+
 def plan(
     registry: ModelRegistry,
     *,
@@ -108,9 +121,13 @@ def plan(
     text: str = "",
     max_tokens: int,
     thinking: ThinkingAsk | None = None,
+    tier_priority: int = 0,
+    priority: int | None = None,
 ) -> RequestPlan:
     """The plan for one request. `model` is a name or alias, optionally with a `:fast`/`:reasoning` suffix;
-    an unknown name gets the default model (the HTTP APIs have already refused it with a 404)."""
+    an unknown name gets the default model (the HTTP APIs have already refused it with a 404). `tier_priority`
+    is the key's tier's engine priority, `priority` the request's own (scheduling_priority)."""
+    scheduled = scheduling_priority(tier_priority, priority)
     name, _, suffix = (model or registry.default_model).partition(":")
     asked = registry.find(name) or registry.get(None)
     card, why_fallback = _able(registry, asked, _need(prompt_mode))
@@ -135,6 +152,7 @@ def plan(
         prompt_budget=card.context_length,
         max_tokens=max_tokens,
         template_kwargs={} if switch is None else {switch: kind == "native"},
+        priority=scheduled,
     )
 
 

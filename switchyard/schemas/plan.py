@@ -19,6 +19,8 @@ Effort = Literal["none", "minimal", "low", "medium", "high"]
 # off: no thinking. native: the model's own (its card's ThinkingSpec), parsed out of its text.
 # prompted: a thinking phase we prompt for, for a model that was never trained to think.
 ThinkingKind = Literal["off", "native", "prompted"]
+# The engine's scheduling priority: lower is served sooner (vLLM's convention), 0 the soonest.
+MAX_PRIORITY = 100
 
 
 class ThinkingAsk(BaseModel):
@@ -57,3 +59,6 @@ class RequestPlan(BaseModel):
     max_tokens: int = Field(ge=1)
     # Keyword arguments the chat template is rendered with (Qwen3's enable_thinking).
     template_kwargs: dict[str, bool] = Field(default_factory=dict)
+    # The engine's scheduling priority (lower is sooner): the key's tier's, or the request's own `priority`
+    # where that is no sooner than the tier allows. The engine ages waiting requests (docs/architecture.md).
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY)

@@ -379,7 +379,8 @@ class LLM:
         self._aborts: set[int] = set()
         self._next_id = 0
         self._iter = 0
-        self._cached_blocks: set[tuple[int, ...]] = set()
+        # (the request's cache_salt, a prefix of whole blocks): a salt limits reuse to requests with the same one.
+        self._cached_blocks: set[tuple[str | None, tuple[int, ...]]] = set()
         self._reused = self._missed = 0
         self._stats: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.stats_drained = asyncio.Event()  # set when a reader has taken every iteration's stats
@@ -390,7 +391,12 @@ class LLM:
 
     # -- the API ------------------------------------------------------------------------------
     def generate_async(
-        self, inputs: Any, sampling_params: SamplingParams | None = None, streaming: bool = False, **_: Any
+        self,
+        inputs: Any,
+        sampling_params: SamplingParams | None = None,
+        streaming: bool = False,
+        cache_salt: str | None = None,
+        **_: Any,
     ) -> RequestOutput:
         if self._shut_down:
             raise RuntimeError("LLM is shutting down")
@@ -425,6 +431,7 @@ class LLM:
         req = RequestOutput(self, self._next_id, prompt, sp, streaming)
         self.requests.append(req)
         self._active[req.request_id] = {
+            "salt": cache_salt,
             "req": req,
             "n": 0,
             "seq": [],
@@ -502,7 +509,7 @@ class LLM:
             hit = 0
             if self.args.kv_cache_config.enable_block_reuse:
                 for block in self._prefix_blocks(req.prompt_token_ids[:-1]):
-                    if block not in self._cached_blocks:
+                    if (st["salt"], block) not in self._cached_blocks:
                         break
                     hit = len(block)
             st["cached"] = hit
@@ -543,7 +550,7 @@ class LLM:
         rsp.perf = self._perf(st, req.sampling_params) if req.sampling_params.return_perf_metrics else None
         req._queue.put_nowait(rsp)
         if self.args.kv_cache_config.enable_block_reuse:
-            self._cached_blocks.update(self._prefix_blocks(req.prompt_token_ids))
+            self._cached_blocks.update((st["salt"], b) for b in self._prefix_blocks(req.prompt_token_ids))
         self._aborts.discard(rid)
         del self._active[rid]
 

@@ -247,6 +247,18 @@ async def test_9_cached_tokens_timings_and_engine_stats(fake_trt, hf_dir):
     await eng.stop()
 
 
+async def test_cache_salt_reaches_the_library_and_limits_reuse_to_its_tenant(fake_trt, hf_dir):
+    eng = _engine(hf_dir)
+    await eng.start()
+    prompt = list(range(100, 200))
+    await _collect(eng, "a1", prompt, SamplingParams(max_tokens=2, cache_salt="tenant-a"))
+    other = await _collect(eng, "b1", prompt, SamplingParams(max_tokens=2, cache_salt="tenant-b"))
+    same = await _collect(eng, "a2", prompt, SamplingParams(max_tokens=2, cache_salt="tenant-a"))
+    assert other[-1].usage.cached_tokens == 0
+    assert same[-1].usage.cached_tokens == 96
+    await eng.stop()
+
+
 async def test_response_formats_go_to_the_library_guided_decoding(fake_trt, hf_dir):
     with pytest.raises(ValueError, match="Only one guide"):
         GuidedDecodingParams(json="{}", regex="a+")._validate()

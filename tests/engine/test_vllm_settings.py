@@ -15,10 +15,12 @@ def test_the_service_settings_build_a_vllm_config(monkeypatch, tmp_path):
     monkeypatch.setenv("SWITCHYARD_VLLM_ENFORCE_EAGER", "1")
     monkeypatch.setenv("SWITCHYARD_VLLM_TENSOR_PARALLEL_SIZE", "2")
     monkeypatch.setenv("SWITCHYARD_KV_CACHE_BYTES", str(1 << 28))
+    monkeypatch.setenv("SWITCHYARD_INFERENCE_SCHEDULING_POLICY", "fcfs")
     config = InferenceSettings(data_dir=str(tmp_path)).engine_config()
     assert isinstance(config, VllmEngineConfig) and config.kind == "vllm"
     assert config.enforce_eager and config.tensor_parallel_size == 2 and config.vllm_dtype == "float32"
     assert config.max_num_seqs == 8 and config.kv_cache_bytes == 1 << 28
+    assert config.scheduling_policy == "fcfs" and config.priority_aging_s == 1.0  # vLLM's --scheduling-policy
     # No checkpoint configured: the one written from the GGUF, under the engine cache of the data dir.
     assert hf_checkpoint_dir(config, "/models/SmolLM2-135M-Instruct.Q4_1.gguf") == (
         f"{tmp_path}/cache/engine/hf/SmolLM2-135M-Instruct.Q4_1"

@@ -108,3 +108,12 @@ def test_the_switch_reaches_the_chat_template() -> None:
     msgs = [{"role": "user", "content": "hi"}]
     assert render_prompt(switch, msgs, template_kwargs={"enable_thinking": False}).endswith("<think>\n\n</think>\n\n")
     assert render_prompt(switch, msgs, template_kwargs={"enable_thinking": True}).endswith("assistant\n")
+
+
+def test_the_priority_is_the_tiers_or_one_behind_it() -> None:
+    assert plan(registry(), model=None, max_tokens=8, tier_priority=10).priority == 10
+    assert plan(registry(), model=None, max_tokens=8, tier_priority=10, priority=40).priority == 40
+    with pytest.raises(PlanError, match="10 to 100"):
+        plan(registry(), model=None, max_tokens=8, tier_priority=10, priority=3)
+    with pytest.raises(PlanError, match="0 to 100"):
+        plan(registry(), model=None, max_tokens=8, priority=101)

@@ -41,11 +41,27 @@ def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def block_hashes_for(token_ids: Sequence[int], block_size: int, start: list[int] | None = None) -> list[int]:
-    """Hashes of every full block of token_ids, extending an already computed prefix list."""
+def salt_root(cache_salt: str | None) -> int | None:
+    """The parent key of a salted sequence's first block (None: unsalted). The salt enters the chain
+    at its root, so every block's key depends on it: equal tokens under different salts never share a
+    block, and a first block's cached tail (kept under its parent key) is found only under its own salt
+    (vLLM's `cache_salt`, mixed into the first block's hash). Its own domain byte: a salted key never
+    equals an unsalted one."""
+    if cache_salt is None:
+        return None
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"\x02" + cache_salt.encode())
+    return int.from_bytes(h.digest(), "little")
+
+
+def block_hashes_for(
+    token_ids: Sequence[int], block_size: int, start: list[int] | None = None, root: int | None = None
+) -> list[int]:
+    """Hashes of every full block of token_ids, extending an already computed prefix list; `root` (from
+    salt_root) is the first block's parent."""
     hashes = list(start or [])
     for i in range(len(hashes), len(token_ids) // block_size):
-        parent = hashes[-1] if hashes else None
+        parent = hashes[-1] if hashes else root
         hashes.append(hash_block(parent, token_ids[i * block_size : (i + 1) * block_size]))
     return hashes
 

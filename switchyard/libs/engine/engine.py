@@ -195,7 +195,9 @@ class NativeEngine:
         # A sequence can never grow past what the whole pool holds.
         self.max_model_len = min(self.max_model_len, num_blocks * bs)
         self.kv_cache_manager = KVCacheManager(BlockPool(num_blocks, bs, c.enable_prefix_caching))
-        self.scheduler = Scheduler(self.kv_cache_manager, c.max_num_seqs, c.max_num_batched_tokens)
+        self.scheduler = Scheduler(
+            self.kv_cache_manager, c.max_num_seqs, c.max_num_batched_tokens, c.scheduling_policy, c.priority_aging_s
+        )
         kv = KVCache(model.cfg, num_blocks, bs, model.kv_dtype, device=str(model.device))
         self.runner = ModelRunner(model, kv)
 

@@ -83,7 +83,7 @@ class KVCacheManager:
         hit_tokens = len(hit) * bs
         # Past the full blocks, a released sequence's partial last block may hold more of this
         # prompt (typically the end of the previous answer in a conversation).
-        tail = self.block_pool.match_tail(hashes[len(hit) - 1] if hit else None, req.all_ids[hit_tokens:known])
+        tail = self.block_pool.match_tail(hashes[len(hit) - 1] if hit else req.root_hash, req.all_ids[hit_tokens:known])
         if tail is None:
             return ComputedBlocks(hit, None, hit_tokens)
         return ComputedBlocks(hit, tail[0], hit_tokens + tail[1])
@@ -142,6 +142,6 @@ class KVCacheManager:
         bs = self.block_size
         full = req.num_computed // bs
         if self.enable_caching and req.num_computed % bs and full < len(table):
-            parent = req.hashes(bs)[full - 1] if full else None
+            parent = req.hashes(bs)[full - 1] if full else req.root_hash
             self.block_pool.cache_tail(table[full], parent, req.all_ids[full * bs : req.num_computed])
         self.block_pool.free(table)

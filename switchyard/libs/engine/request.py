@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from switchyard.libs.engine.block_pool import block_hashes_for
+from switchyard.libs.engine.block_pool import block_hashes_for, salt_root
 from switchyard.libs.engine.types import SamplingParams, Usage
 from switchyard.libs.tokenizer import IncrementalDecoder, Tokenizer
 
@@ -49,6 +49,8 @@ class Request:
 
     def __post_init__(self) -> None:
         self.all_ids: list[int] = list(self.prompt_ids)
+        # The parent key of the first block: the tenant's salt, so cached prefixes are shared only under it.
+        self.root_hash = salt_root(self.params.cache_salt)
         if self.params.seed is not None:
             self.generator = torch.Generator().manual_seed(self.params.seed)
 
@@ -57,7 +59,7 @@ class Request:
         return len(self.all_ids)
 
     def hashes(self, block_size: int) -> list[int]:
-        self.block_hashes = block_hashes_for(self.all_ids, block_size, self.block_hashes)
+        self.block_hashes = block_hashes_for(self.all_ids, block_size, self.block_hashes, self.root_hash)
         return self.block_hashes
 
     def append_token(self, token: int) -> None:

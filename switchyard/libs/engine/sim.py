@@ -9,8 +9,9 @@ at a sentence picked from the request id, so output safety reads real sentences.
 almost no CPU of its own (one list lookup and one queue put per token), which is the point: the
 inference process's CPU under it is the pipeline's relay work, not the model's.
 
-Never a default. It honours max_tokens, stop strings and logprobs (made-up values); it ignores EOS and
-grammars: its answers are for measuring, not reading. Serving a thinking model's card (`sim_thinking`), it
+Never a default. It honours max_tokens, stop strings and logprobs (made-up values); it ignores EOS,
+grammars, priorities and cache salts (it has no queue to order: every request joins at the first step after
+its prefill time, and no prefix cache): its answers are for measuring, not reading. Serving a thinking model's card (`sim_thinking`), it
 writes `<think>`, a few sentences' tokens, `</think>` before its answer, as such a model does; a prompt that
 ends inside an open thinking block gets the thinking without the open tag, and one that ends with the close
 tag (thinking turned off, or closed by a budget) gets only the answer.

@@ -15,6 +15,10 @@ relies on was read in NVIDIA/TensorRT-LLM's source (tests/engine/fake_tensorrt_l
   prefill is on; the KV cache takes 90 % of free GPU memory unless `max_tokens` caps it.
 - Executor errors surface from the stream's `__anext__`, `generate_async` raises while shutting down:
   both end the request with finish reason 'error'. An abort ends the stream with 'cancelled'.
+- Scheduling is the library's own (first come, first served in its capacity scheduler): a request's
+  `priority` is not passed, as its range and its schedulers' use of it differ from ours. A request's
+  `cache_salt` is passed where `generate_async` takes one (it limits block reuse to requests with the same
+  salt, as vLLM's does); a library too old for it shares cached prefixes across tenants, said once at start.
 - Per-request timings and KV reuse come from `return_perf_metrics`; engine-wide KV figures from
   `get_stats_async()` (with `enable_iter_perf_stats`).
 """
@@ -22,6 +26,7 @@ relies on was read in NVIDIA/TensorRT-LLM's source (tests/engine/fake_tensorrt_l
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import os
@@ -103,6 +108,7 @@ class TrtLlmEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self._handles: dict[str, Any] = {}
+        self._salted = False  # whether the library's generate_async takes a cache_salt
         self._cancels = EarlyCancels()
         self._m = EngineMetrics()
 
@@ -137,6 +143,9 @@ class TrtLlmEngine:
             # The grammar library the native engine uses: response formats are passed through to it.
             guided_decoding_backend="xgrammar",
         )
+        self._salted = "cache_salt" in inspect.signature(self._llm.generate_async).parameters
+        if not self._salted:
+            log.warning("this tensorrt_llm takes no cache_salt: cached prefixes are shared across tenants")
         self._loop = asyncio.get_running_loop()
         self._stats_task = asyncio.create_task(self._follow_stats())
 
@@ -215,7 +224,10 @@ class TrtLlmEngine:
         self._m.running += 1
         try:
             try:
-                handle = self._llm.generate_async(ids, sampling_params=self._params(params, len(ids)), streaming=True)
+                salt = {"cache_salt": params.cache_salt} if self._salted and params.cache_salt is not None else {}
+                handle = self._llm.generate_async(
+                    ids, sampling_params=self._params(params, len(ids)), streaming=True, **salt
+                )
             except Exception as e:  # shutting down, or parameters its SamplingParams refuses
                 log.warning("tensorrt_llm refused request %s: %s", request_id, e)
                 yield self._final(request_id, req, handle, "", [], "error")

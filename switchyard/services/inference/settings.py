@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -35,6 +36,13 @@ class InferenceSettings(ServiceSettings):
     block_size: int = 16
     num_blocks: int = 0
     enable_prefix_caching: bool = True
+    # The engine's scheduling (EngineConfig): 'priority' admits and preempts by the plan's priority, a waiting
+    # request gaining one level per `priority_aging_s` seconds; 'fcfs' by arrival (vLLM's --scheduling-policy).
+    scheduling_policy: Literal["priority", "fcfs"] = "priority"
+    priority_aging_s: float = Field(1.0, ge=0)
+    # Cached prompt prefixes are reused only within a tenant (its id salts the KV blocks' keys: vLLM's
+    # cache_salt), so no tenant can time another's cached prompts. True shares them across tenants again.
+    share_prefix_cache: bool = False
     # Converted weights; None => <data_dir>/cache/engine. Shared across data dirs, it makes restarts fast.
     cache_dir: str | None = None
     heartbeat_s: float = 2.0

@@ -160,3 +160,27 @@ async def test_a_grammar_constrains_the_answer_alone(served: tuple[Inference, Fa
     assert kinds == sorted(kinds, key=lambda k: k == "delta") and "delta" in kinds
     # The free answer the first request began after its thinking was never published.
     assert bus.final is not None and bus.final.usage is not None and bus.final.usage.completion_tokens <= 80
+
+
+async def test_every_engine_request_of_a_generation_has_the_plans_priority_and_the_tenants_salt(
+    served: tuple[Inference, FakeBus, CountingEngine],
+) -> None:
+    service, _, engine = served
+    p = plan(REGISTRY, model="thinker", max_tokens=40, thinking=ThinkingAsk(enabled=True, budget_tokens=6))
+    await service.handle(
+        Work(
+            rid="rid2",
+            tenant="acme",
+            user="u",
+            key_id="k",
+            text="2+2?",
+            prompt=PROMPT,
+            plan=p.model_copy(update={"priority": 30}),
+        )
+    )
+    assert len(engine.params) == 2  # the thinking, then the answer after the spent budget
+    assert [(x.priority, x.cache_salt) for x in engine.params] == [(30, "acme"), (30, "acme")]
+    engine.params.clear()
+    service.settings.share_prefix_cache = True
+    await service.handle(work(max_tokens=8))
+    assert engine.params and all(x.cache_salt is None for x in engine.params)

@@ -97,6 +97,9 @@ class CompletionRequest(Strict):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     structured_outputs: StructuredOutputs | None = None  # vLLM's extension
+    # vLLM's extension: the engine's scheduling priority, lower sooner; only at or behind the key's tier's (a 400
+    # names the range). Strict: 2.5 or "1" is a mistake to report.
+    priority: int | None = Field(None, strict=True)
 
 
 def _text(message: OpenAIMessage) -> str:
@@ -360,6 +363,7 @@ async def chat_completions(
                     rid=None if i == 0 else f"{request_id(request)}-{i}",
                     parallel_tool_calls=parallel,
                     thinking=thinking,
+                    priority=body.priority,
                 )
             )
     except ApiError:

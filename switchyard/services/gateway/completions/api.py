@@ -55,6 +55,9 @@ class TextCompletionRequest(Strict):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     logit_bias: dict[int, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    # vLLM's extension: the engine's scheduling priority, lower sooner; only at or behind the key's tier's (a 400
+    # names the range). Strict: 2.5 or "1" is a mistake to report.
+    priority: int | None = Field(None, strict=True)
 
 
 def prompts_of(body: TextCompletionRequest) -> list[str]:
@@ -203,6 +206,7 @@ async def completions(
                         prompt_mode="raw",
                         sampling=asked.model_copy(update={"seed": ((asked.seed or 0) + j) % (MAX_SEED + 1)}),
                         rid=None if k == 0 else f"{rid}-{k}",
+                        priority=body.priority,
                     )
                 )
     except ApiError:
