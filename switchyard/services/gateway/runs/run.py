@@ -140,7 +140,7 @@ class Run:
 
     async def follow(self, after: int = -1) -> AsyncIterator[tuple[int, ChatEvent]]:
         """Events after sequence number `after`, live until the last one."""
-        i = after + 1
+        i = max(after, -1) + 1  # never a negative index: that would replay the tail
         while True:
             while i < len(self.events):
                 yield i, self.events[i]
