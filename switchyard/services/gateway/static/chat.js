@@ -717,6 +717,7 @@ function init() {
 
 // The model menu: every model that chats (GET /v1/models; a base model serves /v1/completions only).
 async function refreshModels() {
+  if (!state.key) return;
   const menu = $("model");
   const resp = await api("/v1/models");
   if (!resp.ok) return;
