@@ -51,7 +51,8 @@ class PastTheEnd(ApiError):
     def __init__(self, after: int, last: int, *, finished: bool = True):
         so_far = "" if finished else " so far"
         super().__init__(
-            ErrorCode.bad_request, f"Last-Event-ID {after} is past the stream's end: its last event{so_far} is {last}"
+            ErrorCode.bad_request,
+            f"Last-Event-ID (or after) {after} is past the stream's end: its last event{so_far} is {last}",
         )
 
 
