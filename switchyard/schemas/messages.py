@@ -370,6 +370,9 @@ class SpanBatch(BaseModel):
 
 class RequestQuery(BaseModel):
     rid: str
+    # Set for a tenant's own lookup (feedback): a request of another tenant is then not found, in the same
+    # one query as a rid that does not exist. None: any tenant's (the admin routes).
+    tenant: str | None = None
 
 
 class RequestRecordReply(BaseModel):

@@ -41,6 +41,13 @@ def page(stack: Stack) -> Iterator[Any]:
         browser.close()
 
 
+def open_with_key(pg: Any, url: str) -> None:
+    """`url` carries `?key=`: the page offers the key (unless it is already the saved one); accept it."""
+    pg.goto(url)
+    if pg.is_visible("#url-key"):
+        pg.click("#url-key-accept")
+
+
 def answers(pg: Any) -> list[dict[str, str]]:
     return pg.eval_on_selector_all(
         ".msg.assistant",
@@ -50,7 +57,7 @@ def answers(pg: Any) -> list[dict[str, str]]:
 
 def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Client) -> None:
     pg = page
-    pg.goto(f"{stack.url}/?key={stack.api_key}")
+    open_with_key(pg, f"{stack.url}/?key={stack.api_key}")
     assert "key=" not in pg.url  # the key leaves the address bar
     pg.wait_for_selector("#input")
 
@@ -112,7 +119,7 @@ def test_send_stream_stop_and_reload(page: Any, stack: Stack, client: httpx.Clie
 
 def test_tool_steps_and_their_results_survive_a_reload(page: Any, stack: Stack) -> None:
     pg = page
-    pg.goto(f"{stack.url}/?key={stack.api_key}")
+    open_with_key(pg, f"{stack.url}/?key={stack.api_key}")
     pg.wait_for_selector("#new-chat")
     pg.click("#new-chat")
     pg.fill("#input", "What is the status of my order A1001?")

@@ -46,6 +46,8 @@ def page(stack: Stack) -> Iterator[Page]:
 
 def _goto(page: Page, url: str, ready: str) -> None:
     page.goto(url)
+    if "key=" in url and page.is_visible("#url-key"):
+        page.click("#url-key-accept")  # a link's key is only offered: the operator accepts it
     page.wait_for_function(
         "ready => document.body.dataset.ready === ready || document.body.dataset.ready === 'error'", arg=ready
     )
@@ -62,7 +64,7 @@ def test_console_pages(page: Page, client: httpx.Client, stack: Stack) -> None:
     base = f"{stack.url}/console"
     p = page
 
-    # The key comes from ?key= once, then from localStorage.
+    # The key comes from ?key= once (accepted), then from localStorage.
     _goto(p, f"{base}?key={stack.admin_key}#/requests", "/requests")
     assert "key=" not in p.url
     row = p.locator(f"tr.req-row[data-rid='{rid}']")

@@ -214,9 +214,13 @@ class RecordStore:
             update(requests).where(requests.c.rid == rid).values(record=record, updated_ms=now, **summary)
         )
 
-    async def get(self, rid: str) -> tuple[RequestSummary, dict[str, Any]] | None:
+    async def get(self, rid: str, tenant: str | None = None) -> tuple[RequestSummary, dict[str, Any]] | None:
+        """The request `rid`; with `tenant`, only that tenant's (another tenant's is None, as a missing one)."""
+        q = select(requests).where(requests.c.rid == rid)
+        if tenant is not None:
+            q = q.where(requests.c.tenant == tenant)
         async with self.engine.connect() as conn:
-            row = (await conn.execute(select(requests).where(requests.c.rid == rid))).first()
+            row = (await conn.execute(q)).first()
         if row is None:
             return None
         return _summary(row), dict(row.record)

@@ -29,7 +29,10 @@ _FILE_TAG = re.compile(r"<(\s*/?\s*)(files?)\b", re.IGNORECASE)
 
 
 class ChatTemplate(Protocol):
-    """The part of `switchyard.libs.tokenizer.Tokenizer` a renderer needs: the model's template, and its token count."""
+    """The part of `switchyard.libs.tokenizer.Tokenizer` a renderer needs: the model's template, its token count,
+    and how many token ids its vocabulary has."""
+
+    vocab_size: int
 
     @property
     def template(self) -> ModelTemplate: ...

@@ -61,6 +61,19 @@ def not_found(chat_id: str) -> BusError:
     return BusError(ErrorCode.not_found, f"conversation {chat_id} not found")
 
 
+def check_logit_bias(work: Work, renderer: PromptRenderer, model: str | None) -> None:
+    """A `logit_bias` on a token id the model does not have is the client's mistake: refused here, where the
+    model's vocabulary is first known, rather than left to the engine (which could only end the answer empty)."""
+    vocab = renderer.template.vocab_size
+    bad = next((t for t in work.sampling.logit_bias if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise BusError(
+            ErrorCode.bad_request,
+            f"logit_bias token id {bad} is not in the vocabulary of model {model or 'default'!r} "
+            f"(token ids 0 to {vocab - 1})",
+        )
+
+
 class Context:
     def __init__(
         self,
@@ -160,9 +173,10 @@ class Context:
         p = self.plan(work)
         if work.prompt_mode == "raw":
             return await self.assemble_raw(work.model_copy(update={"plan": p}))
-        parts, safety, withheld = await self._parts_checked(work)
         # The plan's model: a chat the named model cannot serve is rendered for the fallback that serves it.
         renderer = await self.renderer_for(p.model)
+        check_logit_bias(work, renderer, p.model)
+        parts, safety, withheld = await self._parts_checked(work)
         kwargs, after = template_inputs(p, renderer.template.template)
         try:
             # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
@@ -219,6 +233,7 @@ class Context:
         (_instructions, safety), renderer = await asyncio.gather(
             self.knowledge.tenant_settings(work.tenant), self.renderer_for(work.plan.model if work.plan else work.model)
         )
+        check_logit_bias(work, renderer, work.plan.model if work.plan else work.model)
         tokens = await asyncio.to_thread(renderer.template.count, work.text)
         out = work.model_copy(
             update={

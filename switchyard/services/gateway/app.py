@@ -34,6 +34,7 @@ from switchyard.services.gateway.product import files_api
 from switchyard.services.gateway.product import knowledge as knowledge_api
 from switchyard.services.gateway.product.router import router as product_router
 from switchyard.services.gateway.responses import api as responses_api
+from switchyard.services.gateway.security_headers import SecurityHeaders
 from switchyard.services.gateway.settings import GatewaySettings
 from switchyard.services.gateway.simple_chat import api as chat_api
 from switchyard.services.gateway.tokens import api as tokens_api
@@ -150,4 +151,6 @@ def create_app(
     web.install(app)
     app.add_middleware(BodyLimit, limit_for=body_limits(settings))
     app.add_middleware(RequestIdMiddleware, metrics=metrics)
+    # Outermost: its headers reach every response, the crash handler's included.
+    app.add_middleware(SecurityHeaders)
     return app

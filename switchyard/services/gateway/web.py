@@ -2,8 +2,9 @@
 HTML, vanilla JS and CSS from `static/` (Starlette's StaticFiles), no build step.
 
 No page holds a secret: each asks for a key and calls the same API any client does (the console, the
-admin routes), so serving them needs no key. The content security policy allows only our own scripts and
-styles, so text the model writes can never run as code even if the markdown renderer let some HTML through.
+admin routes), so serving them needs no key, and none takes a key from its address without the user's
+confirming it. The content security policy (security_headers.py) allows only our own scripts and styles, so
+text the model writes can never run as code even if the markdown renderer let some HTML through.
 """
 
 from __future__ import annotations
@@ -18,16 +19,8 @@ from starlette.staticfiles import StaticFiles
 router = APIRouter()
 
 STATIC = Path(__file__).parent / "static"
-HEADERS = {
-    "cache-control": "no-cache",
-    "content-security-policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
-    ),
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-}
-NO_CACHE = {"cache-control": "no-cache"}
+# The content security policy, nosniff and the referrer policy come with every response (security_headers.py).
+HEADERS = {"cache-control": "no-cache"}
 
 
 class Assets(StaticFiles):
@@ -46,7 +39,7 @@ class Assets(StaticFiles):
 def install(app: FastAPI) -> None:
     app.include_router(router)
     app.mount("/static", Assets(STATIC, HEADERS), name="static")
-    app.mount("/console", Assets(STATIC / "console", NO_CACHE), name="console")
+    app.mount("/console", Assets(STATIC / "console", HEADERS), name="console")
 
 
 @router.get("/", include_in_schema=False)
@@ -56,7 +49,7 @@ async def page() -> FileResponse:
 
 @router.get("/console", include_in_schema=False)
 async def console() -> FileResponse:
-    return FileResponse(STATIC / "console" / "console.html", media_type="text/html", headers=NO_CACHE)
+    return FileResponse(STATIC / "console" / "console.html", media_type="text/html", headers=HEADERS)
 
 
 # Our own page rather than Swagger UI: that one loads its scripts from a CDN, which neither this

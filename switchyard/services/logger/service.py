@@ -52,7 +52,7 @@ class Admin:
         self.store = store
 
     async def get(self, q: RequestQuery) -> RequestRecordReply:
-        got = await self.store.get(q.rid)
+        got = await self.store.get(q.rid, tenant=q.tenant)
         if got is None:
             raise BusError(ErrorCode.not_found, f"request {q.rid} not found")
         summary, record = got

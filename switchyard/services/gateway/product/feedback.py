@@ -1,8 +1,8 @@
 """Feedback (any key): thumbs on one answer, and A/B preferences between two answers.
 
 Ratings go to JetStream `log.feedback`, so they are kept even while the logger is down, and the logger
-stores them beside the request records. A key may rate only its own tenant's requests: any other rid,
-like one that does not exist, is 404.
+stores them beside the request records. A key may rate only its own tenant's requests: another tenant's
+rid is looked up exactly as one that does not exist, and answered alike (404).
 """
 
 from __future__ import annotations
@@ -52,22 +52,23 @@ class PreferenceBody(BaseModel):
 
 
 async def own_request(gw: Gateway, key: ApiKey, rid: str) -> None:
-    """404 unless `rid` is a logged request of the key's tenant."""
+    """404 unless `rid` is a logged request of the key's tenant. The tenant is part of the lookup, so another
+    tenant's request and one that does not exist are the same miss: the same query, the same wait for a
+    record still being written, the same answer (nothing tells a key that someone else's rid exists)."""
+    query = RequestQuery(rid=rid, tenant=key.tenant)
     deadline = time.monotonic() + RECORD_WAIT_S
     while True:
         try:
-            reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
+            reply = await gw.bus.request(subjects.ADMIN_REQUEST_GET, query, RequestRecordReply)
+            # A logger that predates tenant lookups answers any tenant's: then that is a miss too.
+            if RequestRecord.model_validate(reply.record).tenant == key.tenant:
+                return
         except BusError as e:
             if e.code != ErrorCode.not_found:
                 raise
-            if time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
-                continue
-            break
-        if RequestRecord.model_validate(reply.record).tenant == key.tenant:
-            return
-        break
-    raise ApiError(ErrorCode.not_found, f"request {rid!r} not found")
+        if time.monotonic() >= deadline:
+            raise ApiError(ErrorCode.not_found, f"request {rid!r} not found")
+        await asyncio.sleep(0.2)
 
 
 async def publish(gw: Gateway, fb: Feedback) -> None:

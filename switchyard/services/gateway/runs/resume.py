@@ -4,13 +4,18 @@ A memory-backed JetStream stream captures `chat.events.>` for a few minutes, so 
 request's events in order and follow the rest live. Sequence numbers are positions among the rid's
 messages, the same ids the relaying replica gave them (it numbers events in the order the server
 delivered them). The relaying replica's own copy stays the fast path; this is the fallback.
+
+Where a reader resumes is checked before anything is sent: `Last-Event-ID` (or `?after=`) is the id of an
+event the client received, an integer from -1 (from the start); one past the stream's last event is a 400,
+never a replay of the tail or a second `done`.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from switchyard.libs.bus import Bus
 from switchyard.libs.bus import headers as H
@@ -19,6 +24,36 @@ from switchyard.schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
 from switchyard.schemas.frames import decode_event
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.runs.run import TERMINAL
+
+# Far more events than any stream carries; a larger id cannot be one the client was sent.
+MAX_EVENT_ID = (1 << 31) - 1
+_EVENT_ID = re.compile(r"-?[0-9]{1,10}")
+
+
+def resume_position(last_event_id: str | None, after: str | None) -> int:
+    """The id a reader resumes after: the `Last-Event-ID` header, else `?after=`, else -1 (from the start)."""
+    name, raw = ("Last-Event-ID", last_event_id) if last_event_id is not None else ("after", after)
+    if raw is None or not raw.strip():
+        return -1  # EventSource sends no header before its first event; an empty one means the same
+    raw = raw.strip()
+    if not _EVENT_ID.fullmatch(raw) or not -1 <= int(raw) <= MAX_EVENT_ID:
+        raise ApiError(
+            ErrorCode.bad_request,
+            f"{name} must be the id of an event received: an integer from -1 (from the start) to {MAX_EVENT_ID}, "
+            f"not {raw[:32]!r}",
+        )
+    return int(raw)
+
+
+class PastTheEnd(ApiError):
+    """The client named an event the stream never had."""
+
+    def __init__(self, after: int, last: int, *, finished: bool = True):
+        so_far = "" if finished else " so far"
+        super().__init__(
+            ErrorCode.bad_request,
+            f"Last-Event-ID (or after) {after} is past the stream's end: its last event{so_far} is {last}",
+        )
 
 
 async def ensure_events_stream(bus: Bus, max_age_s: float, max_bytes: int) -> None:
@@ -46,8 +81,9 @@ async def owned(bus: Bus, rid: str, tenant: str) -> None:
 
 async def kept_events(
     bus: Bus, rid: str, after: int, idle_s: float, timeout_s: float
-) -> AsyncIterator[tuple[int, ChatEvent] | None]:
-    """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet."""
+) -> AsyncGenerator[tuple[int, ChatEvent] | None, None]:
+    """Events after `after`, then live ones until the terminal event; None after `idle_s` of quiet. `PastTheEnd`
+    when the stream ends before `after`."""
     deadline = time.monotonic() + timeout_s
     seq = -1
     events = follow(
@@ -68,6 +104,8 @@ async def kept_events(
             if seq > after:
                 yield seq, event
             if event.type in TERMINAL:
+                if seq < after:
+                    raise PastTheEnd(after, seq)
                 return
     finally:
         await events.aclose()

@@ -146,7 +146,7 @@ class Run:
 
     async def follow_batches(self, after: int = -1) -> AsyncIterator[list[tuple[int, ChatEvent]]]:
         """As `follow`, every event already here at once: a reader that fell behind catches up in one go."""
-        i = after + 1
+        i = max(after, -1) + 1  # never a negative index: that would replay the tail
         while True:
             if i < len(self.events):
                 batch = list(enumerate(self.events[i:], start=i))

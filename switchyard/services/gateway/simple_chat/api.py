@@ -20,8 +20,8 @@ from switchyard.services.gateway.core import Gateway, Gw, check_text, resolve_mo
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath, Id, RidPath
 from switchyard.services.gateway.product.chat_files import attach_files
-from switchyard.services.gateway.runs.relay import Batch, Encoder, follow, sse, sse_response
-from switchyard.services.gateway.runs.resume import kept_events, owned
+from switchyard.services.gateway.runs.relay import Batch, Encoder, Item, follow, sse, sse_response
+from switchyard.services.gateway.runs.resume import PastTheEnd, kept_events, owned, resume_position
 from switchyard.services.gateway.runs.run import Phase, Run
 
 router = APIRouter()
@@ -106,12 +106,37 @@ def _local_run(gw: Gateway, rid: str, tenant: str) -> Run | None:
     return run
 
 
-async def follow_kept(gw: Gateway, rid: str, after: int) -> AsyncIterator[Batch]:
+async def follow_kept(
+    rid: str, first: Item | None, rest: AsyncIterator[tuple[int, ChatEvent] | None], after: int
+) -> AsyncIterator[Batch]:
     """A stream another replica relays, from JetStream; leaving does not cancel it (its owner decides)."""
+    if first is not None:
+        yield [first]
+    try:
+        async for item in rest:
+            if item is not None:  # quiet: sse-starlette keeps the line alive
+                yield [(0, *item)]
+    except PastTheEnd as e:
+        # Only a live stream that ends before the named id gets here: the status line has gone out.
+        yield [(0, after + 1, ChatEvent(rid=rid, type="error", error=e.info()))]
+
+
+async def kept_from(gw: Gateway, rid: str, after: int) -> AsyncIterator[Batch]:
+    """The kept stream after `after`, its first event (or first quiet moment) read before the status line, so
+    an id past the end of a finished stream is a 400 rather than an empty stream."""
     timeout = gw.settings.request_timeout_s + gw.settings.cancel_wait_s
-    async for item in kept_events(gw.bus, rid, after, gw.settings.keepalive_s, timeout):
-        if item is not None:  # quiet: sse-starlette keeps the line alive
-            yield [(0, *item)]
+    events = kept_events(gw.bus, rid, after, gw.settings.keepalive_s, timeout)
+    first: Item | None = None
+    try:
+        got = await anext(events)
+    except StopAsyncIteration:
+        got = None
+    except PastTheEnd:
+        await events.aclose()
+        raise
+    if got is not None:
+        first = (0, *got)
+    return follow_kept(rid, first, events, after)
 
 
 @router.get("/v1/streams/{rid}", response_class=EventSourceResponse, responses=route_docs.sse())
@@ -119,17 +144,22 @@ async def resume(
     rid: RidPath,
     gw: Gw,
     key: Principal,
-    last_event_id: Annotated[int | None, Header()] = None,
-    after: Annotated[int | None, Query()] = None,
+    last_event_id: Annotated[str | None, Header(max_length=64)] = None,
+    after: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
-    """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live."""
-    after = last_event_id if last_event_id is not None else after if after is not None else -1
+    """Reconnect to a stream: the events after `Last-Event-ID` (or `?after=`), then the rest live. An id that is
+    not an integer from -1, or is past the stream's last event, is a 400."""
+    position = resume_position(last_event_id, after)
     run = _local_run(gw, rid, key.tenant)
     if run is not None:
-        items = follow(gw, [run], after)
+        # This replica numbered the run's events: it never gave out an id past its last.
+        last = len(run.events) - 1
+        if position > last:
+            raise PastTheEnd(position, last, finished=run.phase in (Phase.ended, Phase.closed))
+        items = follow(gw, [run], position)
     elif gw.settings.resume_stream:
         await owned(gw.bus, rid, key.tenant)
-        items = follow_kept(gw, rid, after)
+        items = await kept_from(gw, rid, position)
     else:
         raise ApiError(ErrorCode.not_found, NOT_KEPT.format(rid=rid))
     return sse_response(gw, items, ChatEncoder())

@@ -597,6 +597,50 @@ function saveKey(key) {
   $("key-status").textContent = state.key ? "Saved in this browser." : "No key saved.";
 }
 
+// A link may carry `?key=` (`make run` prints one). It never replaces the key in use by itself: a
+// link from someone else would have the user chat into that person's account, where they read it all.
+// The key leaves the address bar (and history) at once; the user sees its prefix and chooses.
+const KEY_PREFIX_CHARS = 10; // what the key list shows of a key (its stored prefix)
+
+function takeUrlKey() {
+  const params = new URLSearchParams(location.search);
+  const fromUrl = (params.get("key") || "").trim();
+  if (params.has("key")) {
+    params.delete("key");
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+  }
+  return fromUrl;
+}
+
+function offerUrlKey(fromUrl) {
+  const box = $("url-key");
+  const text = $("url-key-text");
+  const prefix = document.createElement("code");
+  prefix.textContent = `${fromUrl.slice(0, KEY_PREFIX_CHARS)}…`;
+  text.replaceChildren(
+    "The link you opened carries an API key starting with ",
+    prefix,
+    state.key
+      ? ". Use it instead of the key saved in this browser? Only if you trust who sent the link: whoever holds that key reads every chat sent with it."
+      : ". Use it in this browser? Only if you trust who sent the link: whoever holds that key reads every chat sent with it.",
+  );
+  box.hidden = false;
+  const answer = (accepted) => {
+    box.hidden = true;
+    if (accepted) {
+      saveKey(fromUrl);
+      refreshConversations();
+      refreshModels();
+    } else if (!state.key) {
+      keyProblem("Enter an API key to start.");
+    }
+  };
+  $("url-key-accept").addEventListener("click", () => answer(true), { once: true });
+  $("url-key-decline").addEventListener("click", () => answer(false), { once: true });
+  $("url-key-accept").focus();
+}
+
 // ---- wiring -------------------------------------------------------------------------------------
 
 function submitComposer() {
@@ -619,16 +663,10 @@ function autosize() {
 
 function init() {
   for (const node of document.querySelectorAll("[data-icon]")) node.prepend(icon(node.dataset.icon));
-  // `?key=` pre-fills the key (links from `make run`, tests); it leaves the address bar at once.
-  const params = new URLSearchParams(location.search);
-  const fromUrl = params.get("key");
-  if (fromUrl) {
-    params.delete("key");
-    const rest = params.toString();
-    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
-  }
-  saveKey(fromUrl || localStorage.getItem(KEY_STORE) || "");
-  if (!state.key) keyProblem("Enter an API key to start.");
+  const fromUrl = takeUrlKey();
+  saveKey(localStorage.getItem(KEY_STORE) || "");
+  if (fromUrl && fromUrl !== state.key) offerUrlKey(fromUrl);
+  else if (!state.key) keyProblem("Enter an API key to start.");
 
   $("key-form").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -679,6 +717,7 @@ function init() {
 
 // The model menu: every model that chats (GET /v1/models; a base model serves /v1/completions only).
 async function refreshModels() {
+  if (!state.key) return;
   const menu = $("model");
   const resp = await api("/v1/models");
   if (!resp.ok) return;

@@ -13,6 +13,8 @@ function h(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    // Through the CSSOM: the content security policy refuses a `style` attribute.
+    else if (k === "style") el.style.cssText = String(v);
     else el.setAttribute(k, v === true ? "" : String(v));
   }
   for (const kid of kids.flat()) if (kid !== null && kid !== undefined && kid !== false)
@@ -577,9 +579,30 @@ async function route() {
     document.body.dataset.ready = "error";
   }
 }
+// A link's `?key=` never replaces the saved key by itself (a link from someone else would have the
+// operator act with that person's key): it leaves the address bar and history at once, and the operator
+// sees its prefix and chooses.
+function offerUrlKey(fromUrl) {
+  const box = document.getElementById("url-key");
+  document.getElementById("url-key-text").replaceChildren("The link you opened carries an admin key starting with ",
+    h("code", {}, `${fromUrl.slice(0, 10)}…`),
+    adminKey() ? ". Use it instead of the key saved in this browser?" : ". Use it in this browser?",
+    " Only if you trust who sent the link.");
+  box.hidden = false;
+  const answer = (accepted) => {
+    box.hidden = true;
+    if (!accepted) return;
+    localStorage.setItem(KEY, fromUrl);
+    document.getElementById("adminkey").value = fromUrl;
+    toast("key saved"); route();
+  };
+  document.getElementById("url-key-accept").addEventListener("click", () => answer(true), { once: true });
+  document.getElementById("url-key-decline").addEventListener("click", () => answer(false), { once: true });
+}
 (function init() {
-  const url = new URL(location.href), preset = url.searchParams.get("key");
-  if (preset) { localStorage.setItem(KEY, preset); url.searchParams.delete("key"); history.replaceState(null, "", url); }
+  const url = new URL(location.href), fromUrl = (url.searchParams.get("key") || "").trim();
+  if (url.searchParams.has("key")) { url.searchParams.delete("key"); history.replaceState(null, "", url); }
+  if (fromUrl && fromUrl !== adminKey()) offerUrlKey(fromUrl);
   document.getElementById("adminkey").value = adminKey();
   document.getElementById("keyform").addEventListener("submit", (e) => {
     e.preventDefault(); localStorage.setItem(KEY, document.getElementById("adminkey").value.trim()); toast("key saved"); route();
