@@ -40,7 +40,7 @@ from switchyard.services.gateway.responses.request import (
     RESPONSE_ID_PATTERN,
     InputItem,
     ResponsesRequest,
-    read_input,
+    read_items,
     refuse_media,
 )
 from switchyard.services.gateway.responses.socket_mode import responses_socket
@@ -109,12 +109,13 @@ async def compact_response(
     refuse_media(body.input, model)
     refuse_unsupported(body)
     turns = await _chain_turns(request, gw, key, body.previous_response_id) if body.previous_response_id else []
-    if body.input is not None and body.input != []:
-        system, earlier, last = read_input(body.input)
+    if isinstance(body.input, str):
+        turns.append(("user", body.input))
+    elif body.input:
+        system, messages = read_items(body.input)
         if system:
             turns.insert(0, ("system", system))
-        turns += [(m.role, m.content) for m in earlier]
-        turns.append(("tool" if last.startswith("Result of the function call") else "user", last))
+        turns += [(m.role, m.content) for m in messages]
     if not any(text for _, text in turns):
         raise ApiError(ErrorCode.bad_request, "nothing to compact: give input or previous_response_id")
     transcript = check_text(gw.settings, compaction.transcript(turns), "the conversation to compact")

@@ -208,11 +208,8 @@ def _text(content: str | list[InputPart] | None) -> str:
     return "".join(texts)
 
 
-def read_input(given: str | list[InputItem]) -> tuple[str | None, list[ChatMessage], str]:
-    """(system text from system/developer items, earlier messages, the new user text). The input ends with
-    a user message or with function call outputs, which become the new turn marked as the call's result."""
-    if isinstance(given, str):
-        return None, [], given
+def read_items(given: list[InputItem]) -> tuple[str | None, list[ChatMessage]]:
+    """(system text from system/developer and compaction items, the conversation's messages in order)."""
     system: list[str] = []
     turns: list[ChatMessage] = []
     for i, item in enumerate(given):
@@ -237,6 +234,15 @@ def read_input(given: str | list[InputItem]) -> tuple[str | None, list[ChatMessa
             if item.call_id is None:
                 raise ApiError(ErrorCode.bad_request, "a function_call_output item needs its call_id")
             turns.append(ChatMessage(role="tool", content=_text(item.output)))
+    return ("\n\n".join(system) or None), turns
+
+
+def read_input(given: str | list[InputItem]) -> tuple[str | None, list[ChatMessage], str]:
+    """(system text, earlier messages, the new user text). The input ends with a user message or with function
+    call outputs, which become the new turn marked as the call's result."""
+    if isinstance(given, str):
+        return None, [], given
+    system, turns = read_items(given)
     # The new turn: the last user message, or every function output after the model's last call.
     results: list[str] = []
     while turns and turns[-1].role == "tool":
@@ -247,4 +253,4 @@ def read_input(given: str | list[InputItem]) -> tuple[str | None, list[ChatMessa
         text = turns.pop().content
     else:
         raise ApiError(ErrorCode.bad_request, "input must end with a user message or a function_call_output")
-    return ("\n\n".join(system) or None), turns, text
+    return system, turns, text
