@@ -278,7 +278,8 @@ class ResponseEncoder(Encoder):
         self.ended = True
         response = {**self.fold.response, "status": status, "usage": usage_json(usage or Usage()), **fields}
         if status == "completed":
-            response["completed_at"] = int(time.time())
+            # A stored response read back completed when its turn says; a live one, now.
+            response["completed_at"] = self.template.get("completed_at") or int(time.time())
         return self._emit(kind, response=response)
 
     def body(self) -> dict[str, Any]:
