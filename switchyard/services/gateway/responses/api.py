@@ -13,7 +13,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import Field
 
 from switchyard.schemas import DeleteAck, ErrorCode, TurnDelete, subjects
 from switchyard.services.gateway import route_docs
@@ -22,7 +21,7 @@ from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gw, check_text, request_id, resolve_model, sampling, start_run
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.params import Strict, refuse_unsupported
+from switchyard.services.gateway.params import refuse_unsupported
 from switchyard.services.gateway.responses import compaction
 from switchyard.services.gateway.responses.create import (
     chain_ids,
@@ -38,7 +37,7 @@ from switchyard.services.gateway.responses.encoder import usage_json
 from switchyard.services.gateway.responses.models import CompactionObject, ResponseDeleted, ResponseObject
 from switchyard.services.gateway.responses.request import (
     RESPONSE_ID_PATTERN,
-    InputItem,
+    CompactRequest,
     ResponsesRequest,
     read_items,
     refuse_media,
@@ -74,14 +73,6 @@ async def create_response(
     return JSONResponse(folded(started.encoder, answers[0]))
 
 
-class CompactRequest(Strict):
-    IGNORED = frozenset({"prompt_cache_key"})
-    model: str = Field(min_length=1, max_length=200)
-    input: str | list[InputItem] | None = None
-    previous_response_id: str | None = Field(None, max_length=128)
-    instructions: str | None = None
-
-
 async def _chain_turns(request: Request, gw: Gw, key: Principal, previous: str) -> list[tuple[str, str]]:
     """The stored conversation up to and including `previous`, as (role, text) turns."""
     conv, last = await previous_of(gw, request, key, previous)
@@ -93,11 +84,7 @@ async def _chain_turns(request: Request, gw: Gw, key: Principal, previous: str) 
     return turns
 
 
-@router.post(
-    "/v1/responses/compact",
-    response_model=CompactionObject,
-    responses={400: {"description": "bad input, named"}},
-)
+@router.post("/v1/responses/compact", response_model=CompactionObject)
 async def compact_response(
     request: Request, gw: Gw, key: Principal, body: Annotated[CompactRequest, json_body(CompactRequest)]
 ) -> JSONResponse:

@@ -158,6 +158,16 @@ class ResponsesRequest(Strict):
         return self.tool_choice
 
 
+class CompactRequest(Strict):
+    """`POST /v1/responses/compact`: the conversation to compact."""
+
+    IGNORED = frozenset({"prompt_cache_key"})
+    model: str = Field(min_length=1, max_length=200)
+    input: str | list[InputItem] | None = None
+    previous_response_id: str | None = Field(None, max_length=128)
+    instructions: str | None = None
+
+
 def _media(parts: str | list[InputPart] | None, where: str) -> str | None:
     for j, part in enumerate(parts if isinstance(parts, list) else []):
         if part.type in MEDIA_PARTS:

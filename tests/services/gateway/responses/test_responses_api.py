@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from switchyard.services.gateway.params import Strict
 from switchyard.services.gateway.responses.request import (
+    CompactRequest,
     FunctionChoice,
     FunctionTool,
     InputItem,
@@ -206,7 +207,17 @@ async def test_refusals_in_the_one_error_shape(gw: Gateway) -> None:
 
 @pytest.mark.parametrize(
     "model",
-    [ResponsesRequest, InputItem, InputPart, FunctionTool, FunctionChoice, TextFormat, TextConfig, ReasoningConfig],
+    [
+        ResponsesRequest,
+        InputItem,
+        InputPart,
+        FunctionTool,
+        FunctionChoice,
+        TextFormat,
+        TextConfig,
+        ReasoningConfig,
+        CompactRequest,
+    ],
 )
 def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> None:
     documented = _documented_ignored()
