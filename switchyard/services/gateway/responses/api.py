@@ -159,7 +159,7 @@ async def get_response(response_id: ResponseIdPath, request: Request, gw: Gw, ke
         run, encoder = local
         return JSONResponse(folded(encoder, list(run.events)))
     _, turn = await stored(gw, key.tenant, key.user, response_id)
-    return JSONResponse(stored_body(response_id, turn, gw.settings.models[0]))
+    return JSONResponse(stored_body(response_id, turn, gw.settings))
 
 
 async def _delete_turn(gw: Gw, tenant: str, response_id: str) -> None:

@@ -44,6 +44,7 @@ from switchyard.services.gateway.responses.request import (
     refuse_capabilities,
 )
 from switchyard.services.gateway.runs.run import Run
+from switchyard.services.gateway.settings import GatewaySettings
 from switchyard.services.gateway.tool_calls import check_tool_grammars, choice_of, specs
 
 # Responses this gateway started, by rid: what was asked (echoed in the response) and the function names,
@@ -183,13 +184,13 @@ def template_of(response_id: str, body: ResponsesRequest, asked: Any, tool_choic
     return template
 
 
-def stored_template(response_id: str, turn: Turn, model: str) -> dict[str, Any]:
+def stored_template(response_id: str, turn: Turn, settings: GatewaySettings) -> dict[str, Any]:
     """A stored response read back: what the request asked is in its logged record, not the conversation, so
-    its parameters read back at their defaults."""
+    its parameters read back at this gateway's defaults."""
     created = turn.created_ms // 1000
-    template = base_template(response_id, created, turn.model or model)
+    template = base_template(response_id, created, turn.model or settings.models[0])
     # Every function call the stored answer made.
-    template.update(parallel_tool_calls=True, temperature=0.0)
+    template.update(parallel_tool_calls=True, temperature=settings.default_temperature)
     if turn.status == "complete" and (turn.finish_reason or "stop") == "stop":
         # The turn keeps when it started and how long it took to write: it completed then.
         u = turn.usage
@@ -228,8 +229,8 @@ def folded(encoder: ResponseEncoder, events: list[ChatEvent]) -> dict[str, Any]:
     return encoder.body()
 
 
-def stored_body(response_id: str, turn: Turn, model: str) -> dict[str, Any]:
-    template = stored_template(response_id, turn, model)
+def stored_body(response_id: str, turn: Turn, settings: GatewaySettings) -> dict[str, Any]:
+    template = stored_template(response_id, turn, settings)
     return folded(ResponseEncoder(template, call_names(turn.answer)), turn_events(turn))
 
 
@@ -292,7 +293,7 @@ async def stored_chain(gw: Gateway, conn: HTTPConnection, key: ApiKey, body: Res
             f"previous_response_id {previous!r} is not the latest response of its chain; "
             "branching from an earlier response is not served",
         )
-    check_call_outputs(body, previous, function_call_ids(stored_body(previous, turn, body.model)))
+    check_call_outputs(body, previous, function_call_ids(stored_body(previous, turn, gw.settings)))
     return conv.chat_id
 
 

@@ -14,6 +14,7 @@ import pytest
 from switchyard.schemas import DeleteAck, Turn, TurnDelete, Usage, subjects
 from switchyard.services.gateway.responses.create import stored_body
 from switchyard.services.gateway.responses.models import FunctionToolEcho, ResponseObject, ResponseUsage
+from switchyard.services.gateway.settings import GatewaySettings
 from tests.services.gateway.harness import Gateway, Responder
 from tests.services.gateway.responses.open_spec import (
     FUNCTION_TOOL_REQUIRED,
@@ -24,6 +25,7 @@ from tests.services.gateway.responses.open_spec import (
 from tests.services.gateway.responses.test_responses_api import MODEL, _raw_stream
 from tests.wait import wait_for
 
+SETTINGS = GatewaySettings(default_temperature=0.3)
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -91,11 +93,12 @@ async def test_max_tool_calls_caps_the_calls_of_one_answer(gw: Gateway) -> None:
 def test_a_stored_response_reads_back_whole() -> None:
     usage = Usage(prompt_tokens=5, completion_tokens=4, ttft_ms=1500.0, tpot_ms=250.0)
     turn = Turn(id="t", rid="a" * 32, user_text="hi", answer="Hello", status="complete", usage=usage, created_ms=10_000)
-    body = ResponseObject.model_validate(stored_body("resp_" + "a" * 32, turn, MODEL))
+    body = ResponseObject.model_validate(stored_body("resp_" + "a" * 32, turn, SETTINGS))
     assert body.status == "completed" and body.output[0].type == "message"
+    assert body.model == MODEL and body.temperature == 0.3  # the request's own are in its record: defaults
     assert body.completed_at == 10 + round((1500 + 250 * 4) / 1000)  # started + time to write it
     cut = turn.model_copy(update={"finish_reason": "length"})
-    back = ResponseObject.model_validate(stored_body("resp_" + "a" * 32, cut, MODEL))
+    back = ResponseObject.model_validate(stored_body("resp_" + "a" * 32, cut, SETTINGS))
     assert back.status == "incomplete" and back.completed_at is None
 
 
