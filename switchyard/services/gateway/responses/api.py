@@ -14,12 +14,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 
-from switchyard.schemas import DeleteAck, ErrorCode, TurnDelete, subjects
+from switchyard.schemas import ChatMessage, DeleteAck, ErrorCode, TurnDelete, subjects
 from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
-from switchyard.services.gateway.core import Gw, check_text, request_id, resolve_model, sampling, start_run
+from switchyard.services.gateway.core import Gw, request_id, resolve_model, sampling, start_run
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.params import refuse_unsupported
 from switchyard.services.gateway.responses import compaction
@@ -73,15 +73,18 @@ async def create_response(
     return JSONResponse(folded(started.encoder, answers[0]))
 
 
-async def _chain_turns(request: Request, gw: Gw, key: Principal, previous: str) -> list[tuple[str, str]]:
-    """The stored conversation up to and including `previous`, as (role, text) turns."""
+async def _chain_history(request: Request, gw: Gw, key: Principal, previous: str) -> list[ChatMessage]:
+    """The stored conversation up to and including `previous`, as messages."""
     conv, last = await previous_of(gw, request, key, previous)
-    turns: list[tuple[str, str]] = []
+    history: list[ChatMessage] = []
     for turn in conv.turns:
-        turns += [("user", turn.user_text), ("assistant", turn.answer)]
+        history += [
+            ChatMessage(role="user", content=turn.user_text),
+            ChatMessage(role="assistant", content=turn.answer),
+        ]
         if turn.rid == last.rid:
             break
-    return turns
+    return history
 
 
 @router.post("/v1/responses/compact", response_model=CompactionObject)
@@ -95,26 +98,26 @@ async def compact_response(
     assert model is not None
     refuse_media(body.input, model)
     refuse_unsupported(body)
-    turns = await _chain_turns(request, gw, key, body.previous_response_id) if body.previous_response_id else []
+    history = await _chain_history(request, gw, key, body.previous_response_id) if body.previous_response_id else []
+    system: str | None = None
     if isinstance(body.input, str):
-        turns.append(("user", body.input))
+        history.append(ChatMessage(role="user", content=body.input))
     elif body.input:
         system, messages = read_items(body.input)
-        if system:
-            turns.insert(0, ("system", system))
-        turns += [(m.role, m.content) for m in messages]
-    if not any(text for _, text in turns):
+        history += messages
+    history = [m for m in history if m.content]
+    if not history:
         raise ApiError(ErrorCode.bad_request, "nothing to compact: give input or previous_response_id")
-    transcript = check_text(gw.settings, compaction.transcript(turns), "the conversation to compact")
+    instructions = "\n\n".join(s for s in (compaction.SUMMARY_INSTRUCTIONS, body.instructions, system) if s)
     rid = request_id(request)
-    instructions = "\n\n".join(s for s in (compaction.SUMMARY_INSTRUCTIONS, body.instructions) if s)
     run = await start_run(
         gw,
         request,
         key,
         api="openai",
         route="POST /v1/responses/compact",
-        text=transcript,
+        text=compaction.SUMMARY_REQUEST,
+        messages=history,
         system=instructions,
         model=model,
         mode=mode,
@@ -127,7 +130,7 @@ async def compact_response(
     events = answers[0]
     summary = "".join(e.text for e in events if e.type == "delta").strip()
     done = events[-1]
-    users = [text for role, text in turns if role == "user"]
+    users = [m.content for m in history if m.role == "user"]
     output: list[dict[str, object]] = [
         {
             "id": f"msg_{rid}_{i}",

@@ -1,6 +1,6 @@
 """Compaction (`POST /v1/responses/compact`): a conversation's earlier turns folded into one `compaction` item.
 
-The model writes a summary of the conversation; the compacted window is the user's messages as they were
+The model writes a summary of the conversation (given to it as its history); the compacted window is the user's messages as they were
 and one compaction item carrying that summary. Sent back as input, the item becomes a part of the
 instructions ("the conversation so far, summarised"), in its place before the messages after it.
 
@@ -21,11 +21,13 @@ from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.tool_calls import render_call
 
 PREFIX = "sy1."
-# What the summary is asked for; the transcript follows in the user turn.
+# The conversation goes to the model as its history (never re-typed as one text with role names in it, which
+# input safety rightly reads as forged turns), then this request, under these instructions.
 SUMMARY_INSTRUCTIONS = (
-    "Summarize the conversation below for whoever continues it: keep every name, number, decision, "
+    "You summarize conversations for whoever continues them: keep every name, number, decision, "
     "commitment and open question; write plain sentences, no preamble."
 )
+SUMMARY_REQUEST = "Summarize the conversation so far."
 SUMMARY_HEADING = "Summary of the conversation so far:"
 
 
@@ -62,9 +64,3 @@ def history_of(response: dict[str, Any]) -> str:
         elif item.get("type") == "function_call":
             parts.append(render_call(str(item.get("name", "")), str(item.get("arguments", ""))))
     return "".join(parts)
-
-
-def transcript(turns: list[tuple[str, str]]) -> str:
-    """(role, text) turns as the text the summary is written from."""
-    names = {"user": "User", "assistant": "Assistant", "tool": "Tool result", "system": "Instructions"}
-    return "\n\n".join(f"{names.get(role, role)}: {text}" for role, text in turns if text)

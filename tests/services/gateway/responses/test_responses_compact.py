@@ -34,7 +34,9 @@ async def test_compact_summarises_and_the_window_continues(gw: Gateway, responde
         # The model was asked to summarise the whole conversation, and its answer is what the item carries.
         work = next(w for w in responder.works if w.rid == window.id.removeprefix("resp_"))
         assert work.system == compaction.SUMMARY_INSTRUCTIONS and not work.persist
-        assert "User: We agreed to launch on Tuesday" in work.text and "Assistant: Understood" in work.text
+        # The conversation is the run's history, as it was (never one text with role names in it).
+        assert [(m.role, m.content) for m in work.messages] == [(m["role"], m["content"]) for m in CONVERSATION]
+        assert work.text == compaction.SUMMARY_REQUEST
         assert compaction.decode(item.encrypted_content, "item") == "Hello"
 
         # A new response starts from the window: the summary is part of its instructions.
