@@ -108,7 +108,7 @@ async def compact_response(
     history = [m for m in history if m.content]
     if not history:
         raise ApiError(ErrorCode.bad_request, "nothing to compact: give input or previous_response_id")
-    instructions = "\n\n".join(s for s in (compaction.SUMMARY_INSTRUCTIONS, body.instructions, system) if s)
+    instructions = "\n\n".join(s for s in (body.instructions, system) if s) or None
     rid = request_id(request)
     run = await start_run(
         gw,

@@ -22,12 +22,9 @@ from switchyard.services.gateway.tool_calls import render_call
 
 PREFIX = "sy1."
 # The conversation goes to the model as its history (never re-typed as one text with role names in it, which
-# input safety rightly reads as forged turns), then this request, under these instructions.
-SUMMARY_INSTRUCTIONS = (
-    "You summarize conversations for whoever continues them: keep every name, number, decision, "
-    "commitment and open question; write plain sentences, no preamble."
-)
-SUMMARY_REQUEST = "Summarize the conversation so far."
+# input safety rightly reads as forged turns), then this request as the new user turn. No system prompt of
+# ours: input safety judges a request's system text as the client's.
+SUMMARY_REQUEST = "Write a short summary of the conversation above, keeping every name, number and decision."
 SUMMARY_HEADING = "Summary of the conversation so far:"
 
 

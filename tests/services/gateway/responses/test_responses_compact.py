@@ -33,7 +33,7 @@ async def test_compact_summarises_and_the_window_continues(gw: Gateway, responde
         assert item.type == "compaction" and window.usage.output_tokens == 3  # the summary run's own usage
         # The model was asked to summarise the whole conversation, and its answer is what the item carries.
         work = next(w for w in responder.works if w.rid == window.id.removeprefix("resp_"))
-        assert work.system == compaction.SUMMARY_INSTRUCTIONS and not work.persist
+        assert work.system is None and not work.persist
         # The conversation is the run's history, as it was (never one text with role names in it).
         assert [(m.role, m.content) for m in work.messages] == [(m["role"], m["content"]) for m in CONVERSATION]
         assert work.text == compaction.SUMMARY_REQUEST
