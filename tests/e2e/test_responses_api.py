@@ -278,15 +278,17 @@ def test_websocket_mode_streams_and_continues_store_false(stack: Stack) -> None:
                     if got[-1]["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
                         return got
 
-            first = await turn(input="Remember the code word: cobalt. Reply with OK.", max_output_tokens=16)
+            first = await turn(input="My favourite colour is cobalt blue.", max_output_tokens=16)
             for e in first:
                 OPEN_EVENT.validate_python(e)
             assert first[-1]["type"] in ("response.completed", "response.incomplete")
             first_id = first[-1]["response"]["id"]  # type: ignore[index]
-            second = await turn(input="What is the code word?", previous_response_id=first_id, max_output_tokens=16)
+            second = await turn(
+                input="What is my favourite colour?", previous_response_id=first_id, max_output_tokens=16
+            )
             assert second[-1]["type"] in ("response.completed", "response.incomplete"), second[-1]
             prompt = _prompt(stack, second[-1]["response"]["id"])  # type: ignore[index]
-            assert "cobalt" in prompt  # the first turn, kept on the connection only, is the second's context
+            assert "cobalt blue" in prompt  # the first turn, kept on the connection only, is the second's context
 
     asyncio.run(session())
 
