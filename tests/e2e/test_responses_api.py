@@ -232,7 +232,12 @@ def test_the_compliance_suites_text_requests_complete_with_every_field(client: h
                 final = r.json()
             ResponseObject.model_validate(final)
             assert RESPONSE_REQUIRED <= set(final)
-            assert final["status"] == "completed" and final["output"] and final["completed_at"], final
+            # Completed, unless the small model ran on to the default token limit (the suite's own ask).
+            assert final["output"] and final["status"] in ("completed", "incomplete"), final
+            if final["status"] == "completed":
+                assert final["completed_at"] >= final["created_at"]
+            else:
+                assert final["incomplete_details"] == {"reason": "max_output_tokens"} and final["completed_at"] is None
     # Read back from the store: the same fields.
     back = client.get(f"/v1/responses/{final['id']}").json()
     assert RESPONSE_REQUIRED <= set(back) and back["output"] == final["output"]
