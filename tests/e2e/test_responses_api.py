@@ -4,6 +4,7 @@ and deleting by id, cancelling, tenancy and the errors."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
@@ -13,13 +14,18 @@ import openai
 import pytest
 from openai import OpenAI
 from openai.types.responses import Response
+from pydantic import TypeAdapter
+from websockets.asyncio.client import connect
 
 from switchyard.cli.keys import main as keys_main
 from switchyard.cli.stack import Stack
 from switchyard.libs.store.db import database_url
+from switchyard.services.gateway.responses.models import CompactionObject, ResponseObject
 from tests.e2e.conftest import admin_record
+from tests.services.gateway.responses.open_spec import RESPONSE_REQUIRED, OpenEvent
 
 MODEL = "SmolLM2-135M-Instruct"
+OPEN_EVENT: TypeAdapter[OpenEvent] = TypeAdapter(OpenEvent)
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -188,3 +194,119 @@ def test_delete_cancel_and_tenancy(stack: Stack) -> None:
     cancelled = sdk.responses.cancel(bg.id)
     assert cancelled.status == "cancelled"
     assert sdk.responses.retrieve(bg.id).status == "cancelled"
+
+
+# ---- the Open Responses specification on the real stack ---------------------------------------------------
+
+COMPLIANCE_TEXT_REQUESTS = [
+    [{"type": "message", "role": "user", "content": "Say hello in exactly 3 words."}],
+    [{"type": "message", "role": "user", "content": "Count from 1 to 5."}],
+    [
+        {"type": "message", "role": "system", "content": "You are a pirate. Always respond in pirate speak."},
+        {"type": "message", "role": "user", "content": "Say hello."},
+    ],
+    [
+        {"type": "message", "role": "user", "content": "My name is Alice."},
+        {"type": "message", "role": "assistant", "content": "Hello Alice! Nice to meet you."},
+        {"type": "message", "role": "user", "content": "What is my name?"},
+    ],
+]
+
+
+def test_the_compliance_suites_text_requests_complete_with_every_field(client: httpx.Client) -> None:
+    for stream in (False, True):
+        for items in COMPLIANCE_TEXT_REQUESTS:
+            body = {"model": MODEL, "input": items, "stream": stream}
+            if stream:
+                with client.stream("POST", "/v1/responses", json=body) as r:
+                    assert r.status_code == 200
+                    lines = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+                assert lines[-1] == "[DONE]"
+                events = [json.loads(line) for line in lines[:-1]]
+                for e in events:
+                    OPEN_EVENT.validate_python(e)
+                final = events[-1]["response"]
+            else:
+                r = client.post("/v1/responses", json=body)
+                assert r.status_code == 200, r.text
+                final = r.json()
+            ResponseObject.model_validate(final)
+            assert RESPONSE_REQUIRED <= set(final)
+            # Completed, unless the small model ran on to the default token limit (the suite's own ask).
+            assert final["output"] and final["status"] in ("completed", "incomplete"), final
+            if final["status"] == "completed":
+                assert final["completed_at"] >= final["created_at"]
+            else:
+                assert final["incomplete_details"] == {"reason": "max_output_tokens"} and final["completed_at"] is None
+    # Read back from the store: the same fields.
+    back = client.get(f"/v1/responses/{final['id']}").json()
+    assert RESPONSE_REQUIRED <= set(back) and back["output"] == final["output"]
+
+
+def test_image_input_is_refused_by_name(client: httpx.Client) -> None:
+    content = [{"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": "data:,x"}]
+    r = client.post("/v1/responses", json={"model": MODEL, "input": [{"role": "user", "content": content}]})
+    assert r.status_code == 400 and "takes text only" in r.json()["error"]["message"]
+
+
+def test_compact_then_continue_from_the_window(client: httpx.Client) -> None:
+    conversation = [
+        {"type": "message", "role": "user", "content": "We agreed to launch on Tuesday and notify support first."},
+        {"type": "message", "role": "assistant", "content": "Understood: launch Tuesday, support first."},
+    ]
+    r = client.post("/v1/responses/compact", json={"model": MODEL, "input": conversation})
+    assert r.status_code == 200, r.text
+    window = CompactionObject.model_validate(r.json())
+    assert [i.type for i in window.output] == ["message", "compaction"] and window.usage.output_tokens > 0
+    nxt = client.post(
+        "/v1/responses",
+        json={
+            "model": MODEL,
+            "store": False,
+            "max_output_tokens": 24,
+            "input": [*r.json()["output"], {"role": "user", "content": "When do we launch?"}],
+        },
+    )
+    assert nxt.status_code == 200 and nxt.json()["status"] in ("completed", "incomplete"), nxt.text
+
+
+def test_websocket_mode_streams_and_continues_store_false(stack: Stack) -> None:
+    async def session() -> None:
+        url = stack.url.replace("http://", "ws://") + "/v1/responses"
+        async with connect(url, additional_headers={"Authorization": f"Bearer {stack.api_key}"}) as ws:
+
+            async def turn(**body: object) -> list[dict[str, object]]:
+                await ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False, **body}))
+                got = []
+                while True:
+                    got.append(json.loads(await ws.recv()))
+                    if got[-1]["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
+                        return got
+
+            first = await turn(input="My favourite colour is cobalt blue.", max_output_tokens=16)
+            for e in first:
+                OPEN_EVENT.validate_python(e)
+            assert first[-1]["type"] in ("response.completed", "response.incomplete")
+            first_id = first[-1]["response"]["id"]  # type: ignore[index]
+            second = await turn(
+                input="What is my favourite colour?", previous_response_id=first_id, max_output_tokens=16
+            )
+            assert second[-1]["type"] in ("response.completed", "response.incomplete"), second[-1]
+            prompt = _prompt(stack, second[-1]["response"]["id"])  # type: ignore[index]
+            assert "cobalt blue" in prompt  # the first turn, kept on the connection only, is the second's context
+
+    asyncio.run(session())
+
+
+def test_deleting_a_running_response_leaves_nothing(stack: Stack, client: httpx.Client) -> None:
+    sdk = _client(stack)
+    bg = sdk.responses.create(
+        model=MODEL, input="Write a very long story about a dragon.", background=True, max_output_tokens=400
+    )
+    assert sdk.responses.retrieve(bg.id).status == "in_progress"
+    deleted = client.delete(f"/v1/responses/{bg.id}")
+    assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(bg.id)
+    # Nothing was stored behind the client's back: the conversation went with its only turn.
+    assert client.get(f"/v1/conversations/{bg.id}").status_code == 404

@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager
 import structlog
 from fastapi import APIRouter, Depends, FastAPI
 from starlette.datastructures import MutableHeaders
+from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchyard.libs.bus import Bus
@@ -151,6 +152,17 @@ def create_app(
     web.install(app)
     app.add_middleware(BodyLimit, limit_for=body_limits(settings))
     app.add_middleware(RequestIdMiddleware, metrics=metrics)
+    if settings.cors_origins:
+        # Outside the rest: a preflight is answered before any key is asked for, and every answer (errors too)
+        # carries the headers. Keys travel in a header, never a cookie: no credentials mode.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            allow_headers=["*"],
+            expose_headers=["x-request-id", "retry-after"],
+            max_age=settings.cors_max_age_s,
+        )
     # Outermost: its headers reach every response, the crash handler's included.
     app.add_middleware(SecurityHeaders)
     return app

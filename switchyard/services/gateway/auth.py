@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.store.key_admin import iso
@@ -16,7 +17,7 @@ from switchyard.services.gateway.core import Gw
 from switchyard.services.gateway.errors import ApiError
 
 
-def presented_key(request: Request) -> str | None:
+def presented_key(request: HTTPConnection) -> str | None:
     auth = request.headers.get("authorization", "")
     scheme, _, value = auth.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
@@ -25,7 +26,7 @@ def presented_key(request: Request) -> str | None:
     return key or None
 
 
-async def authenticate(request: Request, gw: Gw) -> ApiKey:
+async def authenticate(request: HTTPConnection, gw: Gw) -> ApiKey:
     raw = presented_key(request)
     if raw is None:
         raise ApiError(ErrorCode.unauthorized, "missing API key: send Authorization: Bearer <key> or x-api-key")

@@ -7,8 +7,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends
 from opentelemetry import context as otel_context
+from starlette.requests import HTTPConnection
 
 from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus import headers as H
@@ -76,7 +77,7 @@ class Gateway:
         return await self._limiter.get()
 
 
-def gateway(request: Request) -> Gateway:
+def gateway(request: HTTPConnection) -> Gateway:
     gw: Gateway = request.app.state.gateway
     return gw
 
@@ -84,7 +85,7 @@ def gateway(request: Request) -> Gateway:
 Gw = Annotated[Gateway, Depends(gateway)]
 
 
-def request_id(request: Request) -> str:
+def request_id(request: HTTPConnection) -> str:
     rid: str = request.scope["state"]["rid"]
     return rid
 
@@ -228,7 +229,7 @@ def check_input_budget(settings: GatewaySettings, text: str, system: str | None,
         )
 
 
-def _parent_context(request: Request) -> otel_context.Context | None:
+def _parent_context(request: HTTPConnection) -> otel_context.Context | None:
     """Continue the client's trace when it sent a W3C traceparent."""
     if "traceparent" not in request.headers:
         return None
@@ -252,7 +253,7 @@ async def open_conversation(gw: Gateway, key: ApiKey, chat_id: str) -> Conversat
 
 async def start_run(
     gw: Gateway,
-    request: Request,
+    request: HTTPConnection,
     key: ApiKey,
     *,
     api: Api,

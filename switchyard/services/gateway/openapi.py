@@ -28,7 +28,7 @@ from switchyard.services.gateway.product.conversations import CreateConversation
 from switchyard.services.gateway.product.feedback import PreferenceBody, ThumbsBody
 from switchyard.services.gateway.product.files_api import MAX_FILE_TEXT_BYTES, MAX_UPLOAD_BYTES
 from switchyard.services.gateway.product.knowledge import NewMemory, SetInstructions, SetSafetyPolicy
-from switchyard.services.gateway.responses.request import ResponsesRequest
+from switchyard.services.gateway.responses.request import CompactRequest, ResponsesRequest
 from switchyard.services.gateway.simple_chat.api import ChatRequest
 from switchyard.services.gateway.tokens.api import CountTokensRequest, DetokenizeRequest, TokenizeRequest
 
@@ -40,6 +40,7 @@ BODIES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/v1/completions"): TextCompletionRequest,
     ("post", "/v1/messages"): MessagesRequest,
     ("post", "/v1/responses"): ResponsesRequest,
+    ("post", "/v1/responses/compact"): CompactRequest,
     ("post", "/v1/conversations"): CreateConversation,
     ("patch", "/v1/conversations/{chat_id}"): RenameConversation,
     ("post", "/v1/feedback"): ThumbsBody,

@@ -78,6 +78,17 @@ class GatewaySettings(ServiceSettings):
     resume_stream_max_age_s: float = 300.0
     resume_stream_max_bytes: int = 256 * 1024 * 1024
     keepalive_s: float = 15.0
+    # Responses WebSocket mode: how long one connection lives (Open Responses says 60 minutes; then the
+    # client gets `websocket_connection_limit_reached` and opens another). A message is bounded by
+    # max_body_bytes, as an HTTP body is.
+    responses_socket_max_s: float = Field(3600.0, gt=0)
+
+    # Browsers on other origins (CORS): the origins allowed to call the API, exactly as a browser sends them
+    # (`https://app.example.com`), or `*`. None by default: no CORS headers, so a page on another origin
+    # cannot read any answer. SWITCHYARD_GATEWAY_CORS_ORIGINS='["https://app.example.com"]'.
+    cors_origins: list[str] = Field(default_factory=list)
+    # How long a browser may cache a preflight answer.
+    cors_max_age_s: int = Field(600, ge=0, le=86_400)
 
     # Limits. Counters live in a JetStream key-value bucket so every replica enforces one limit.
     rate_limits: bool = True

@@ -110,6 +110,10 @@ class ResponseEncoder(Encoder):
     def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
         return self.frames(self.on(event))
 
+    def closing(self) -> list[ServerSentEvent]:
+        # Open Responses ends a stream with the literal `[DONE]` (OpenAI's SDK reads it as the end too).
+        return [sse("[DONE]")]
+
     # ---- events ----------------------------------------------------------------------------
 
     def begin(self) -> list[dict[str, Any]]:
@@ -220,8 +224,11 @@ class ResponseEncoder(Encoder):
         """The held answer, now complete: its function calls if it makes any, else the message it is."""
         held = "".join(self.held)
         self.held = []
-        # `parallel_tool_calls: false` keeps the first call only.
-        limit = None if self.template.get("parallel_tool_calls", True) else 1
+        # `parallel_tool_calls: false` keeps the first call only; `max_tool_calls` as many as it says.
+        limits = [self.template.get("max_tool_calls")]
+        if not self.template.get("parallel_tool_calls", True):
+            limits.append(1)
+        limit = min((n for n in limits if n is not None), default=None)
         calls = parse_calls(held, self.tool_names, limit) if self.tool_names else []
         if not calls:
             return [*self._switch("message"), self._delta("response.output_text.delta", held)] if held else []
@@ -271,7 +278,8 @@ class ResponseEncoder(Encoder):
         self.ended = True
         response = {**self.fold.response, "status": status, "usage": usage_json(usage or Usage()), **fields}
         if status == "completed":
-            response["completed_at"] = int(time.time())
+            # A stored response read back completed when its turn says; a live one, now.
+            response["completed_at"] = self.template.get("completed_at") or int(time.time())
         return self._emit(kind, response=response)
 
     def body(self) -> dict[str, Any]:

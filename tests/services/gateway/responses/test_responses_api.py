@@ -14,6 +14,7 @@ from pydantic import TypeAdapter
 
 from switchyard.services.gateway.params import Strict
 from switchyard.services.gateway.responses.request import (
+    CompactRequest,
     FunctionChoice,
     FunctionTool,
     InputItem,
@@ -24,11 +25,13 @@ from switchyard.services.gateway.responses.request import (
     TextFormat,
 )
 from tests.services.gateway.harness import Gateway, Responder
+from tests.services.gateway.responses.open_spec import OpenEvent
 from tests.services.gateway.sse_client import parse
 from tests.services.gateway.test_gateway_params import _documented_ignored
 
 MODEL = "SmolLM2-135M-Instruct"
 EVENTS: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
+OPEN_EVENT = TypeAdapter(OpenEvent)
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -45,10 +48,12 @@ async def _raw_stream(gw: Gateway, **body: object) -> list[dict[str, object]]:
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         r = await c.post("/v1/responses", json={"model": MODEL, "stream": True, **body}, headers=gw.auth())
     assert r.status_code == 200, r.text
-    events = parse(r.text)
+    *events, done = parse(r.text)
+    assert done.data == "[DONE]" and done.event is None  # Open Responses ends the stream with the literal
     for e in events:
         assert e.event == e.data["type"]  # the SSE event name is the event's type
         EVENTS.validate_python(e.data)  # every event is one the SDK knows, with every field it expects
+        OPEN_EVENT.validate_python(e.data)  # and its response snapshots have every field the spec requires
     return [e.data for e in events]
 
 
@@ -202,7 +207,17 @@ async def test_refusals_in_the_one_error_shape(gw: Gateway) -> None:
 
 @pytest.mark.parametrize(
     "model",
-    [ResponsesRequest, InputItem, InputPart, FunctionTool, FunctionChoice, TextFormat, TextConfig, ReasoningConfig],
+    [
+        ResponsesRequest,
+        InputItem,
+        InputPart,
+        FunctionTool,
+        FunctionChoice,
+        TextFormat,
+        TextConfig,
+        ReasoningConfig,
+        CompactRequest,
+    ],
 )
 def test_every_ignored_parameter_is_in_the_one_table(model: type[Strict]) -> None:
     documented = _documented_ignored()
