@@ -107,6 +107,10 @@ class GatewaySettings(ServiceSettings):
     key_cache_s: float = Field(5.0, ge=0.0)
     # Token budgets per key (day, month): the JetStream key-value bucket every gateway debits.
     key_budgets_bucket: str = "switchyard_key_budgets"
+    # The most a budgeted key's chat request reserves before it runs (prompt and max_tokens together; its
+    # history is trimmed to fit). 0: the model's whole window. A key runs about budget-left / this many
+    # requests at once, so a smaller one lets a small budget run more at once, with less history each.
+    key_budget_reserve_tokens: int = Field(0, ge=0)
 
     @property
     def models(self) -> list[str]:
