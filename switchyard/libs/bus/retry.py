@@ -1,8 +1,9 @@
 """A request that must get through: asked again while nobody answers, up to a bound.
 
 For idempotent requests whose loss the client would see (saving a turn it was shown): a stage that
-restarts (its supervisor brings it back within seconds) or a bus that reconnects must cost a wait, not
-the answer. An error reply is an answer, and is raised at once; only silence is retried.
+restarts (its supervisor brings it back within seconds), a bus that reconnects or a database that is
+briefly away must cost a wait, not the answer. An error reply that says the request itself is wrong
+(bad request, not found, ...) is raised at once; silence and failures of the responder are retried.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ log = structlog.get_logger()
 # Silence that is retried: no subscriber (the stage is restarting), no reply in time (it is starting, or
 # busy), the connection away (the bus is restarting; nats-py buffers what is sent meanwhile).
 _SILENCE = (NobodyListens, NoAnswer, nats.errors.Error)
+# Error replies worth asking again: the responder failed (its database away), not the request.
+_RETRIED = frozenset({ErrorCode.internal, ErrorCode.unavailable})
 
 
 async def request_until(
@@ -52,7 +55,9 @@ async def request_until(
             return await bus.request(
                 subject, msg, reply_type, timeout=max(min(attempt_s, left), 0.05), deadline_ms=deadline_ms
             )
-        except _SILENCE as e:
+        except (*_SILENCE, BusError) as e:
+            if isinstance(e, BusError) and not isinstance(e, _SILENCE) and e.code not in _RETRIED:
+                raise
             why = e.message if isinstance(e, BusError) else (str(e) or type(e).__name__)
             if time.monotonic() + pause >= give_up:
                 raise BusError(

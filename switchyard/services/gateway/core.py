@@ -317,12 +317,12 @@ async def start_run(
                 window = min(window, gw.settings.key_budget_reserve_tokens)
             hold = await gw.key_policy.admit(key, gw.settings.registry.get(model).name, window)
             if hold is not None:
-                request_plan = within_reservation(request_plan, hold.reserved, replan)
-
+                # Settled however the run ends (a refusal below gives the whole reservation back).
                 async def settle_budget(r: Run, settle: Callable[[int], Awaitable[None]] = hold.settle) -> None:
                     await settle(r.usage.prompt_tokens + r.usage.completion_tokens)
 
                 run.on_finish.append(settle_budget)
+                request_plan = within_reservation(request_plan, hold.reserved, replan)
             limiter = await gw.limiter()
             if limiter is not None:
                 limits = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]

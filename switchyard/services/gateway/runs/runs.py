@@ -62,6 +62,8 @@ class Runs:
         )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bus_lost: asyncio.TimerHandle | None = None
+        self._bus_up = asyncio.Event()
+        self._bus_up.set()
         bus.connection_listeners.append(self._connection_changed)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -209,7 +211,7 @@ class Runs:
             except Exception as e:
                 log.warning("last event not published", rid=run.rid, error=str(e))
         if settle_later:
-            self._spawn(self._run_hooks(run))
+            self._spawn(self._run_hooks_once_connected(run))
         else:
             await self._run_hooks(run)
         run.push(event)
@@ -262,6 +264,10 @@ class Runs:
     # ---- the bus going away ----------------------------------------------------------------
 
     async def _connection_changed(self, up: bool) -> None:
+        if up:
+            self._bus_up.set()
+        else:
+            self._bus_up.clear()
         if self._bus_lost is not None:
             self._bus_lost.cancel()
             self._bus_lost = None
@@ -274,6 +280,13 @@ class Runs:
         self._bus_lost = None
         if not self.bus.connected:
             self._spawn(self._end_for_bus_loss())
+
+    async def _run_hooks_once_connected(self, run: Run) -> None:
+        """Settle (limits, budget) once the bus is back, within the save's bound: settled while it is away,
+        the writes would fail and a budget's reservation would stay spent."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._bus_up.wait(), self.settings.save_timeout_s)
+        await self._run_hooks(run)
 
     async def _end_for_bus_loss(self) -> None:
         """The bus is gone: no more of any answer can arrive until it is back. End every live run now with a
