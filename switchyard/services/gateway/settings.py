@@ -68,7 +68,7 @@ class GatewaySettings(ServiceSettings):
     bus_lost_after_s: float = Field(1.0, gt=0)
     # Saving what a client was shown when the stage that would have saved it died (or the bus went away) is
     # asked again while nobody answers, for at most this long.
-    save_timeout_s: float = Field(30.0, gt=0)
+    save_timeout_s: float = Field(60.0, gt=0)
     # How long a disconnected stream keeps running for a client that reconnects with Last-Event-ID before
     # it is cancelled. 0 cancels at once: nothing keeps decoding for a client that left.
     resume_grace_s: float = 0.0

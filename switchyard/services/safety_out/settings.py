@@ -24,7 +24,7 @@ class SafetyOutSettings(ServiceSettings):
     # How long saving a turn may take, asked again while context does not answer (it restarts, or the bus
     # reconnects): the client's `done` waits at most this for it. It has its own deadline, not the
     # request's (which may have passed). A restart of context within it loses no answer (docs/security.md).
-    save_timeout_s: float = Field(30.0, gt=0)
+    save_timeout_s: float = Field(60.0, gt=0)
     # One try's wait for context's answer within that bound.
     save_attempt_s: float = Field(5.0, gt=0)
     # How long input safety may take to judge the user's text (it runs while the model prefills).
