@@ -113,12 +113,27 @@ def test_32_writes_at_once_pass_at_most_the_tier_limit_and_the_rest_are_429(stac
     for r in limited:
         assert_error(r, 429, "rate_limited")
         assert float(r.headers["Retry-After"]) >= 1
-    # Once spent, every write route is refused the same way (key creation is an admin write: the admin
-    # key's own tenant bucket, tested by the admin routes sharing this dependency).
+    # Once spent, every write route is refused the same way. The bucket keeps refilling (one every 3 s),
+    # so a route may pass once or twice first; over the whole test no more pass than the limit allows.
+    routes = [
+        lambda c: _write(c, 0),
+        lambda c: _write(c, 1),
+        lambda c: _write(c, 2),
+        lambda c: c.patch("/v1/conversations/nope", json={"title": "x"}),
+        lambda c: c.delete("/v1/memory/nope"),
+    ]
+    extra = 0
     with httpx.Client(base_url=stack.url, timeout=60, headers=headers) as c:
-        for i in range(3):
-            assert_error(_write(c, i), 429, "rate_limited")
-        assert_error(c.patch("/v1/conversations/nope", json={"title": "x"}), 429, "rate_limited")
-        assert_error(c.delete("/v1/memory/nope"), 429, "rate_limited")
+        for route in routes:
+            for _ in range(5):
+                r = route(c)
+                if r.status_code == 429:
+                    assert_error(r, 429, "rate_limited")
+                    break
+                extra += 1
+            else:
+                raise AssertionError(f"a write route was never refused: {r.status_code} {r.text[:200]}")
         # Reads are not counted.
         assert c.get("/v1/conversations").status_code == 200
+    allowed = FREE_RPM + int((time.monotonic() - t0) * FREE_RPM / 60)
+    assert len(passed) + extra <= allowed
