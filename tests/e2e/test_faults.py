@@ -10,6 +10,7 @@ recovers with nobody touching them, and what each client was shown is stored.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -19,9 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import nats as nats_client
 import pytest
+from nats.js.errors import NotFoundError
 
 from switchyard.cli.stack import SERVICES, Stack
+from switchyard.schemas import subjects
 from tests.e2e.conftest import chat
 from tests.e2e.sse import events
 from tests.wait import wait_until
@@ -123,6 +127,17 @@ def _assert_stored(client: httpx.Client, streams: list[Stream]) -> None:
             assert turn["answer"].startswith(s.text), (s, turn)
 
 
+async def _events_stream_exists(url: str) -> bool:
+    nc = await nats_client.connect(url)
+    try:
+        await nc.jetstream().stream_info(subjects.CHAT_EVENTS_STREAM)
+        return True
+    except NotFoundError:
+        return False
+    finally:
+        await nc.close()
+
+
 def kill(stack: Stack, tag: str) -> None:
     proc = stack.procs[tag]
     os.kill(proc.pid, signal.SIGKILL)
@@ -181,6 +196,8 @@ def test_a_killed_nats_server_ends_streams_cleanly_and_everything_comes_back(
 
     wait_until(ready, 60, "/readyz to recover after the bus restarted", 0.5, ignore=(httpx.HTTPError,))
     assert all(p.poll() is None for p in stack.procs.values())
+    # The in-memory resume stream died with the server; the gateway made it anew on reconnecting.
+    wait_until(lambda: asyncio.run(_events_stream_exists(nats.url)), 30, "the events stream made anew", 0.5)
     assert_stored(stack, streams)
     evs, _ = chat(client, f"f-{uuid.uuid4().hex[:8]}", "Say hello.", max_tokens=8)
     assert evs and evs[-1].event == "done", evs
