@@ -22,6 +22,7 @@ def run(args: argparse.Namespace, settings: CliSettings) -> int:
         data_dir=settings.data_dir.resolve(),
         port=settings.port,
         nats_url=settings.nats_url,
+        nats_sync_interval=settings.nats_sync_interval or None,
         api_key=settings.api_key,
         admin_key=settings.admin_key,
         services=services,

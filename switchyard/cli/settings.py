@@ -19,6 +19,10 @@ class CliSettings(BaseSettings):
     port: int = 8000
     # A NATS server for `run` to use; None starts one of its own.
     nats_url: str | None = Field(None, validation_alias=AliasChoices("NATS_URL", "nats_url"))
+    # How often the nats-server `run` starts fsyncs its file streams (the durable log, key budgets and
+    # limits, the registry): `always` (each write, before it is acknowledged) or a duration (`1s`); empty:
+    # nats-server's own default of two minutes (docs/security.md, "Faults").
+    nats_sync_interval: str = Field("always", pattern=r"^(always|\d+(ms|s|m|h)|)$")
     # The gateway `replay` talks to; None: http://127.0.0.1:<port>.
     url: str | None = None
     # The keys `run` hands the stack, and `replay` authenticates with; empty: the saved (or a new) one.

@@ -31,6 +31,8 @@ from switchyard.libs.models import ModelRegistry
 # Start order: consumers of the log and the pipeline's back half first, the gateway last, so the
 # gateway's readiness probe finds everyone.
 SERVICES = ("logger", "context", "safety_in", "router", "tools", "inference", "safety_out", "gateway")
+# The bus's own entry in the status file and the supervisor's log.
+BUS = "nats-server"
 
 
 class StackStopping(Exception):
@@ -70,6 +72,8 @@ class Stack:
     log_to_files: bool = True
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     nats: NatsServer | None = None
+    # The fsync interval of the nats-server the stack starts (`always`, a duration, or None: the server's).
+    nats_sync_interval: str | None = "always"
     # Given keys are used as they are; empty ones are the saved keys of an earlier run (or new ones), set by start().
     api_key: str = ""
     admin_key: str = ""
@@ -133,8 +137,10 @@ class Stack:
         self.admin_key = dev_key(self.data_dir, self.admin_key, "admin-api-key", "sy-admin")
         self.metrics_port = int(self.env.get("SWITCHYARD_INFERENCE_METRICS_PORT", free_port()))
         if not self.nats_url:
-            self.nats = start_nats_server(store_dir=str(self.data_dir / "nats"))
+            self.nats = start_nats_server(store_dir=str(self.data_dir / "nats"), sync_interval=self.nats_sync_interval)
             self.nats_url = self.nats.url
+            self._status[BUS] = ServiceStatus(pid=self.nats.proc.pid, state="running", started_at=time.time())
+            self._status[BUS].started_mono = time.monotonic()
         env = {
             **os.environ,
             "NATS_URL": self.nats_url,
@@ -167,6 +173,8 @@ class Stack:
                 self._supervising = True
                 for tag, proc in self.procs.items():
                     self._watch(tag, proc)
+                if self.nats is not None:
+                    self._watch_bus(self.nats)
             self._write_status()
 
     def start_service(
@@ -252,6 +260,55 @@ class Stack:
                 self._write_status()
                 self._changed.notify_all()
 
+    def _watch_bus(self, server: NatsServer) -> None:
+        t = threading.Thread(target=self._supervise_bus, args=(server,), name="supervise-nats", daemon=True)
+        self._watchers.append(t)
+        t.start()
+
+    def _supervise_bus(self, server: NatsServer) -> None:
+        """The bus is supervised like every service: when its server dies unasked, a new one is started on
+        the same port with the same store after the backoff. The services reconnect to it by themselves
+        (they retry forever), and nats-py re-subscribes what they had."""
+        while True:
+            code = server.proc.wait()
+            with self._lock:
+                if self._stop.is_set() or self.nats is not server:
+                    return
+                status = self._status[BUS]
+                uptime = time.monotonic() - status.started_mono
+                status.attempt = self.backoff.next_attempt(status.attempt, uptime)
+                status.state, status.last_exit, status.pid = "restarting", code, None
+                delay = self.backoff.delay(status.attempt)
+                self._event(
+                    "restart",
+                    service=BUS,
+                    exit_code=code,
+                    exit=describe_exit(code),
+                    attempt=status.attempt,
+                    delay_s=delay,
+                    uptime_s=round(uptime, 1),
+                )
+                self._write_status()
+                self._changed.notify_all()
+            if self._stop.wait(delay):
+                return
+            with self._lock:
+                if self._stop.is_set() or self.nats is not server:
+                    return
+                try:
+                    server.restart()
+                except RuntimeError as e:
+                    # Counted as a quick exit: the next try waits longer.
+                    self._event("restart_failed", service=BUS, error=str(e))
+                    status.started_mono = time.monotonic()
+                    continue
+                status.pid, status.state = server.proc.pid, "running"
+                status.started_at, status.started_mono = time.time(), time.monotonic()
+                status.restarts += 1
+                self._event("restarted", service=BUS, pid=server.proc.pid, restarts=status.restarts)
+                self._write_status()
+                self._changed.notify_all()
+
     def exit_code(self, tag: str) -> int | None:
         """How `tag`'s process ended, when it has (under supervision: its last exit, though it restarts)."""
         with self._lock:
@@ -266,10 +323,13 @@ class Stack:
             return None if status is None else status.last_exit
 
     def wait_restarted(self, tag: str, restarts: int, timeout_s: float) -> subprocess.Popen[bytes]:
-        """Until the supervisor has started `tag` `restarts` times; its current process."""
+        """Until the supervisor has started `tag` (a service, or `nats-server`) `restarts` times; its current
+        process."""
         with self._changed:
             if not self._changed.wait_for(lambda: self._status[tag].restarts >= restarts, timeout_s):
                 raise TimeoutError(f"{tag} was not restarted {restarts} time(s) within {timeout_s}s")
+            if tag == BUS and self.nats is not None:
+                return self.nats.proc
             return self.procs[tag]
 
     def _check_alive(self) -> None:
@@ -352,6 +412,8 @@ class Stack:
         if self.nats is not None:
             self.nats.stop()
             self.nats = None
+            if BUS in self._status:
+                self._status[BUS].state, self._status[BUS].pid = "stopped", None
         with self._lock:
             self._state = "stopped"
             self._write_status()

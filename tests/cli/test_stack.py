@@ -8,14 +8,16 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from switchyard.cli.stack import Stack
+from switchyard.cli.stack import BUS, Stack
 from switchyard.cli.supervise import Backoff, pid_alive, read_status
+from switchyard.libs.bus.embedded import free_port, start_nats_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,6 +65,37 @@ def test_a_killed_service_is_restarted_counted_and_logged(stack: Stack) -> None:
     status = read_status(stack.status_path)
     assert status is not None and status["state"] == "ready"
     assert status["services"]["logger"] == {**status["services"]["logger"], "restarts": 2, "pid": third.pid}
+
+
+def test_a_killed_nats_server_is_restarted_in_place_and_the_services_reconnect(stack: Stack) -> None:
+    """The bus is supervised like a service: a new server on the same port with the same store, and the
+    logger (which keeps a durable JetStream consumer) answers its health subject again without a restart."""
+    nats = stack.nats
+    assert nats is not None
+    first, port, store = nats.proc, nats.port, nats.store_dir
+    logger = stack.procs["logger"]
+    os.kill(first.pid, signal.SIGKILL)
+    second = stack.wait_restarted(BUS, 1, timeout_s=60)
+    assert second.pid != first.pid and first.returncode == -signal.SIGKILL
+    assert (nats.port, nats.store_dir) == (port, store)
+    stack.wait_ready(60)  # the logger reconnected and answers on the new server
+    assert logger.poll() is None and stack.procs["logger"] is logger  # the same process: it reconnected
+    assert [(e["service"], e["exit_code"]) for e in _events(stack, "restart")] == [(BUS, -9)]
+    status = read_status(stack.status_path)
+    assert status is not None and status["nats_pid"] == second.pid
+    assert status["services"][BUS] == {**status["services"][BUS], "restarts": 1, "state": "running"}
+
+
+def test_the_stack_server_syncs_as_configured(tmp_path: Path) -> None:
+    """The server the stack writes a config for fsyncs each write (`always`), as its /varz reports."""
+    monitor = free_port()
+    server = start_nats_server(store_dir=str(tmp_path / "nats"), sync_interval="always", monitor_port=monitor)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{monitor}/varz", timeout=5) as r:
+            config = json.load(r)["jetstream"]["config"]
+        assert config["sync_always"] is True
+    finally:
+        server.stop()
 
 
 def test_stopping_restarts_nothing(stack: Stack) -> None:
@@ -115,7 +148,8 @@ def test_a_signal_to_cli_run_stops_every_child(
     tmp_path: Path, sig: signal.Signals, services: str, ignore_sigint: bool
 ) -> None:
     proc, status = _run_cli(tmp_path / "var", services, ignore_sigint)
-    children = [status["nats_pid"], *(s["pid"] for s in status["services"].values())]
+    assert status["services"][BUS]["pid"] == status["nats_pid"]
+    children = [status["nats_pid"], *(s["pid"] for tag, s in status["services"].items() if tag != BUS)]
     assert len(children) == 1 + len(services.split(",")) and all(map(pid_alive, children))
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)

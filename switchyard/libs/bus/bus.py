@@ -44,6 +44,7 @@ FORWARD_ACK_S = 5.0
 # leader's node died had a new leader after about 6 s.
 DURABLE_ACK_S = 5.0
 DURABLE_RETRY_S = 20.0
+RECONNECT_WAIT_S = 0.5
 _UNACKED = (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
 
 
@@ -63,6 +64,10 @@ class BusError(Exception):
 
 class NobodyListens(BusError):
     """No process is subscribed to the subject: the replica asked for is gone."""
+
+
+class NoAnswer(BusError):
+    """A request went unanswered in time: the responder is slow, or the bus is away (reconnecting)."""
 
 
 @dataclass(frozen=True)
@@ -105,16 +110,68 @@ class Bus:
         self._inflight = _Handled()
         # Requests this process holds now (liveness probes ask; see switchyard/libs/bus/liveness.py).
         self.held: set[str] = set()
+        # Called with False when the connection to the server is lost, True when it is back (nats-py
+        # reconnects by itself and re-subscribes; these are for what a process must do beyond that).
+        self.connection_listeners: list[Callable[[bool], Awaitable[None]]] = []
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
+    def on_reconnect(self, redo: Callable[[], Awaitable[None]]) -> None:
+        """Run `redo` each time the connection is back: what a restarted server may have lost (a memory
+        stream) is made again."""
+
+        async def listener(up: bool) -> None:
+            if up:
+                await redo()
+
+        self.connection_listeners.append(listener)
+
+    async def _connection_changed(self, up: bool) -> None:
+        """nats-py awaits this in its reconnect loop: the listeners run as tasks of their own, so one that
+        talks to the server (which needs that loop) cannot stall it."""
+        log.warning("bus reconnected" if up else "bus connection lost")
+
+        async def call(listener: Callable[[bool], Awaitable[None]]) -> None:
+            try:
+                await listener(up)
+            except Exception:
+                log.exception("connection listener failed")
+
+        for listener in list(self.connection_listeners):
+            task = asyncio.create_task(call(listener))
+            self._inflight.tasks.add(task)
+            task.add_done_callback(self._inflight.tasks.discard)
 
     @classmethod
     async def connect(cls, url: str, service: str, replica: str, telemetry: Telemetry, js_replicas: int = 1) -> Bus:
         # `url` may list a cluster's servers, comma-separated; nats-py wants them as a list.
         servers = [u.strip() for u in url.split(",") if u.strip()]
-        # A bounded drain: shutdown waits for in-flight work (quiesce), not for idle subscriptions.
+        made: list[Bus] = []
+
+        async def disconnected() -> None:
+            if made:
+                await made[0]._connection_changed(False)
+
+        async def reconnected() -> None:
+            if made:
+                await made[0]._connection_changed(True)
+
+        # Reconnect forever, every RECONNECT_WAIT_S: a restarted server (same port, same store) is found
+        # within that, and nats-py then re-subscribes everything this process had. A bounded drain:
+        # shutdown waits for in-flight work (quiesce), not for idle subscriptions.
         nc = await nats.connect(
-            servers, name=f"{service}-{replica}", max_reconnect_attempts=-1, reconnect_time_wait=0.5, drain_timeout=5
+            servers,
+            name=f"{service}-{replica}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=RECONNECT_WAIT_S,
+            drain_timeout=5,
+            disconnected_cb=disconnected,
+            reconnected_cb=reconnected,
         )
-        return cls(nc, service, replica, telemetry, js_replicas)
+        made.append(cls(nc, service, replica, telemetry, js_replicas))
+        return made[0]
 
     # ---- headers -------------------------------------------------------------------------
 
@@ -169,7 +226,7 @@ class Bus:
         except nats.errors.NoRespondersError as e:
             raise NobodyListens(ErrorCode.unavailable, f"no service answers on {subject}") from e
         except nats.errors.TimeoutError as e:
-            raise BusError(ErrorCode.unavailable, f"{subject} did not answer within {timeout}s") from e
+            raise NoAnswer(ErrorCode.unavailable, f"{subject} did not answer within {timeout}s") from e
         if (reply.headers or {}).get(H.STATUS) == "error":
             info = ErrorInfo.model_validate_json(reply.data)
             raise BusError(info.code, info.message)

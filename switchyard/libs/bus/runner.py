@@ -61,6 +61,7 @@ async def serve(
     replica = replica or uuid.uuid4().hex[:8]
     bus = await Bus.connect(nats_url, service, replica, telemetry, js_replicas)
     await bus.ensure_log_stream()
+    bus.on_reconnect(bus.ensure_log_stream)  # a server restarted without its store makes it anew
 
     async def publish_spans(batch: SpanBatch) -> None:
         first = batch.spans[0]

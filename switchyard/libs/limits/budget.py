@@ -7,9 +7,14 @@ before admitting the next one, so a key's spend is exact across gateways within 
 reach the store later (the logger batches them off a durable stream, and may be behind or down), so a
 key sending from several gateways at once would overspend by however far the logger lags.
 
-Only keys that have a budget are counted (the others cost nothing). A request is admitted while the
-spend is under the limit and debited after its answer (its token count is unknown before), so a key may
-end a period over its budget by what its last requests used, as with the per-minute token limit.
+Only keys that have a budget are counted (the others cost nothing). A chat request reserves before it
+runs: at most what the key has left, up to the most it could use (its prompt window: prompt and
+max_tokens), in one compare-and-set, so concurrent requests cannot all take the same last tokens; once it
+ends the reservation is settled to what it used (the difference is given back). A key therefore never
+spends more than its budget, however many requests it sends at once. A gateway that dies between the two
+leaves its reservation spent (the key loses at most one window per request in flight, never overspends).
+Requests with no window to reserve (embeddings, token counts: bounded by their input limits) are admitted
+while something is left and debited after.
 """
 
 from __future__ import annotations
@@ -78,10 +83,28 @@ def _spend(raw: bytes | None, now_ms: int) -> Spend:
     return Spend(int(d["d"]) if d.get("day") == day else 0, int(d["m"]) if d.get("month") == month else 0)
 
 
+class BudgetBusy(Exception):
+    """Other gateways kept winning the key's entry: nothing was reserved."""
+
+
+def _left(spend: Spend, day: int | None, month: int | None, now_ms: int) -> tuple[int, BudgetRefusal | None]:
+    """Tokens the key has left this day and month; with the refusal to give when that is none."""
+    lefts: list[tuple[int, BudgetRefusal]] = []
+    if day is not None:
+        lefts.append((day - spend.day, BudgetRefusal("day", spend.day, day, resets_ms("day", now_ms))))
+    if month is not None:
+        lefts.append((month - spend.month, BudgetRefusal("month", spend.month, month, resets_ms("month", now_ms))))
+    left, refusal = min(lefts, key=lambda x: x[0])
+    return left, (refusal if left <= 0 else None)
+
+
 class KeyBudgets:
     def __init__(self, kv: CasKV, attempts: int = 25):
         self.kv = kv
         self.attempts = attempts
+        # One reservation at a time per key in this gateway: a burst of one key's requests then never
+        # races itself for the entry (only another gateway's write can conflict).
+        self._reserving: dict[str, asyncio.Lock] = {}
         # Tokens waiting to be debited, per key, and the one task writing them: a burst of a key's
         # requests ending together is one compare-and-set, not a race among themselves.
         self._pending: dict[str, int] = {}
@@ -106,9 +129,31 @@ class KeyBudgets:
             return BudgetRefusal("month", spend.month, month, resets_ms("month", now_ms))
         return None
 
+    async def reserve(
+        self, key_id: str, want: int, day: int | None, month: int | None, now_ms: int
+    ) -> int | BudgetRefusal:
+        """Take up to `want` of the tokens the key has left (counted as spent from now on), or the refusal
+        when none are left. Settle with `debit(key_id, used - reserved, ...)` once the request ends."""
+        lock = self._reserving.setdefault(key_id, asyncio.Lock())
+        async with lock:
+            d, m = periods(now_ms)
+            for attempt in range(self.attempts):
+                raw, revision = await self.kv.get(_key(key_id))
+                spend = _spend(raw, now_ms)
+                left, refusal = _left(spend, day, month, now_ms)
+                if refusal is not None:
+                    return refusal
+                take = min(want, left)
+                value = {"day": d, "d": spend.day + take, "month": m, "m": spend.month + take}
+                if await self.kv.put_if(_key(key_id), json.dumps(value).encode(), revision):
+                    return take
+                await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+        raise BudgetBusy(f"key budget contention: nothing reserved after {self.attempts} tries")
+
     async def debit(self, key_id: str, tokens: int, now_ms: int) -> None:
-        """Add `tokens` to the key's day and month; returns once they are written (or given up)."""
-        if tokens <= 0:
+        """Add `tokens` to the key's day and month (fewer than none gives a reservation's rest back);
+        returns once they are written (or given up)."""
+        if tokens == 0:
             return
         self._pending[key_id] = self._pending.get(key_id, 0) + tokens
         writer = self._writers.get(key_id)
@@ -133,7 +178,9 @@ class KeyBudgets:
         for attempt in range(self.attempts):
             raw, revision = await self.kv.get(_key(key_id))
             spend = _spend(raw, now_ms)
-            value = {"day": day, "d": spend.day + tokens, "month": month, "m": spend.month + tokens}
+            # A reservation given back in a later period than it was taken in takes nothing from the new one.
+            d, m = max(0, spend.day + tokens), max(0, spend.month + tokens)
+            value = {"day": day, "d": d, "month": month, "m": m}
             if await self.kv.put_if(_key(key_id), json.dumps(value).encode(), revision):
                 return
             await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))

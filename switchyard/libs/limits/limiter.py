@@ -81,6 +81,8 @@ class _Op:
     rid: str
     lease_s: float | None = None
     tokens: int = 0
+    # A write (conversations, memory, files, feedback, keys): one request from the bucket, no lease.
+    write: bool = False
     done: asyncio.Future[Refusal | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -125,6 +127,15 @@ class Limiter:
             return await self._queued(tenant, limits, _Op(rid, lease_s=lease_s))
         except Exception as e:
             # The limiter guards the pipeline; it must not take the gateway down with the KV store.
+            log.warning("rate limiter unavailable: admitting", error=str(e) or type(e).__name__)
+        return None
+
+    async def admit_write(self, tenant: str, limits: Limits) -> Refusal | None:
+        """Take one request for a write route from the same per-minute bucket as the tenant's chats (no
+        stream lease: a write holds nothing open), or say how long until one is free."""
+        try:
+            return await self._queued(tenant, limits, _Op("", write=True))
+        except Exception as e:
             log.warning("rate limiter unavailable: admitting", error=str(e) or type(e).__name__)
         return None
 
@@ -179,6 +190,11 @@ class Limiter:
 
     @staticmethod
     def _apply(state: _State, limits: Limits, op: _Op, now: int) -> Refusal | None:
+        if op.write:
+            if state.req < 1:
+                return _per_minute(state, limits)
+            state.req -= 1
+            return None
         if op.lease_s is None:  # a settle
             state.leases.pop(op.rid, None)
             state.tok -= op.tokens
@@ -191,12 +207,7 @@ class Limiter:
                 max(1.0, min(soonest / 1000, 5.0)),
             )
         if state.req < 1:
-            wait = (1 - state.req) * 60 / limits.requests_per_minute
-            return Refusal(
-                "requests_per_minute",
-                f"rate limit: {limits.requests_per_minute:g} requests per minute for this tier",
-                wait,
-            )
+            return _per_minute(state, limits)
         if state.tok <= 0:
             wait = (1 - state.tok) * 60 / limits.tokens_per_minute
             return Refusal(
@@ -205,3 +216,10 @@ class Limiter:
         state.req -= 1
         state.leases[op.rid] = now + int(op.lease_s * 1000)
         return None
+
+
+def _per_minute(state: _State, limits: Limits) -> Refusal:
+    wait = (1 - state.req) * 60 / limits.requests_per_minute
+    return Refusal(
+        "requests_per_minute", f"rate limit: {limits.requests_per_minute:g} requests per minute for this tier", wait
+    )

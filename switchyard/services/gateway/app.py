@@ -39,6 +39,7 @@ from switchyard.services.gateway.security_headers import SecurityHeaders
 from switchyard.services.gateway.settings import GatewaySettings
 from switchyard.services.gateway.simple_chat import api as chat_api
 from switchyard.services.gateway.tokens import api as tokens_api
+from switchyard.services.gateway.write_limit import limit_writes
 
 log = structlog.get_logger()
 
@@ -125,18 +126,20 @@ def create_app(
     elif lifespan is None:
         raise ValueError("create_app needs a bus and a key store, or a lifespan that opens them")
     errors.install(app)
-    app.include_router(product_router)  # first: /v1/conversations/search is not a conversation id
+    # Writes through these routers are rate limited like the chat routes (write_limit.py).
+    writes = [Depends(limit_writes)]
+    app.include_router(product_router, dependencies=writes)  # first: /v1/conversations/search is not a conversation id
     app.include_router(chat_api.router)
     app.include_router(openai_api.router)
     app.include_router(completions_api.router)
     app.include_router(anthropic_api.router)
     app.include_router(responses_api.router)
     app.include_router(ops_api.router)
-    app.include_router(feedback_api.router)
+    app.include_router(feedback_api.router, dependencies=writes)
     app.include_router(embeddings_api.router)
     app.include_router(tokens_api.router)
     # Every admin route, wherever it is written, behind one guard.
-    admin = APIRouter(dependencies=[Depends(require_admin)])
+    admin = APIRouter(dependencies=[Depends(require_admin), *writes])
     # admin_api first: its /v1/admin/keys/standing is not a key id.
     for router in (
         admin_api.router,

@@ -30,6 +30,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas.messages import Api, Mode, PromptMode
+from switchyard.schemas.plan import RequestPlan
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.key_policy import KeyPolicy
 from switchyard.services.gateway.lazy import OpenedOnUse
@@ -236,6 +237,16 @@ def _parent_context(request: HTTPConnection) -> otel_context.Context | None:
     return H.extract_trace({k: v for k, v in request.headers.items() if k in ("traceparent", "tracestate")})
 
 
+def within_reservation(p: RequestPlan, reserved: int | None, replan: Callable[[int], RequestPlan]) -> RequestPlan:
+    """The plan cut to a key's budget reservation: prompt and answer together within the tokens reserved
+    (context trims history to fit, and refuses a prompt that cannot). Where the reservation is smaller than
+    the window, max_tokens is at most half of it, so a short prompt still gets an answer."""
+    if reserved is None or reserved >= p.prompt_budget:
+        return p
+    cut = replan(max(1, min(p.max_tokens, reserved // 2))) if p.max_tokens > reserved // 2 else p
+    return cut.model_copy(update={"prompt_budget": max(1, reserved)})
+
+
 async def open_conversation(gw: Gateway, key: ApiKey, chat_id: str) -> ConversationReply:
     try:
         return await gw.bus.request(
@@ -281,21 +292,25 @@ async def start_run(
     """
     check_input_budget(gw.settings, text, system, messages or [])
     tier = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
+
     # The request plan, once, before anything starts: a request that cannot be served is refused here.
-    try:
-        request_plan = plan(
-            gw.settings.registry,
-            model=model,
-            mode=mode,
-            prompt_mode=prompt_mode,
-            text=text,
-            max_tokens=sampling.max_tokens,
-            thinking=thinking,
-            tier_priority=tier.priority,
-            priority=priority,
-        )
-    except PlanError as e:
-        raise ApiError(ErrorCode.bad_request, str(e)) from e
+    def replan(max_tokens: int) -> RequestPlan:
+        try:
+            return plan(
+                gw.settings.registry,
+                model=model,
+                mode=mode,
+                prompt_mode=prompt_mode,
+                text=text,
+                max_tokens=max_tokens,
+                thinking=thinking,
+                tier_priority=tier.priority,
+                priority=priority,
+            )
+        except PlanError as e:
+            raise ApiError(ErrorCode.bad_request, str(e)) from e
+
+    request_plan = replan(sampling.max_tokens)
     # Another rid than the HTTP request's: one of several answers to it (OpenAI's `n`).
     rid = rid or request_id(request)
     run = gw.runs.begin(rid, api, route, key.tenant, key.id, _parent_context(request))
@@ -303,13 +318,17 @@ async def start_run(
         with run.activate():
             # The key's own models and budgets before the tenant's limits: a refused request
             # takes no lease.
-            debit = await gw.key_policy.admit(key, gw.settings.registry.get(model).name)
-            if debit is not None:
+            window = request_plan.prompt_budget
+            if gw.settings.key_budget_reserve_tokens:
+                window = min(window, gw.settings.key_budget_reserve_tokens)
+            hold = await gw.key_policy.admit(key, gw.settings.registry.get(model).name, window)
+            if hold is not None:
+                # Settled however the run ends (a refusal below gives the whole reservation back).
+                async def settle_budget(r: Run, settle: Callable[[int], Awaitable[None]] = hold.settle) -> None:
+                    await settle(r.usage.prompt_tokens + r.usage.completion_tokens)
 
-                async def debit_usage(r: Run, debit: Callable[[int], Awaitable[None]] = debit) -> None:
-                    await debit(r.usage.prompt_tokens + r.usage.completion_tokens)
-
-                run.on_finish.append(debit_usage)
+                run.on_finish.append(settle_budget)
+                request_plan = within_reservation(request_plan, hold.reserved, replan)
             limiter = await gw.limiter()
             if limiter is not None:
                 limits = tier

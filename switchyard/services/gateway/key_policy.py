@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
 from switchyard.libs.bus import Bus
 from switchyard.libs.bus.headers import now_ms
-from switchyard.libs.limits.budget import BudgetRefusal, KeyBudgets
+from switchyard.libs.limits.budget import BudgetBusy, BudgetRefusal, KeyBudgets
 from switchyard.libs.models import ModelRegistry
 from switchyard.libs.store.key_admin import Change, iso
 from switchyard.libs.store.keys import ApiKey, KeyStore
@@ -28,6 +29,15 @@ from switchyard.services.gateway.lazy import OpenedOnUse
 from switchyard.services.gateway.settings import GatewaySettings
 
 log = structlog.get_logger()
+
+
+@dataclass(frozen=True)
+class BudgetHold:
+    """A budgeted key's admission: the tokens reserved for the request (None: none, debited after), and
+    what settles its use once it ends."""
+
+    reserved: int | None
+    settle: Callable[[int], Awaitable[None]]
 
 
 def resolve_served(registry: ModelRegistry, name: str) -> str | None:
@@ -112,9 +122,13 @@ class KeyPolicy:
     async def budgets(self) -> KeyBudgets | None:
         return await self._budgets.get()
 
-    async def admit(self, key: ApiKey, model: str) -> Callable[[int], Awaitable[None]] | None:
-        """Check the key's model list and budgets before a request runs; returns what debits the tokens it
-        used once it ends (None when the key has no budget)."""
+    async def admit(self, key: ApiKey, model: str, window: int | None = None) -> BudgetHold | None:
+        """Check the key's model list and budgets before a request runs (None when the key has no budget).
+
+        With `window` (the most tokens the request could use: prompt and max_tokens), up to that much of
+        what the key has left is reserved now, and the request must fit in what was reserved; settling
+        gives back what it did not use. Without, it is admitted while anything is left and its use
+        debited after."""
         check_model(key, model, self.settings.registry)
         if key.budget_day is None and key.budget_month is None:
             return None
@@ -123,14 +137,20 @@ class KeyPolicy:
             return None
         now = now_ms()
         try:
-            refusal = await budgets.check(key.id, key.budget_day, key.budget_month, now)
+            if window is None:
+                got: int | BudgetRefusal | None = await budgets.check(key.id, key.budget_day, key.budget_month, now)
+            else:
+                got = await budgets.reserve(key.id, window, key.budget_day, key.budget_month, now)
+        except BudgetBusy as e:
+            raise ApiError(ErrorCode.overloaded, f"this API key's budget is busy: {e}", retry_after=1) from e
         except Exception as e:  # as the limiter: a KV store away admits
             log.warning("key budget unavailable: admitting", error=str(e) or type(e).__name__)
             return None
-        if refusal is not None:
-            raise budget_error(refusal, now)
+        if isinstance(got, BudgetRefusal):
+            raise budget_error(got, now)
+        reserved = got
 
-        async def debit(tokens: int) -> None:
-            await budgets.debit(key.id, tokens, now_ms())
+        async def settle(used: int) -> None:
+            await budgets.debit(key.id, used - (reserved or 0), now_ms())
 
-        return debit
+        return BudgetHold(reserved, settle)

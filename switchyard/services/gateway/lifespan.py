@@ -41,11 +41,19 @@ async def install_configured_keys(settings: GatewaySettings, keys: KeyStore) -> 
 async def _open_bus(settings: GatewaySettings, telemetry: Telemetry, replica: str) -> Bus:
     bus = await Bus.connect(settings.nats_url, SERVICE, replica, telemetry, settings.nats_replicas)
     await bus.ensure_log_stream()
-    if settings.resume_stream:
-        try:
-            await ensure_events_stream(bus, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
-        except Exception as e:  # e.g. a JetStream memory limit: resuming then works on the relaying replica only
-            log.warning("stream replay across replicas unavailable", error=str(e))
+
+    async def ensure_streams() -> None:
+        if settings.resume_stream:
+            try:
+                await ensure_events_stream(bus, settings.resume_stream_max_age_s, settings.resume_stream_max_bytes)
+            except Exception as e:  # e.g. a JetStream memory limit: resuming then works on the relaying replica only
+                log.warning("stream replay across replicas unavailable", error=str(e))
+
+    await ensure_streams()
+    # The events stream lives in the server's memory: a restarted server has lost it, and the log stream
+    # too where it came back without its store.
+    bus.on_reconnect(bus.ensure_log_stream)
+    bus.on_reconnect(ensure_streams)
 
     async def publish_spans(batch: SpanBatch) -> None:
         first = batch.spans[0]

@@ -68,6 +68,12 @@ class GatewaySettings(ServiceSettings):
     liveness_idle_s: float = 1.0
     liveness_period_s: float = 0.25
     liveness_probe_s: float = 0.5
+    # The bus connection lost for this long (not a blip while a cluster client moves to another node):
+    # every stream in flight ends with `unavailable`, and what each client was shown is saved once it is back.
+    bus_lost_after_s: float = Field(1.0, gt=0)
+    # Saving what a client was shown when the stage that would have saved it died (or the bus went away) is
+    # asked again while nobody answers, for at most this long.
+    save_timeout_s: float = Field(60.0, gt=0)
     # How long a disconnected stream keeps running for a client that reconnects with Last-Event-ID before
     # it is cancelled. 0 cancels at once: nothing keeps decoding for a client that left.
     resume_grace_s: float = 0.0
@@ -117,6 +123,10 @@ class GatewaySettings(ServiceSettings):
     key_cache_s: float = Field(5.0, ge=0.0)
     # Token budgets per key (day, month): the JetStream key-value bucket every gateway debits.
     key_budgets_bucket: str = "switchyard_key_budgets"
+    # The most a budgeted key's chat request reserves before it runs (prompt and max_tokens together; its
+    # history is trimmed to fit). 0: the model's whole window. A key runs about budget-left / this many
+    # requests at once, so a smaller one lets a small budget run more at once, with less history each.
+    key_budget_reserve_tokens: int = Field(0, ge=0)
 
     @property
     def models(self) -> list[str]:

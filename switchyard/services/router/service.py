@@ -76,6 +76,14 @@ class Router:
         reasons: list[str] = [] if plan.fallback_reason is None else [plan.fallback_reason]
         reasons.append(f"mode {plan.mode} ({plan.mode_reason})")
         need = work.prompt_tokens + plan.max_tokens
+        if need > plan.prompt_budget and plan.prompt_budget < card.context_length:
+            # The gateway cut the window to a key's budget reservation; context fits a chat's prompt in it,
+            # a text completion's prompt is the client's own and is checked here.
+            raise BusError(
+                ErrorCode.payload_too_large,
+                f"prompt of {work.prompt_tokens} tokens plus {plan.max_tokens} output tokens exceeds the "
+                f"{plan.prompt_budget} tokens this API key's budget has left for it",
+            )
         served, live, why_down = await self._live(card, work)
         if why_down is not None:
             reasons.append(why_down)

@@ -22,6 +22,7 @@ import structlog
 
 from switchyard.libs.bus import Bus, BusError, Liveness, current_context
 from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.bus.retry import request_until
 from switchyard.libs.safety import InputGuard, StreamGuard
 from switchyard.libs.safety.batcher import ScoreBatcher
 from switchyard.libs.safety.stream import Release, Sentence
@@ -323,6 +324,16 @@ class SafetyOut:
                 logprobs = chunk.logprobs if unchanged else None
                 await self._finish(st, "complete", usage, chunk.finish_reason or "stop", None, logprobs=logprobs)
 
+    async def _save(self, save: SaveTurn) -> None:
+        """Store the turn before the client hears the end. Saving outlives the request's deadline, and is
+        asked again while nobody answers (context restarting, the bus reconnecting), for at most
+        `save_timeout_s`: an answer the client saw is not dropped for a restart within that bound. Saving
+        is idempotent on the turn's rid, so a repeat after a lost reply stores it once."""
+        s = self.settings
+        await request_until(
+            self.bus, subjects.SAVE_TURN, save, SaveTurnAck, bound_s=s.save_timeout_s, attempt_s=s.save_attempt_s
+        )
+
     async def _finish(
         self,
         st: Stream,
@@ -359,13 +370,7 @@ class SafetyOut:
                 finish_reason=finish,
             )
             try:
-                # Saving outlives the request's deadline: an answer the client saw is never dropped.
-                await self.bus.request(
-                    subjects.SAVE_TURN,
-                    SaveTurn(tenant=work.tenant, user=work.user, chat_id=work.chat_id, turn=turn),
-                    SaveTurnAck,
-                    deadline_ms=now_ms() + int(self.settings.save_timeout_s * 1000),
-                )
+                await self._save(SaveTurn(tenant=work.tenant, user=work.user, chat_id=work.chat_id, turn=turn))
             except BusError as e:
                 log.error("turn not saved", error=e.message)
                 error = error or ErrorInfo.of(ErrorCode.unavailable, f"the answer could not be saved: {e.message}")

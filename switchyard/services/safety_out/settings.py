@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from switchyard.libs.bus import ServiceSettings
@@ -20,8 +21,12 @@ class SafetyOutSettings(ServiceSettings):
     max_batch_texts: int = 64
     # A stream with no end by then is closed with deadline_exceeded, when the request carries no deadline.
     default_stream_timeout_s: float = 300.0
-    # How long saving a turn may take; it has its own deadline, not the request's (which may have passed).
-    save_timeout_s: float = 10.0
+    # How long saving a turn may take, asked again while context does not answer (it restarts, or the bus
+    # reconnects): the client's `done` waits at most this for it. It has its own deadline, not the
+    # request's (which may have passed). A restart of context within it loses no answer (docs/security.md).
+    save_timeout_s: float = Field(60.0, gt=0)
+    # One try's wait for context's answer within that bound.
+    save_attempt_s: float = Field(5.0, gt=0)
     # How long input safety may take to judge the user's text (it runs while the model prefills).
     input_check_timeout_s: float = 10.0
     # Classifier passes run this many nice steps below the token path and the engine, on this many

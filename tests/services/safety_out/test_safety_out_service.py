@@ -8,6 +8,7 @@ import functools
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,20 @@ class Client:
 class Rig:
     bus: Bus
     saved: dict[str, SaveTurn]
+    # Context's part: answering SAVE_TURN (a test may take it away, as a restart of context would).
+    saver: Any = None
+
+    async def save(self, req: SaveTurn) -> SaveTurnAck:
+        self.saved[req.turn.rid] = req
+        return SaveTurnAck(turn_id=req.turn.id)
+
+    async def start_saving(self) -> None:
+        self.saver = await self.bus.subscribe(subjects.SAVE_TURN, SaveTurn, self.save, queue="context")
+        await self.bus.flush()
+
+    async def stop_saving(self) -> None:
+        await self.bus.unsubscribe(self.saver)
+        await self.bus.flush()
 
     async def open(
         self, policy: TenantSafety | None = None, text: str = "q", logprobs: int | None = None
@@ -107,15 +122,9 @@ async def rig(nats_server: NatsServer) -> AsyncIterator[Rig]:
     judge = await Bus.connect(nats_server.url, "safety_in", "j1", setup_tracing("safety_in"))
     judge_cleanup = await setup_safety_in(judge, SafetyInSettings())
     peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
-    saved: dict[str, SaveTurn] = {}
-
-    async def save(req: SaveTurn) -> SaveTurnAck:
-        saved[req.turn.rid] = req
-        return SaveTurnAck(turn_id=req.turn.id)
-
-    await peer.subscribe(subjects.SAVE_TURN, SaveTurn, save, queue="context")
-    await peer.flush()
-    yield Rig(peer, saved)
+    rig = Rig(peer, {})
+    await rig.start_saving()
+    yield rig
     for c in (cleanup, judge_cleanup):
         if c is not None:
             await c()
@@ -187,6 +196,28 @@ async def test_judged_policy_shows_nothing_unjudged(rig: Rig) -> None:
     end = await client.until_end()
     assert end.type == "error" and end.error is not None and end.error.code == "content_blocked"
     assert "sarin" not in client.text
+
+
+async def test_an_answer_is_saved_across_a_restart_of_context_before_done(rig: Rig) -> None:
+    """Nobody answers SAVE_TURN when the answer ends (context is restarting): safety_out asks again until
+    it is back, and only then sends `done`; nothing the client saw is lost."""
+    await rig.stop_saving()
+    try:
+        rid, client, seq = await rig.open()
+        await rig.chunk(rid, seq, "Bread needs flour.")
+        await rig.end(rid, seq)
+        # The text was shown; the end waits for the save.
+        while client.text != "Bread needs flour.":
+            await client.next()
+        # No end while nobody can save it (an absence: watched for a while, then context comes back).
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(client.until_end(), 1.0)
+        assert rid not in rig.saved
+    finally:
+        await rig.start_saving()  # context is back
+    end = await client.until_end()
+    assert end.type == "done", end
+    assert rig.saved[rid].turn.answer == "Bread needs flour." and rig.saved[rid].turn.status == "complete"
 
 
 async def test_a_stop_saves_exactly_what_the_client_had(rig: Rig) -> None:

@@ -28,13 +28,13 @@ async def limited(gw: Gateway, key: ApiKey, rid: str, model: str | None = None) 
         async with _tier_limited(gw, key, rid) as debit:
             yield debit
         return
-    spend = await gw.key_policy.admit(key, model)
+    hold = await gw.key_policy.admit(key, model)
     async with _tier_limited(gw, key, rid) as debit:
         try:
             yield debit
         finally:
-            if spend is not None:
-                await spend(debit.tokens)
+            if hold is not None:
+                await hold.settle(debit.tokens)
 
 
 @contextlib.asynccontextmanager

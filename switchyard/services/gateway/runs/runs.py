@@ -22,6 +22,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from switchyard.libs.bus import Bus, BusError, Liveness
 from switchyard.libs.bus import headers as H
 from switchyard.libs.bus.bus import FORWARD_ACK_S
+from switchyard.libs.bus.retry import request_until
 from switchyard.schemas import (
     CancelNotice,
     ChatEvent,
@@ -60,6 +61,10 @@ class Runs:
             probe_s=settings.liveness_probe_s,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._bus_lost: asyncio.TimerHandle | None = None
+        self._bus_up = asyncio.Event()
+        self._bus_up.set()
+        bus.connection_listeners.append(self._connection_changed)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -79,6 +84,9 @@ class Runs:
         rerun: Rerun | None = None,
     ) -> Run:
         """Admit a request and open its server span; nothing is published yet."""
+        if not self.bus.connected:
+            # Reconnecting: the work could not be handed over, so say so now rather than after the ack's wait.
+            raise ApiError(ErrorCode.unavailable, "the message bus is reconnecting; please retry", retry_after=1)
         if self.active >= self.settings.max_active_streams:
             self.metrics.rate_limited.labels("admission").inc()
             raise ApiError(
@@ -184,13 +192,15 @@ class Runs:
             except Exception:
                 log.exception("finish hook failed", rid=run.rid)
 
-    async def _end(self, run: Run, event: ChatEvent, *, ours: bool = False) -> None:
+    async def _end(self, run: Run, event: ChatEvent, *, ours: bool = False, settle_later: bool = False) -> None:
         """The one way a launched run ends. Settle the request (limits) before the client sees the last
         event: a client that sends its next request the moment it gets `done` must find its stream lease
         already returned.
 
         `ours`: the gateway made this event (deadline, Stop without an answer, holder lost, shutdown); it
-        goes on the bus too, so a replica replaying the stream sees the same ending."""
+        goes on the bus too, so a replica replaying the stream sees the same ending. `settle_later`: the
+        bus is away, and settling (which writes to its key-value store) would hold the client's ending
+        for as long; it runs after the ending instead, once the bus is back."""
         if not run.live:
             return
         run.to(Phase.ending)
@@ -200,7 +210,10 @@ class Runs:
                 await self.bus.publish(subjects.chat_events(run.rid), event, rid=run.rid, tenant=run.tenant)
             except Exception as e:
                 log.warning("last event not published", rid=run.rid, error=str(e))
-        await self._run_hooks(run)
+        if settle_later:
+            self._spawn(self._run_hooks_once_connected(run))
+        else:
+            await self._run_hooks(run)
         run.push(event)
         run.to(Phase.ended)
         self._spawn(self._close(run))
@@ -237,14 +250,55 @@ class Runs:
             created_ms=H.now_ms(),
         )
         try:
-            await self.bus.request(
+            # Asked again while context (or the bus) is away, within the bound; idempotent on the rid.
+            await request_until(
+                self.bus,
                 subjects.SAVE_TURN,
                 SaveTurn(tenant=work.tenant, user=work.user, chat_id=work.chat_id, turn=turn),
                 SaveTurnAck,
-                deadline_ms=H.now_ms() + 10_000,
+                bound_s=self.settings.save_timeout_s,
             )
         except Exception as e:
             log.warning("partial answer not saved", rid=run.rid, error=str(e))
+
+    # ---- the bus going away ----------------------------------------------------------------
+
+    async def _connection_changed(self, up: bool) -> None:
+        if up:
+            self._bus_up.set()
+        else:
+            self._bus_up.clear()
+        if self._bus_lost is not None:
+            self._bus_lost.cancel()
+            self._bus_lost = None
+        if not up:
+            # A blip (a cluster client moving to another node) reconnects within this; a dead server does not.
+            loop = asyncio.get_running_loop()
+            self._bus_lost = loop.call_later(self.settings.bus_lost_after_s, self._spawn_bus_lost)
+
+    def _spawn_bus_lost(self) -> None:
+        self._bus_lost = None
+        if not self.bus.connected:
+            self._spawn(self._end_for_bus_loss())
+
+    async def _run_hooks_once_connected(self, run: Run) -> None:
+        """Settle (limits, budget) once the bus is back, within the save's bound: settled while it is away,
+        the writes would fail and a budget's reservation would stay spent."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._bus_up.wait(), self.settings.save_timeout_s)
+        await self._run_hooks(run)
+
+    async def _end_for_bus_loss(self) -> None:
+        """The bus is gone: no more of any answer can arrive until it is back. End every live run now with a
+        clean error (the client keeps its partial answer), and store what each client was shown once the
+        bus is back: saving and settling wait for the bus, the client does not."""
+        info = ErrorInfo.of(ErrorCode.unavailable, "the message bus went away mid-answer; the partial answer is kept")
+        for run in [r for r in self.by_rid.values() if r.live]:
+            self.metrics.cancels.labels("bus_lost").inc()
+            run.span.add_event("bus_lost")
+            await self._end(run, ChatEvent(rid=run.rid, type="error", error=info), ours=True, settle_later=True)
+            self._spawn(self._publish_cancel(run, "bus_lost"))
+            self._spawn(self._save_relayed(run))
 
     def _expire(self, run: Run) -> None:
         if not run.live:
@@ -256,7 +310,7 @@ class Runs:
     async def _publish_cancel(self, run: Run, reason: str) -> None:
         self.metrics.cancels.labels(reason).inc()
         delivered = None
-        if reason in CLIENT_STOPS:
+        if reason in (*CLIENT_STOPS, "bus_lost"):  # the stored answer is cut to what the client was shown
             delivered = sum(len(e.text) for e in run.events if e.type == "delta")
         try:
             with run.activate():
