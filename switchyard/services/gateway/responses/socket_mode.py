@@ -174,16 +174,17 @@ class Session:
         items = follow(self.gw, [started.run])
         first = True
         try:
-            async for _, _, event in items:
-                if first and event.type == "error" and event.error is not None:
-                    # Refused before anything was written (input safety, a limit): its real status.
-                    raise ApiError(event.error.code, event.error.message)
-                if first:
-                    for e in encoder.begin():
+            async for batch in items:
+                for _, _, event in batch:
+                    if first and event.type == "error" and event.error is not None:
+                        # Refused before anything was written (input safety, a limit): its real status.
+                        raise ApiError(event.error.code, event.error.message)
+                    if first:
+                        for e in encoder.begin():
+                            await self.send(e)
+                        first = False
+                    for e in encoder.on(event):
                         await self.send(e)
-                    first = False
-                for e in encoder.on(event):
-                    await self.send(e)
         finally:
             # Closing the reader detaches it: a run nobody reads any more (the client left) is cancelled.
             await items.aclose()  # type: ignore[attr-defined]
