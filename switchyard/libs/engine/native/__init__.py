@@ -17,6 +17,7 @@ with AVX2/FMA/F16C. A failed build is remembered for the process and logged once
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import threading
@@ -80,18 +81,24 @@ def _load() -> bool:
         key = _key()
         out = build_dir() / key
         out.mkdir(parents=True, exist_ok=True)
-        cpp_extension.load(
-            name=f"switchyard_kernels_{key}",
-            sources=[str(SOURCE), str(LAYER_OPS), str(DECODE_STACK)],
-            build_directory=str(out),
-            # No global -mavx2: the AVX2 functions carry target attributes, so the library loads
-            # on any x86 CPU and has_avx2() decides. No contraction of separate multiply-adds:
-            # a row's bits must not depend on how the compiler scheduled its template.
-            extra_cflags=["-O3", "-fopenmp", "-ffp-contract=off"],
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
+        # torch's own build lock is a file that only a finished build removes: one killed mid-build
+        # (a stopped stack, a timed-out test) would leave every later engine waiting on it forever.
+        # A kernel lock ends with its holder; whoever holds it knows a torch lock still there is stale.
+        with open(out / "build.flock", "w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            (out / "lock").unlink(missing_ok=True)
+            cpp_extension.load(
+                name=f"switchyard_kernels_{key}",
+                sources=[str(SOURCE), str(LAYER_OPS), str(DECODE_STACK)],
+                build_directory=str(out),
+                # No global -mavx2: the AVX2 functions carry target attributes, so the library loads
+                # on any x86 CPU and has_avx2() decides. No contraction of separate multiply-adds:
+                # a row's bits must not depend on how the compiler scheduled its template.
+                extra_cflags=["-O3", "-fopenmp", "-ffp-contract=off"],
+                extra_ldflags=["-fopenmp"],
+                is_python_module=False,
+                verbose=False,
+            )
     if not torch.ops.switchyard.has_avx2():
         _state["error"] = "the CPU lacks AVX2/FMA/F16C"
         return False
