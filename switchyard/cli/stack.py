@@ -193,7 +193,8 @@ class Stack:
 
     def _spawn(self, tag: str) -> subprocess.Popen[bytes]:
         spec = self._specs[tag]
-        env = spec.env
+        # The service stops when this process is gone, however it went (runner.stop_on_signals).
+        env = {**spec.env, "SWITCHYARD_SUPERVISOR_PID": str(os.getpid())}
         out = open(self.data_dir / "logs" / f"{tag}.log", "ab") if self.log_to_files else None
         if spec.replica:
             env = {**env, f"SWITCHYARD_{spec.name.upper()}_REPLICA": spec.replica}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import uuid
@@ -28,6 +29,35 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     uvloop.run(main)
 
 
+def stop_on_signals(stop: asyncio.Event, supervisor_pid: int | None = None) -> Callable[[], None]:
+    """SIGTERM and SIGINT set `stop`; so does the supervisor's exit, when there is one (a pidfd turns
+    readable when its process ends, however it ended). Returns what stops the watch."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if supervisor_pid is None:
+        return lambda: None
+    log = structlog.get_logger()
+    try:
+        fd = os.pidfd_open(supervisor_pid)
+    except ProcessLookupError:
+        log.warning("supervisor gone: stopping", supervisor_pid=supervisor_pid)
+        stop.set()
+        return lambda: None
+
+    def gone() -> None:
+        log.warning("supervisor gone: stopping", supervisor_pid=supervisor_pid)
+        stop.set()
+        unwatch()
+
+    def unwatch() -> None:
+        if loop.remove_reader(fd):
+            os.close(fd)
+
+    loop.add_reader(fd, gone)
+    return unwatch
+
+
 def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[Cleanup | None]]) -> None:
     """A service's `__main__`: the settings are built once there and handed to its setup."""
     run_loop(
@@ -40,6 +70,7 @@ def run_service(service: str, settings: S, setup: Callable[[Bus, S], Awaitable[C
             torch_threads=settings.torch_threads,
             js_replicas=settings.nats_replicas,
             otlp_endpoint=settings.otlp_endpoint,
+            supervisor_pid=settings.supervisor_pid,
         )
     )
 
@@ -54,6 +85,7 @@ async def serve(
     torch_threads: int = 0,
     js_replicas: int = 1,
     otlp_endpoint: str | None = None,
+    supervisor_pid: int | None = None,
 ) -> None:
     configure_logging(service, log_level)
     log = structlog.get_logger()
@@ -85,10 +117,9 @@ async def serve(
     log.info("ready", replica=replica)
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    unwatch = stop_on_signals(stop, supervisor_pid)
     await stop.wait()
+    unwatch()
     log.info("draining")
     await bus.quiesce()
     if cleanup is not None:

@@ -22,6 +22,11 @@ class ServiceSettings(BaseSettings):
     otlp_endpoint: str | None = Field(
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "otlp_endpoint")
     )
+    # The process that started this one (`switchyard run` sets it): when it is gone, this one drains and
+    # exits instead of living on as an orphan (a supervisor killed with SIGKILL cannot stop its children).
+    supervisor_pid: int | None = Field(
+        None, validation_alias=AliasChoices("SWITCHYARD_SUPERVISOR_PID", "supervisor_pid")
+    )
     # Torch intra-op threads for this service's own model work (classifier, embeddings); 0 leaves torch's
     # default. One: beside a busy engine a MiniLM pass on two threads waits on the engine for its
     # second core and runs several times slower than on one, and the engine keeps its core

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import signal
 import uuid
 from collections.abc import Iterator
 
@@ -16,7 +15,7 @@ import structlog
 import uvicorn
 from sse_starlette.sse import AppStatus
 
-from switchyard.libs.bus.runner import run_loop
+from switchyard.libs.bus.runner import run_loop, stop_on_signals
 from switchyard.libs.telemetry import configure_logging, setup_tracing
 from switchyard.schemas import HealthReply, HealthRequest, subjects
 from switchyard.services.gateway.app import create_app
@@ -73,10 +72,9 @@ async def main() -> None:
     log.info("ready", replica=replica, url=f"http://{settings.host}:{settings.port}")
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    unwatch = stop_on_signals(stop, settings.supervisor_pid)
     await stop.wait()
+    unwatch()
     log.info("draining")
     # Stop answering health first (per-request subscriptions live on the raw connection and stay), then
     # stop taking connections; uvicorn lets open streams finish and runs the lifespan's shutdown.
