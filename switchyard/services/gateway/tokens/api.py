@@ -24,11 +24,11 @@ from switchyard.schemas import (
 from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
-from switchyard.services.gateway.chat_completions.api import OpenAIMessage, split_messages
+from switchyard.services.gateway.chat_completions.request import OpenAIMessage, split_messages
 from switchyard.services.gateway.core import Gateway, Gw, check_input_budget, check_text, request_id, resolve_model
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.messages.api import AnthropicMessage, Block
-from switchyard.services.gateway.messages.api import _text as anthropic_text
+from switchyard.services.gateway.messages.request import AnthropicMessage, Block
+from switchyard.services.gateway.messages.request import content_text as anthropic_text
 from switchyard.services.gateway.messages.tools import AnthropicTool, AnthropicToolChoice, pipeline_choice, tool_specs
 from switchyard.services.gateway.params import Strict, refuse_unsupported
 from switchyard.services.gateway.runs.admit import limited
