@@ -17,6 +17,7 @@ from switchyard.libs.plan import PlanError, plan_work, template_inputs
 from switchyard.libs.store.conversations import ConversationStore
 from switchyard.libs.store.db import make_engine
 from switchyard.libs.store.knowledge import KnowledgeStore
+from switchyard.libs.tokenizer import TemplateError
 from switchyard.schemas import (
     ChatMessage,
     ContextPart,
@@ -43,6 +44,7 @@ from switchyard.services.context.prompt import (
     PromptParts,
     PromptRenderer,
     PromptTooLong,
+    generation,
     group_client_messages,
     turns_to_history,
 )
@@ -106,6 +108,8 @@ class Context:
             memory=memory[-self.memory_items :] if self.memory_items else [],
             files=chat_files,
             tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
+            prefill=work.prefill,
+            add_generation_prompt=work.add_generation_prompt,
         )
         return parts, safety
 
@@ -119,8 +123,9 @@ class Context:
         renderer = await self.renderer_for(p.model)
         kwargs, after = template_inputs(p, renderer.template.template)
         messages = renderer.messages(parts)
+        prompt, continuing = generation(parts)
         return await asyncio.to_thread(
-            renderer.render_messages, messages, add_generation_prompt, parts.tools, kwargs, after
+            renderer.render_messages, messages, add_generation_prompt and prompt, parts.tools, kwargs, after, continuing
         )
 
     def plan(self, work: Work) -> RequestPlan:
@@ -146,6 +151,8 @@ class Context:
             )
         except PromptTooLong as e:
             raise BusError(ErrorCode.payload_too_large, str(e)) from e
+        except TemplateError as e:  # the model's template refused these messages (roles out of order, ...)
+            raise BusError(ErrorCode.bad_request, f"the chat template refused the messages: {e}") from e
         out = work.model_copy(
             update={
                 "plan": p,
