@@ -71,6 +71,7 @@ class Tokens:
                 model=q.model,
                 client_tools=q.client_tools,
                 tool_choice=q.tool_choice,
+                prefill=q.prefill,
             )
             text = await self.context.render_for(work, q.add_generation_prompt)
         ids = await asyncio.to_thread(codec.encode, text)

@@ -47,7 +47,9 @@ async def chat_completions(
     model, mode = resolve_model(gw.settings, body.model)
     assert model is not None
     thinking = effort_ask(body.reasoning_effort)
-    messages, prefill, generation_prompt = take_prefill(body)
+    messages, prefill, generation_prompt = take_prefill(
+        body.messages, body.continue_final_message, body.add_generation_prompt
+    )
     system, earlier, text = split_messages(messages)
     tool_choice = choice_of(body.tools, body.tool_choice)
     tool_names = {t.function.name for t in body.tools or []} if tool_choice != "none" else set()

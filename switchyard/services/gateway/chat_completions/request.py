@@ -111,24 +111,26 @@ def split_messages(messages: list[OpenAIMessage]) -> tuple[str | None, list[Chat
     return ("\n\n".join(system) or None), earlier, text
 
 
-def take_prefill(body: CompletionRequest) -> tuple[list[OpenAIMessage], str | None, bool]:
+def take_prefill(
+    messages: list[OpenAIMessage], continue_final_message: bool, add_generation_prompt: bool | None
+) -> tuple[list[OpenAIMessage], str | None, bool]:
     """vLLM's `continue_final_message` and `add_generation_prompt`: (the messages before the continued one,
     the text the answer continues or None, whether the prompt ends with a generation prompt). The continued
     message is the assistant's; the answer returned does not repeat it."""
-    if body.continue_final_message and body.add_generation_prompt:
+    if continue_final_message and add_generation_prompt:
         raise ApiError(
             ErrorCode.bad_request, "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
         )
-    if not body.continue_final_message:
-        return body.messages, None, body.add_generation_prompt is not False
-    final = body.messages[-1]
+    if not continue_final_message:
+        return messages, None, add_generation_prompt is not False
+    final = messages[-1]
     if final.role != "assistant" or final.tool_calls:
         raise ApiError(
             ErrorCode.bad_request, "continue_final_message needs the final message to be the assistant's text"
         )
     text = _text(final)
     # An empty start is no start: the answer begins a new assistant message.
-    return body.messages[:-1], text or None, not text
+    return messages[:-1], text or None, not text
 
 
 def logprobs_of(logprobs: bool | None, top: int | None) -> int | None:
