@@ -138,6 +138,11 @@ async def test_system_fingerprint_names_the_engine_build(gw: Gateway) -> None:
     )  # type: ignore[call-overload]
     chunks = [c async for c in stream]
     assert len(chunks) > 3 and {c.system_fingerprint for c in chunks} == {FINGERPRINT}
+    # Text completions name it too.
+    text = await oa.completions.create(model=MODEL, prompt="Once upon")
+    assert text.system_fingerprint == FINGERPRINT
+    pieces = [c async for c in await oa.completions.create(model=MODEL, prompt="Once upon", stream=True)]
+    assert pieces and {c.system_fingerprint for c in pieces} == {FINGERPRINT}
 
 
 async def test_one_blocked_answer_of_several_keeps_its_own_finish(gw: Gateway) -> None:

@@ -81,6 +81,7 @@ def test_message_start_carries_the_prompt_tokens_and_the_body_is_documented() ->
 
 
 def test_text_completion_body_is_the_documented_object() -> None:
-    body = completion_json("r", "m", ["Once"], 2, True, [answer(logprobs=LP), answer("Upon")])
+    body = completion_json("r", "m", ["Once"], 2, True, [answer(logprobs=LP), answer("Upon")], "native-0.1.0-abc")
     documented(Completion, body)
+    assert body["system_fingerprint"] == "native-0.1.0-abc"
     assert [c["text"] for c in body["choices"]] == ["OnceHello", "OnceUpon"]

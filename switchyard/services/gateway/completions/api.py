@@ -87,9 +87,13 @@ async def completions(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return await stream_response(
-            gw, runs, request, TextChunkEncoder(rid, model, prompts, body.n, body.echo, include_usage)
+            gw,
+            runs,
+            request,
+            lambda: TextChunkEncoder(rid, model, prompts, body.n, body.echo, include_usage, runs[0].system_fingerprint),
         )
     answers = await whole_answers(gw, runs, request)
     if isinstance(answers, JSONResponse):
         return answers
-    return JSONResponse(completion_json(rid, model, prompts, body.n, body.echo, answers))
+    fingerprint = runs[0].system_fingerprint
+    return JSONResponse(completion_json(rid, model, prompts, body.n, body.echo, answers, fingerprint))

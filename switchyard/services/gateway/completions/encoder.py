@@ -41,8 +41,23 @@ class TextChunkEncoder(Encoder):
     """`text_completion` chunks per answer (the echoed prompt first), the log probabilities whole after an
     answer's text, its finish, then the usage chunk when asked for, and `[DONE]`."""
 
-    def __init__(self, rid: str, model: str, prompts: list[str], n: int, echo: bool, include_usage: bool):
-        self.base = {"id": f"cmpl-{rid}", "object": "text_completion", "created": int(time.time()), "model": model}
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        prompts: list[str],
+        n: int,
+        echo: bool,
+        include_usage: bool,
+        fingerprint: str | None = None,
+    ):
+        self.base = {
+            "id": f"cmpl-{rid}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": fingerprint,
+        }
         self.prompts, self.n, self.echo, self.include_usage = prompts, n, echo, include_usage
         self.usages: dict[int, Usage] = {}
 
@@ -77,7 +92,13 @@ class TextChunkEncoder(Encoder):
 
 
 def completion_json(
-    rid: str, model: str, prompts: list[str], n: int, echo: bool, answers: list[list[ChatEvent]]
+    rid: str,
+    model: str,
+    prompts: list[str],
+    n: int,
+    echo: bool,
+    answers: list[list[ChatEvent]],
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     choices = []
     for i, events in enumerate(answers):
@@ -97,7 +118,7 @@ def completion_json(
         "created": int(time.time()),
         # The model that answered: a configured fallback's name when the router took it.
         "model": answers[0][-1].model or model,
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint,
         "choices": choices,
         "usage": usage_json([a[-1].usage or Usage() for a in answers], n),
     }
