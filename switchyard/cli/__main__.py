@@ -112,8 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         return status(args, settings)
     if args.cmd == "keys":
         from switchyard.cli.keys import main as keys_main
+        from switchyard.services.gateway.settings import GatewaySettings
 
-        return keys_main(rest)
+        # The key store is the gateway's: where it is, its settings say (SWITCHYARD_GATEWAY_DATABASE_URL,
+        # SWITCHYARD_DATA_DIR, NATS_URL).
+        return keys_main(rest, GatewaySettings())
     if args.cmd == "replay":
         from switchyard.cli.replay import main as replay_main
 

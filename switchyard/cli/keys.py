@@ -167,9 +167,15 @@ async def _change(
     return 0
 
 
-async def _run(args: argparse.Namespace) -> int:
-    settings = GatewaySettings()
-    store = await KeyStore.open(args.database_url or settings.db_url())
+def settings_for(args: argparse.Namespace, settings: GatewaySettings) -> GatewaySettings:
+    """The gateway's settings with this command's flags over them: one place decides where the store and the
+    bus are, the gateway's own `db_url()` included."""
+    flags = {"database_url": args.database_url, "nats_url": args.nats_url}
+    return settings.model_copy(update={k: v for k, v in flags.items() if v})
+
+
+async def _run(args: argparse.Namespace, settings: GatewaySettings) -> int:
+    store = await KeyStore.open(settings.db_url())
     try:
         if args.command == "list":
             print(
@@ -194,7 +200,7 @@ async def _run(args: argparse.Namespace) -> int:
 
         if args.command == "create":
             return await _change(args, store, None, resolve)
-        async with _announcer(args.nats_url or settings.nats_url) as on_change:
+        async with _announcer(settings.nats_url) as on_change:
             return await _change(args, store, on_change, resolve)
     except (ValidationError, ValueError) as e:
         print(f"refused: {e}", file=sys.stderr)
@@ -203,8 +209,10 @@ async def _run(args: argparse.Namespace) -> int:
         await store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(_run(_parser().parse_args(argv)))
+def main(argv: list[str] | None = None, settings: GatewaySettings | None = None) -> int:
+    """`settings`: the gateway's, built once by the caller (`switchyard keys`); read here when run alone."""
+    args = _parser().parse_args(argv)
+    return asyncio.run(_run(args, settings_for(args, settings or GatewaySettings())))
 
 
 if __name__ == "__main__":

@@ -148,6 +148,11 @@ class Work(BaseModel):
     model: str | None = None
     mode: Mode | None = None
     prompt_mode: PromptMode = "chat"
+    # The start of the answer, which the model continues (Anthropic's final assistant message, vLLM's
+    # `continue_final_message`): the prompt ends inside that assistant message, and the answer does not repeat it.
+    prefill: str | None = None
+    # vLLM's `add_generation_prompt`: false ends the prompt after the last message, with no assistant header.
+    add_generation_prompt: bool = True
     sampling: Sampling = Field(default_factory=Sampling)
     # What the client asked about thinking (reasoning_effort, Anthropic's thinking.budget_tokens).
     thinking: ThinkingAsk | None = None
@@ -212,7 +217,9 @@ class ChatEvent(BaseModel):
     rid: str
     # `holder` is for the gateway only, never relayed: the stage and replica that now hold the
     # request, so a gateway that hears nothing for a while can ask whether that process still lives.
-    type: Literal["tool", "thinking", "delta", "done", "error", "holder"]
+    # `prompt`, for the gateway only too: inference took the request, with its prompt's token count
+    # (`usage.prompt_tokens`) and the engine build (`system_fingerprint`), before any of its text.
+    type: Literal["tool", "thinking", "delta", "done", "error", "holder", "prompt"]
     text: str = ""
     tool: ToolEvent | None = None
     usage: Usage | None = None
@@ -224,6 +231,7 @@ class ChatEvent(BaseModel):
     # When asked for and output safety left the text as the model wrote it: on `done`, every answer
     # token's; on a `delta`, the tokens of its own text (until a redaction, after which deltas carry none).
     logprobs: list[TokenLogprob] | None = None
+    system_fingerprint: str | None = None
 
 
 class StreamOpen(BaseModel):

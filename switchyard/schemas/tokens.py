@@ -26,6 +26,8 @@ class TokenizeQuery(BaseModel):
     client_tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | None = None
     add_generation_prompt: bool = True
+    # The answer's start the prompt ends inside (as `Work.prefill`).
+    prefill: str | None = None
     # False: only the count (no ids to carry back).
     ids: bool = True
     token_strs: bool = False

@@ -16,10 +16,12 @@ from switchyard.libs.store.keys import KeyStore
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.schemas.keys import KeyChanged
 from switchyard.schemas.subjects import KEYS_CHANGED
+from switchyard.services.gateway.settings import GatewaySettings
 
 
 async def run(*argv: str) -> int:
-    return await keys_cli._run(keys_cli._parser().parse_args(list(argv)))
+    args = keys_cli._parser().parse_args(list(argv))
+    return await keys_cli._run(args, keys_cli.settings_for(args, GatewaySettings()))
 
 
 async def test_cli_policy_rotate_and_announced_revoke(
@@ -73,3 +75,21 @@ async def test_cli_policy_rotate_and_announced_revoke(
         await store.close()
     finally:
         await bus.close()
+
+
+async def test_cli_edits_the_store_the_gateways_settings_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No flags: the store is where the gateway's own settings put it (its data dir), so a key the command
+    makes is one the gateway reads."""
+    settings = GatewaySettings(data_dir=str(tmp_path))
+    args = keys_cli._parser().parse_args(["create", "--tenant", "acme", "--tier", "free"])
+    assert await keys_cli._run(args, keys_cli.settings_for(args, settings)) == 0
+    raw = capsys.readouterr().out.strip()
+    store = await KeyStore.open(settings.db_url())
+    try:
+        assert (tmp_path / "gateway.db").exists() and await store.verify(raw) is not None
+    finally:
+        await store.close()
+    flagged = keys_cli._parser().parse_args(["--database-url", "sqlite+aiosqlite:///elsewhere.db", "list"])
+    assert keys_cli.settings_for(flagged, settings).db_url() == "sqlite+aiosqlite:///elsewhere.db"

@@ -5,7 +5,14 @@ Face checkpoint directory (its tokenizer.json, equal to transformers'), special 
 from switchyard.libs.tokenizer.incremental import IncrementalDecoder
 from switchyard.libs.tokenizer.paths import default_model_path
 from switchyard.libs.tokenizer.settings import TokenizerSettings
-from switchyard.libs.tokenizer.template import ModelTemplate, TemplateError, model_template, render_prompt, tool_section
+from switchyard.libs.tokenizer.template import (
+    ModelTemplate,
+    TemplateError,
+    model_template,
+    render_continuing,
+    render_prompt,
+    tool_section,
+)
 from switchyard.libs.tokenizer.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -17,6 +24,7 @@ __all__ = [
     "default_model_path",
     "load_tokenizer",
     "model_template",
+    "render_continuing",
     "render_prompt",
     "tool_section",
 ]

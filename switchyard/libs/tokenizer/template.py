@@ -164,6 +164,31 @@ def render_prompt(
     return text
 
 
+def continue_final_message(rendered: str, final: str) -> str:
+    """HF's `continue_final_message` (what vLLM's does too): the rendered chat cut right after the final
+    message's text, so the prompt ends inside that message and the model continues it. Where the template
+    trimmed the text's trailing whitespace, the cut is after the trimmed text."""
+    stripped = final.strip()
+    if not stripped or stripped not in rendered:
+        raise TemplateError("the final message does not appear in the chat as the template renders it")
+    at = rendered.rindex(stripped)
+    kept = final.lstrip()
+    if rendered[at : at + len(kept)] == kept:
+        return rendered[: at + len(kept)]
+    return rendered[: at + len(stripped)]
+
+
+def render_continuing(
+    model_template: ModelTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> str:
+    """The prompt for `messages` whose last one (the assistant's start of an answer) the model continues."""
+    rendered = render_prompt(model_template, messages, tools, False, template_kwargs)
+    return continue_final_message(rendered, str(messages[-1].get("content") or ""))
+
+
 def _raise(message: str) -> None:
     raise TemplateError(message)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from switchyard.libs.tokenizer import ModelTemplate, render_prompt
+from switchyard.libs.tokenizer import ModelTemplate, render_continuing, render_prompt
 from switchyard.libs.tokenizer.template import with_tool_section
 from switchyard.schemas import ChatMessage, FileInfo, MemoryItem, Turn
 
@@ -61,6 +61,10 @@ class PromptParts:
     memory: list[MemoryItem] = field(default_factory=list)
     files: list[tuple[FileInfo, str]] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
+    # The start of the answer, which the model continues: the last message, the assistant's, left open.
+    prefill: str | None = None
+    # False: no assistant header after the last message (vLLM's `add_generation_prompt`).
+    add_generation_prompt: bool = True
 
 
 @dataclass
@@ -157,6 +161,12 @@ def aligned_cut(n: int, fits: Callable[[int], bool]) -> int:
     return n
 
 
+def generation(parts: PromptParts) -> tuple[bool, bool]:
+    """How the prompt ends, as `render_messages` takes it: (a generation prompt, continuing the last message)."""
+    continuing = parts.prefill is not None
+    return parts.add_generation_prompt and not continuing, continuing
+
+
 class PromptRenderer:
     def __init__(self, template: ChatTemplate, budget: int, file_chars: int = 8000):
         self.template = template
@@ -172,6 +182,8 @@ class PromptRenderer:
         for turn in parts.history[cut:]:
             out.extend(turn)
         out.append(ChatMessage(role="user", content=parts.user_text))
+        if parts.prefill is not None:
+            out.append(ChatMessage(role="assistant", content=parts.prefill))
         dicts = with_tool_section(self.template.template, [m.model_dump() for m in out], parts.tools)
         return [ChatMessage(role=m["role"], content=m["content"]) for m in dicts]
 
@@ -182,11 +194,15 @@ class PromptRenderer:
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: Mapping[str, Any] | None = None,
         after: str = "",
+        continuing: bool = False,
     ) -> str:
         """`messages` from `messages()`; `tools` reach the template only where it renders them. `after`
-        follows the generation prompt (switchyard/libs/plan.py `template_inputs`)."""
+        follows the generation prompt (switchyard/libs/plan.py `template_inputs`). `continuing`: the last
+        message is the answer's start, and the prompt ends inside it (no generation prompt, nothing after)."""
         tpl = self.template.template
         msgs = [m.model_dump() for m in messages]
+        if continuing:
+            return render_continuing(tpl, msgs, tools if tpl.renders_tools else None, template_kwargs)
         text = render_prompt(tpl, msgs, tools if tpl.renders_tools else None, add_generation_prompt, template_kwargs)
         return text + after if add_generation_prompt else text
 
@@ -206,7 +222,8 @@ class PromptRenderer:
         def attempt(cut: int) -> tuple[list[ChatMessage], str, int]:
             if cut not in cache:
                 msgs = self.messages(parts, cut)
-                text = self.render_messages(msgs, tools=parts.tools, template_kwargs=template_kwargs, after=after)
+                prompt, continuing = generation(parts)
+                text = self.render_messages(msgs, prompt, parts.tools, template_kwargs, after, continuing)
                 cache[cut] = (msgs, text, self.template.count(text))
             return cache[cut]
 

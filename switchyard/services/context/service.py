@@ -18,6 +18,7 @@ from switchyard.libs.plan import PlanError, plan_work, template_inputs
 from switchyard.libs.store.conversations import ConversationStore
 from switchyard.libs.store.db import make_engine
 from switchyard.libs.store.knowledge import KnowledgeStore
+from switchyard.libs.tokenizer import TemplateError
 from switchyard.schemas import (
     ChatMessage,
     ContextPart,
@@ -45,6 +46,7 @@ from switchyard.services.context.prompt import (
     PromptParts,
     PromptRenderer,
     PromptTooLong,
+    generation,
     group_client_messages,
     turns_to_history,
 )
@@ -129,6 +131,8 @@ class Context:
             memory=memory,
             files=chat_files,
             tools=[*self.tools, *(work.client_tools if work.tool_choice != "none" else [])],
+            prefill=work.prefill,
+            add_generation_prompt=work.add_generation_prompt,
         )
         return parts, safety, withheld
 
@@ -142,8 +146,9 @@ class Context:
         renderer = await self.renderer_for(p.model)
         kwargs, after = template_inputs(p, renderer.template.template)
         messages = renderer.messages(parts)
+        prompt, continuing = generation(parts)
         return await asyncio.to_thread(
-            renderer.render_messages, messages, add_generation_prompt, parts.tools, kwargs, after
+            renderer.render_messages, messages, add_generation_prompt and prompt, parts.tools, kwargs, after, continuing
         )
 
     async def render_visible(self, work: Work, add_generation_prompt: bool = True) -> tuple[str, str | None]:
@@ -186,6 +191,8 @@ class Context:
             )
         except PromptTooLong as e:
             raise BusError(ErrorCode.payload_too_large, str(e)) from e
+        except TemplateError as e:  # the model's template refused these messages (roles out of order, ...)
+            raise BusError(ErrorCode.bad_request, f"the chat template refused the messages: {e}") from e
         out = work.model_copy(
             update={
                 "plan": p,

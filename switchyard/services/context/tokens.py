@@ -78,6 +78,7 @@ class Tokens:
                 model=q.model,
                 client_tools=q.client_tools,
                 tool_choice=q.tool_choice,
+                prefill=q.prefill,
             )
             text, visible = await self.context.render_visible(work, q.add_generation_prompt)
             if visible is not None and not q.operator_view:

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from switchyard.libs.bus import Bus
 from switchyard.libs.store.keys import KeyStore
-from switchyard.schemas import ErrorCode, ErrorInfo
+from switchyard.schemas import ErrorCode, ErrorInfo, Sampling
 from switchyard.services.gateway import errors, openapi, web
 from switchyard.services.gateway.admin import keys as keys_api
 from switchyard.services.gateway.admin import mcp as mcp_api
@@ -23,10 +23,10 @@ from switchyard.services.gateway.admin import models as models_api
 from switchyard.services.gateway.admin import ops as ops_api
 from switchyard.services.gateway.admin import requests as admin_api
 from switchyard.services.gateway.auth import require_admin
-from switchyard.services.gateway.body import BodyLimit
+from switchyard.services.gateway.body import MAX_JSON_DEPTH, BodyLimit
 from switchyard.services.gateway.chat_completions import api as openai_api
 from switchyard.services.gateway.completions import api as completions_api
-from switchyard.services.gateway.core import Gateway
+from switchyard.services.gateway.core import MAX_SEED, Gateway
 from switchyard.services.gateway.embeddings import api as embeddings_api
 from switchyard.services.gateway.messages import api as anthropic_api
 from switchyard.services.gateway.metrics import Metrics
@@ -108,6 +108,20 @@ def body_limits(settings: GatewaySettings) -> Callable[[str], int]:
     return limit_for
 
 
+def describe(settings: GatewaySettings) -> str:
+    """The API document's description: the error shape, how to send a key, and the input limits as these
+    settings and the wire models set them."""
+    max_tokens = Sampling.model_json_schema()["properties"]["max_tokens"]
+    return f"""Switchyard's HTTP API. Every error has one shape, `{{"error": {{"type", "code", "message"}}}}`
+(on `/v1/messages` with Anthropic's top-level `"type": "error"`). Keys go in `Authorization: Bearer` or `x-api-key`.
+
+Limits: JSON bodies up to {settings.max_body_bytes} bytes and {MAX_JSON_DEPTH} levels deep; a message's text up to
+{settings.max_text_chars} characters, a request's messages up to {settings.max_messages} and {settings.max_input_chars}
+characters in all; uploads up to {files_api.MAX_UPLOAD_BYTES} bytes of multipart body and
+{files_api.MAX_FILE_TEXT_BYTES} bytes of text (one bus message carries it); `seed` from 0 to {MAX_SEED};
+`max_tokens` from {max_tokens["minimum"]} to {max_tokens["maximum"]}."""
+
+
 def create_app(
     settings: GatewaySettings,
     bus: Bus | None = None,
@@ -118,7 +132,12 @@ def create_app(
     metrics = Metrics()
     # FastAPI's own docs pages load Swagger UI / ReDoc from a CDN; openapi.install serves our own page.
     app = FastAPI(
-        title="Switchyard gateway", docs_url=None, redoc_url=None, openapi_url="/openapi.json", lifespan=lifespan
+        title="Switchyard gateway",
+        description=describe(settings),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
     )
     app.state.metrics = metrics
     if bus is not None and keys is not None:

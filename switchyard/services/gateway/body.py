@@ -4,7 +4,7 @@ with their own status, before anything is published or stored."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import Depends, Request
@@ -121,15 +121,22 @@ def has_body(request: Request) -> bool:
     return request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers
 
 
+class JsonBody:
+    """What `json_body` depends on: the reader, and the model it reads, which the API document names as the
+    operation's request body (openapi.py finds it among the route's dependencies)."""
+
+    def __init__(self, model: type[BaseModel], optional: bool):
+        self.model = model
+        self.optional = optional
+
+    async def __call__(self, request: Request) -> Any:
+        if self.optional and not has_body(request):
+            return self.model()
+        return await read_json(request, self.model)
+
+
 def json_body(model: type[M], *, optional: bool = False) -> Any:
     """A dependency that reads the body as `model` (`Annotated[Model, json_body(Model)]`); `optional`: a
     request without a body gets the model's defaults. Put it after the key in a handler's parameters:
     dependencies resolve in order, so an unauthenticated request is refused before its body is read."""
-
-    async def read(request: Request) -> M:
-        if optional and not has_body(request):
-            return model()
-        return await read_json(request, model)
-
-    reader: Callable[[Request], Awaitable[M]] = read
-    return Depends(reader)
+    return Depends(JsonBody(model, optional))

@@ -230,6 +230,10 @@ def check_input_budget(settings: GatewaySettings, text: str, system: str | None,
         )
 
 
+def _prefill_message(prefill: str | None) -> list[ChatMessage]:
+    return [] if prefill is None else [ChatMessage(role="assistant", content=prefill)]
+
+
 def _parent_context(request: HTTPConnection) -> otel_context.Context | None:
     """Continue the client's trace when it sent a W3C traceparent."""
     if "traceparent" not in request.headers:
@@ -284,13 +288,17 @@ async def start_run(
     parallel_tool_calls: bool = False,
     thinking: ThinkingAsk | None = None,
     priority: int | None = None,
+    prefill: str | None = None,
+    add_generation_prompt: bool = True,
 ) -> Run:
     """Admit, take the limits, open the conversation, subscribe to the events, then publish the work.
 
     Limits come before the conversation so a refused request creates nothing. `priority` is the request's
     own engine priority (vLLM's request field), allowed only at or behind its key's tier's.
     """
-    check_input_budget(gw.settings, text, system, messages or [])
+    if prefill is not None:
+        check_text(gw.settings, prefill, "the final assistant message (the answer's start)")
+    check_input_budget(gw.settings, text, system, [*(messages or []), *_prefill_message(prefill)])
     tier = gw.settings.tiers.get(key.tier) or gw.settings.tiers["free"]
 
     # The request plan, once, before anything starts: a request that cannot be served is refused here.
@@ -357,6 +365,8 @@ async def start_run(
             model=model,
             mode=mode,
             prompt_mode=prompt_mode,
+            prefill=prefill,
+            add_generation_prompt=add_generation_prompt,
             sampling=sampling,
             thinking=thinking,
             plan=request_plan,

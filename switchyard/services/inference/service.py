@@ -22,6 +22,7 @@ from switchyard.libs.models.live import LiveModels
 from switchyard.libs.plan import PlanError, plan_work
 from switchyard.schemas import (
     CancelNotice,
+    ChatEvent,
     ErrorCode,
     ErrorInfo,
     Heartbeat,
@@ -37,6 +38,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas.frames import encode_raw
+from switchyard.services.inference.fingerprint import system_fingerprint
 from switchyard.services.inference.logprobs import to_openai
 from switchyard.services.inference.metrics import InferenceMetrics
 from switchyard.services.inference.phases import (
@@ -105,6 +107,9 @@ class Inference:
         self.settings = settings
         self.model = settings.model_name or served_name(settings.engine_env.resolved_model_path(settings.model_path))
         self.key = f"{settings.pool}.{bus.replica}"
+        self.fingerprint = system_fingerprint(
+            settings.engine, settings.engine_env.resolved_model_path(settings.model_path)
+        )
         # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._running: set[asyncio.Task[None]] = set()
@@ -268,6 +273,15 @@ class Inference:
         # safety_out subscribes to stream.raw.<rid> before it answers, so no delta is published unheard.
         ack = await self.bus.request(
             subjects.SAFETY_OUT, StreamOpen(work=work, producer=self.bus.replica), StreamOpenAck, timeout=5.0
+        )
+        # Before any text: the prompt's size (Anthropic's `message_start`) and this build (OpenAI's fingerprint).
+        await self.bus.emit(
+            ChatEvent(
+                rid=work.rid,
+                type="prompt",
+                usage=Usage(prompt_tokens=work.prompt_tokens),
+                system_fingerprint=self.fingerprint,
+            )
         )
         s = work.sampling
         model = self.model

@@ -13,7 +13,7 @@ from switchyard.libs.embeddings.batcher import PassBatcher
 from switchyard.libs.plan import template_inputs
 from switchyard.libs.safety import InputGuard
 from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
-from switchyard.libs.tokenizer.template import render_prompt
+from switchyard.libs.tokenizer.template import render_continuing, render_prompt
 from switchyard.libs.tools import ToolCall, ToolContext, ToolPlanner, ToolResult, ToolRunner, results_to_prompt
 from switchyard.libs.tools.mcp import McpHub
 from switchyard.schemas import (
@@ -54,10 +54,12 @@ def to_event(r: ToolResult) -> ToolEvent:
     )
 
 
-def with_tool_results(messages: list[ChatMessage], data: str) -> list[ChatMessage]:
-    """Tool results go after the history and before the new message, so the history prefix (and the
-    KV blocks cached for it) stays byte-identical from turn to turn."""
-    return [*messages[:-1], ChatMessage(role="system", content=data), messages[-1]]
+def with_tool_results(messages: list[ChatMessage], data: str, prefill: bool = False) -> list[ChatMessage]:
+    """Tool results go after the history and before the new message (and the answer's start it may end
+    with: `prefill`), so the history prefix (and the KV blocks cached for it) stays byte-identical from turn
+    to turn."""
+    at = len(messages) - (2 if prefill else 1)
+    return [*messages[:at], ChatMessage(role="system", content=data), *messages[at:]]
 
 
 class ToolsStage:
@@ -145,14 +147,18 @@ class ToolsStage:
             await self.bus.emit(ChatEvent(rid=work.rid, type="tool", tool=ev))
         work.tool_prompt = results_to_prompt(results)
         if work.prompt_messages:
-            work.prompt_messages = with_tool_results(work.prompt_messages, work.tool_prompt)
+            work.prompt_messages = with_tool_results(work.prompt_messages, work.tool_prompt, work.prefill is not None)
             msgs = [m.model_dump() for m in work.prompt_messages]
             # As context rendered them: a template that lays tools out itself gets them again (for
             # any other, our tool section is already in the system message).
             tools = work.client_tools if work.tool_choice != "none" and self.tokenizer.template.renders_tools else None
             # With the plan's template switch (and empty thinking block) as context rendered it too.
             kwargs, after = template_inputs(work.plan, self.tokenizer.template)
-            work.prompt = render_prompt(self.tokenizer.template, msgs, tools, True, kwargs) + after
+            if work.prefill is not None:  # the prompt ends inside the answer's start, as context rendered it
+                work.prompt = render_continuing(self.tokenizer.template, msgs, tools, kwargs)
+            else:
+                work.prompt = render_prompt(self.tokenizer.template, msgs, tools, work.add_generation_prompt, kwargs)
+                work.prompt += after if work.add_generation_prompt else ""
             work.prompt_tokens = self.tokenizer.count(work.prompt)
         part = ToolsPart(
             tools=work.tools,

@@ -215,3 +215,26 @@ def test_prompts_follow_the_models_template_and_stay_prefix_stable() -> None:
         128,
     )
     assert third.prompt.startswith(second.prompt + "ok")
+
+
+def test_a_prefill_is_continued_and_the_tools_stage_renders_it_alike(tokenizer: Tokenizer) -> None:
+    """The answer's start (Anthropic's prefill, vLLM's continue_final_message) ends the prompt, inside the
+    assistant's message: no end of turn after it, no new assistant header; the tools stage, putting its
+    results before the user's message, renders the same way."""
+    from switchyard.libs.tokenizer import render_continuing
+    from switchyard.services.tools.service import with_tool_results
+
+    r = PromptRenderer(tokenizer, budget=8192)
+    plain = r.render(PromptParts(user_text="Name a colour."), 64)
+    prefilled = r.render(PromptParts(user_text="Name a colour.", prefill="The colour is"), 64)
+    assert [m.role for m in prefilled.messages][-2:] == ["user", "assistant"]
+    assert prefilled.prompt == plain.prompt + "The colour is"  # ChatML: the header, then the start, left open
+    assert prefilled.tokens > plain.tokens
+    block = "<tool_results>\nred\n</tool_results>"
+    msgs = with_tool_results(prefilled.messages, block, prefill=True)
+    assert [m.role for m in msgs][-3:] == ["system", "user", "assistant"]
+    again = render_continuing(tokenizer.template, [m.model_dump() for m in msgs])
+    assert again.endswith("Name a colour.<|im_end|>\n<|im_start|>assistant\nThe colour is")
+    # add_generation_prompt false: the prompt ends after the user's turn, with no assistant header.
+    bare = r.render(PromptParts(user_text="Name a colour.", add_generation_prompt=False), 64)
+    assert plain.prompt == bare.prompt + "<|im_start|>assistant\n"

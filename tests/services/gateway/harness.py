@@ -47,6 +47,8 @@ from switchyard.services.gateway.settings import GatewaySettings, TierLimits
 from tests.wait import wait_for
 
 USAGE = Usage(prompt_tokens=42, cached_tokens=16, completion_tokens=3, ttft_ms=12.5, tpot_ms=4.0)
+# What inference reports on taking a request (its `prompt` event): the engine build.
+FINGERPRINT = "harness-1.0-0123456789ab"
 
 
 @dataclass
@@ -85,6 +87,11 @@ class Responder:
                 await asyncio.wait_for(self.cancelled[rid].wait(), 20)
             await self.emit(rid, type="done", finish_reason="cancelled", usage=USAGE.model_dump())
             return
+        if text.startswith("blockone") and rid.endswith("-1"):  # of several answers, output safety stops one
+            await self.emit(rid, type="delta", text="Hel")
+            info = ErrorInfo.of(ErrorCode.content_blocked, "stopped by output check")
+            await self.emit(rid, type="error", error=info.model_dump(), usage=USAGE.model_dump())
+            return
         if text.startswith("midfail"):
             await self.emit(rid, type="delta", text="Hel")
             info = ErrorInfo.of(ErrorCode.content_blocked, "stopped by output check")
@@ -107,6 +114,10 @@ class Responder:
             return
         tool = ToolEvent(id="t1", name="orders.lookup", arguments={"id": 7}, status="ok", output="shipped")
         await self.emit(rid, type="tool", tool=tool.model_dump())
+        # As inference does on taking the request, before its first text.
+        await self.emit(
+            rid, type="prompt", usage={"prompt_tokens": USAGE.prompt_tokens}, system_fingerprint=FINGERPRINT
+        )
         await self.emit(rid, type="thinking", text="thinking...")
         await self.emit(rid, type="delta", text="Hel")
         await self.emit(rid, type="delta", text="lo")

@@ -15,7 +15,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from switchyard.schemas import ChatEvent, TokenLogprob, Usage
-from switchyard.services.gateway.chat_completions.api import ChunkEncoder, fold_chunks
+from switchyard.services.gateway.chat_completions.encoder import ChunkEncoder, fold_chunks
 from switchyard.services.gateway.runs.relay import frames_of
 from switchyard.services.inference.phases import params_of
 from tests.services.gateway.harness import Gateway, Responder

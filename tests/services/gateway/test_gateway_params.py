@@ -12,14 +12,14 @@ import httpx
 import openai
 import pytest
 
-from switchyard.services.gateway.chat_completions.api import (
+from switchyard.services.gateway.chat_completions.request import (
     CompletionRequest,
     ContentPart,
     OpenAIMessage,
     StreamOptions,
 )
 from switchyard.services.gateway.embeddings.api import EmbeddingsRequest
-from switchyard.services.gateway.messages.api import AnthropicMessage, Block, MessagesRequest
+from switchyard.services.gateway.messages.request import AnthropicMessage, Block, MessagesRequest
 from switchyard.services.gateway.messages.tools import AnthropicTool, AnthropicToolChoice
 from switchyard.services.gateway.params import Strict
 from switchyard.services.gateway.response_format import JsonSchemaFormat, ResponseFormatIn, StructuredOutputs

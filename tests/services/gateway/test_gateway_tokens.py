@@ -78,6 +78,28 @@ async def test_count_tokens_asks_for_the_chat_requests_prompt(gw: Gateway, stage
     assert (q.tenant, q.user, q.model, q.text, q.system, q.ids) == ("acme", "ann", MODEL, "now", "be brief", False)
     assert [(m.role, m.content) for m in q.messages] == [("user", "earlier"), ("assistant", "ok")]
     assert [t["name"] for t in q.client_tools] == ["lookup"]
+    # A final assistant message is counted as the prefill the answer would continue.
+    await client.messages.count_tokens(
+        model=MODEL,
+        messages=[{"role": "user", "content": "now"}, {"role": "assistant", "content": "Sure,"}],
+    )
+    q = stages.tokenize[-1]
+    assert (q.text, q.messages, q.prefill) == ("now", [], "Sure,")
+
+
+async def test_tokenize_continues_the_final_message_as_vllm_does(gw: Gateway, stages: Stages) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hi,"}],
+        "continue_final_message": True,
+    }
+    async with httpx.AsyncClient(base_url=gw.url, headers=gw.auth()) as c:
+        r = await c.post("/tokenize", json=body)
+        assert r.status_code == 200
+        q = stages.tokenize[-1]
+        assert (q.text, q.prefill, q.add_generation_prompt) == ("hello", "Hi,", False)
+        r = await c.post("/tokenize", json={**body, "add_generation_prompt": True})
+        assert r.status_code == 400 and "Cannot set both" in r.json()["error"]["message"]
 
 
 async def test_tokenize_splits_messages_as_the_chat_route_does(gw: Gateway, stages: Stages) -> None:

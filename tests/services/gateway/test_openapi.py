@@ -3,14 +3,16 @@ success and error statuses, and the docs page that reads it is served under the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
+from pydantic import BaseModel
 from starlette.routing import Mount
 
-from switchyard.services.gateway.openapi import BODIES, ERRORS, PUBLIC
+from switchyard.services.gateway.body import json_body
+from switchyard.services.gateway.openapi import ERRORS, PUBLIC, build, json_bodies
 from tests.services.gateway.harness import Gateway
 
 JSON, SSE, JSONL = "application/json", "text/event-stream", "application/x-ndjson"
@@ -44,10 +46,16 @@ async def test_openapi_document_is_true_to_the_routes(gw: Gateway) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
     doc = r.json()
     ops = {(m, p): op for p, methods in doc["paths"].items() for m, op in methods.items()}
-    assert set(BODIES) <= set(ops) and set(SUCCESS) <= set(ops) and PUBLIC <= set(ops)
-    for key, model in BODIES.items():
+    bodies = json_bodies(gw.app)
+    # Every JSON body a handler reads, each named by the route's own `json_body` dependency.
+    assert {k for k, op in ops.items() if JSON in op.get("requestBody", {}).get("content", {})} == set(bodies)
+    assert len(bodies) == 20 and set(SUCCESS) <= set(ops) and PUBLIC <= set(ops)
+    for key, body in bodies.items():
         ref = ops[key]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-        assert ref.rsplit("/", 1)[-1] == model.__name__ and model.__name__ in doc["components"]["schemas"]
+        name = body.model.__name__
+        assert ref.rsplit("/", 1)[-1] == name and name in doc["components"]["schemas"]
+        assert ops[key]["requestBody"]["required"] is not body.optional
+    assert bodies[("post", "/v1/conversations")].optional and not bodies[("post", "/chat")].optional
     upload = ops[("post", "/v1/files")]["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert upload["required"] == ["file"]
     assert set(ops[("post", "/chat")]["responses"]["200"]["content"]) == {"text/event-stream"}
@@ -64,9 +72,22 @@ async def test_openapi_document_is_true_to_the_routes(gw: Gateway) -> None:
         status, media = SUCCESS.get(key, ("200", {JSON}))
         assert [c for c in op["responses"] if c.startswith("2")] == [status], key
         assert set(op["responses"][status].get("content", {})) == media, key
-    # A JSON body a pydantic model describes is in the document, not `{}`.
+    # A JSON body a pydantic model describes is in the document, not `{}`: the protocols' answers included.
     card = ops[("post", "/v1/admin/models")]["responses"]["201"]["content"]["application/json"]["schema"]
     assert "$ref" in card, card
+    for key, model in {
+        ("post", "/v1/chat/completions"): "ChatCompletion",
+        ("post", "/v1/completions"): "Completion",
+        ("post", "/v1/messages"): "Message",
+    }.items():
+        answer = ops[key]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert answer == {"$ref": f"#/components/schemas/{model}"}, (key, answer)
+        assert doc["components"]["schemas"][model]["properties"], model
+    # Times in query strings are written as strings (ISO 8601 or epoch ms), and the document says so.
+    since = next(p for p in ops[("get", "/v1/admin/requests")]["parameters"] if p["name"] == "since")
+    assert since["schema"]["type"] == "string"
+    # The limits the description names are the settings'.
+    assert f"JSON bodies up to {gw.settings.max_body_bytes} bytes" in doc["info"]["description"]
     anthropic_error = ops[("post", "/v1/messages")]["responses"]["500"]["content"]["application/json"]["schema"]
     assert anthropic_error["required"] == ["type", "error"]
 
@@ -119,7 +140,7 @@ async def test_every_route_is_in_the_document_with_its_responses(gw: Gateway) ->
     ops = {(m, p): op for p, methods in doc["paths"].items() for m, op in methods.items()}
     routes, mounts = app_routes(gw.app)
     assert mounts == NOT_API_MOUNTS
-    assert set(BODIES) <= routes and set(SUCCESS) <= routes  # every route seen, those of included routers too
+    assert set(json_bodies(gw.app)) <= routes and set(SUCCESS) <= routes  # those of included routers too
     # A route added without its place in the document fails here, not in a client's generated SDK.
     missing = undocumented(gw.app, doc)
     assert not missing, f"routes missing from /openapi.json: {missing}"
@@ -144,3 +165,24 @@ def test_a_route_left_out_of_the_document_is_caught() -> None:
         return {}
 
     assert undocumented(app, app.openapi()) == [("get", "/v1/hidden")]
+
+
+class Note(BaseModel):
+    text: str
+
+
+def test_a_body_is_documented_from_the_dependency_that_reads_it() -> None:
+    app = FastAPI(docs_url=None, redoc_url=None)
+
+    @app.post("/v1/notes")
+    async def note(body: Annotated[Note, json_body(Note)]) -> dict[str, str]:
+        return {}
+
+    @app.post("/v1/plain")
+    async def plain() -> dict[str, str]:
+        return {}
+
+    doc = build(app)
+    assert doc["paths"]["/v1/notes"]["post"]["requestBody"]["content"][JSON]["schema"]["$ref"].endswith("/Note")
+    assert "requestBody" not in doc["paths"]["/v1/plain"]["post"]
+    assert doc["components"]["schemas"]["Note"]["required"] == ["text"]

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, WithJsonSchema, model_validator
 
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.limits.budget import resets_ms
@@ -128,9 +128,13 @@ async def rotate(key_id: KeyIdPath, gw: Gw) -> KeySecret:
     return got
 
 
+# As clients write it in a query string (the API document says so).
+_TIME = {"type": "string", "description": "epoch milliseconds or ISO 8601 (UTC when no zone is named)"}
+
+
 class UsageParams(BaseModel):
-    since: TimeMs = None
-    until: TimeMs = None
+    since: Annotated[TimeMs, WithJsonSchema(_TIME)] = None
+    until: Annotated[TimeMs, WithJsonSchema(_TIME)] = None
 
     @model_validator(mode="after")
     def _window(self) -> UsageParams:

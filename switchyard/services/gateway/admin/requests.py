@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, WithJsonSchema, model_validator
 
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.store.key_admin import parse_time_ms
@@ -61,10 +61,15 @@ def _blank_is_none(parse: Any = None) -> BeforeValidator:
     return BeforeValidator(lambda v: None if v in (None, "") else parse(v) if parse else v)
 
 
-Text = Annotated[str | None, _blank_is_none()]
-TimeMs = Annotated[int | None, _blank_is_none(parse_time_ms)]
-Seconds = Annotated[int | None, _blank_is_none(parse_duration_s)]
-Flag = Annotated[bool | None, _blank_is_none(lambda v: str(v).lower() in ("1", "true", "yes"))]
+# Each as clients write it in a query string (the API document says so: times and durations are strings).
+_TIME = {"type": "string", "description": "epoch milliseconds or ISO 8601 (UTC when no zone is named)"}
+_DURATION_DOC = {"type": "string", "pattern": r"^\d+(\.\d+)?[smhdw]?$", "description": "90, 15m, 1h, 7d"}
+Text = Annotated[str | None, _blank_is_none(), WithJsonSchema({"type": "string"})]
+TimeMs = Annotated[int | None, _blank_is_none(parse_time_ms), WithJsonSchema(_TIME)]
+Seconds = Annotated[int | None, _blank_is_none(parse_duration_s), WithJsonSchema(_DURATION_DOC)]
+Flag = Annotated[
+    bool | None, _blank_is_none(lambda v: str(v).lower() in ("1", "true", "yes")), WithJsonSchema({"type": "boolean"})
+]
 
 
 def _checked(query: Callable[[], BaseModel]) -> None:

@@ -136,7 +136,27 @@ async def extract_text(data: bytes, media_type: str, pdf: PdfReader) -> str:
     return text.replace("\r\n", "\n")
 
 
-@router.post("/v1/files", status_code=201, response_model=FileInfo)
+# Read by the handler itself (multipart, under the limits above), so the document is told its shape here.
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": "text, markdown or PDF"},
+                        "chatId": {"type": "string", "description": "attach to this conversation"},
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+@router.post("/v1/files", status_code=201, response_model=FileInfo, openapi_extra=UPLOAD_BODY)
 async def upload(request: Request, gw: Gw, key: Principal) -> JSONResponse:
     """multipart/form-data: `file` (required), `chatId` (optional: attach to that conversation)."""
     content_type = request.headers.get("content-type", "")

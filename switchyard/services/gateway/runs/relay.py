@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
@@ -154,8 +154,11 @@ async def _client_gone(request: Request) -> None:
         pass
 
 
-async def collect(gw: Gateway, runs: list[Run], request: Request, *, first_only: bool = False) -> list[list[ChatEvent]]:
-    """Each run's events up to its last one (or only the first run's first); what came if the client left."""
+async def collect(
+    gw: Gateway, runs: list[Run], request: Request, *, first_only: bool = False, past_tools: bool = False
+) -> list[list[ChatEvent]]:
+    """Each run's events up to its last one (or only the first run's first: with `past_tools`, its first that is
+    not a tool's); what came if the client left."""
     if first_only:
         runs = runs[:1]
     got: list[list[ChatEvent]] = [[] for _ in runs]
@@ -163,7 +166,7 @@ async def collect(gw: Gateway, runs: list[Run], request: Request, *, first_only:
     async def read(i: int, run: Run) -> None:
         async for _, event in run.follow():
             got[i].append(event)
-            if first_only:
+            if first_only and not (past_tools and event.type == "tool"):
                 return
 
     for run in runs:
@@ -191,23 +194,46 @@ def terminal_error(events: list[ChatEvent]) -> ApiError | None:
     return None
 
 
-async def stream_response(gw: Gateway, runs: list[Run], request: Request, encoder: Encoder) -> Response:
+def _kept_block(err: ApiError | None, runs: int, keep_blocked: bool) -> bool:
+    """An answer output safety stopped, kept as its own choice: only among several answers."""
+    return keep_blocked and runs > 1 and err is not None and err.code == ErrorCode.content_blocked
+
+
+async def stream_response(
+    gw: Gateway,
+    runs: list[Run],
+    request: Request,
+    encoder: Encoder | Callable[[], Encoder],
+    *,
+    keep_blocked: bool = False,
+) -> Response:
     """The stream, its status line held until the first event: a request the pipeline refuses (policy,
-    deadline) then gets its real status, and the SDK raises its own exception type."""
-    (first,) = await collect(gw, runs, request, first_only=True)
+    deadline) then gets its real status, and the SDK raises its own exception type. `encoder` may be made
+    only then (a callable), past the tool events: what the engine reported on starting (the prompt's tokens,
+    its build) is known by the first text. `keep_blocked`: among several answers, one that output safety
+    stopped is the encoder's to end, not the whole request's."""
+    made = not isinstance(encoder, Encoder)
+    (first,) = await collect(gw, runs, request, first_only=True, past_tools=made)
     err = terminal_error(first)
-    if err is not None:
+    if err is not None and not _kept_block(err, len(runs), keep_blocked):
         return error_response(err, request.url.path)
-    return sse_response(gw, follow(gw, runs), encoder)
+    return sse_response(gw, follow(gw, runs), encoder if isinstance(encoder, Encoder) else encoder())
 
 
-async def whole_answers(gw: Gateway, runs: list[Run], request: Request) -> list[list[ChatEvent]] | JSONResponse:
-    """Every run's events to its end, or the error response for the first that did not end well."""
+async def whole_answers(
+    gw: Gateway, runs: list[Run], request: Request, *, keep_blocked: bool = False
+) -> list[list[ChatEvent]] | JSONResponse:
+    """Every run's events to its end, or the error response for the first that did not end well. With
+    `keep_blocked`, an answer output safety stopped is kept as one (its encoder ends it) while another ended
+    well; when every answer was stopped, the request is."""
     answers = await collect(gw, runs, request)
+    errors = []
     for events in answers:
         if not events or events[-1].type not in TERMINAL:
             return error_response(ApiError(ErrorCode.cancelled, "client went away"), request.url.path)
-        err = terminal_error(events)
-        if err is not None:
+        errors.append(terminal_error(events))
+    kept = [e is None or _kept_block(e, len(runs), keep_blocked) for e in errors]
+    for err, ok in zip(errors, kept, strict=True):
+        if err is not None and (not ok or all(e is not None for e in errors)):
             return error_response(err, request.url.path)
     return answers

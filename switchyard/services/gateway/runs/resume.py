@@ -98,7 +98,7 @@ async def kept_events(
                     return
                 yield None
                 continue
-            if event.type == "holder":
+            if event.type in ("holder", "prompt"):
                 continue  # for the gateway that launched the run, never relayed or numbered
             seq += 1
             if seq > after:

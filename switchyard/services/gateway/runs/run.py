@@ -91,6 +91,9 @@ class Run:
     first_event_s: float | None = None
     first_token_s: float | None = None  # the first delta or thinking text: what a user sees as the answer starting
     readers: int = 0
+    # From inference's `prompt` event, before the answer's first text: the prompt's tokens and the engine build.
+    prompt_tokens: int | None = None
+    system_fingerprint: str | None = None
     on_finish: list[FinishHook] = field(default_factory=list)
     holder: Holder = field(default_factory=Holder)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)

@@ -174,6 +174,10 @@ class Runs:
             run.holder.took(event.stage or "", event.replica or "")
             return
         run.holder.heard()
+        if event.type == "prompt":  # what the engine knows on starting; the protocols' encoders read it
+            run.prompt_tokens = event.usage.prompt_tokens if event.usage is not None else None
+            run.system_fingerprint = event.system_fingerprint
+            return
         if run.cancel_reason in CLIENT_STOPS and event.type in ("delta", "thinking"):
             return  # in flight behind the client's Stop: it is not shown, so it is not saved either
         if run.first_token_s is None and event.type in ("delta", "thinking") and event.text:

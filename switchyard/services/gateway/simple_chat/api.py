@@ -1,67 +1,32 @@
-"""The simple protocol: `POST /chat` streams SSE; conversations; resuming and stopping a stream."""
+"""The simple protocol's routes: `POST /chat` streams SSE (request.py, encoder.py); a conversation; resuming and
+stopping a stream."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel
+from sse_starlette import EventSourceResponse
 
 from switchyard.schemas import CancelNotice, ChatEvent, ConversationQuery, ConversationReply, ErrorCode, subjects
-from switchyard.schemas.messages import Mode
 from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.ask import ask
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
 from switchyard.services.gateway.core import Gateway, Gw, check_text, resolve_model, sampling, start_run
 from switchyard.services.gateway.errors import ApiError
-from switchyard.services.gateway.ids import CHAT_ID_PATTERN, ChatIdPath, Id, RidPath
+from switchyard.services.gateway.ids import ChatIdPath, RidPath
 from switchyard.services.gateway.product.chat_files import attach_files
-from switchyard.services.gateway.runs.relay import Batch, Encoder, Item, follow, sse, sse_response
+from switchyard.services.gateway.runs.relay import Batch, Item, follow, sse_response
 from switchyard.services.gateway.runs.resume import PastTheEnd, kept_events, owned, resume_position
 from switchyard.services.gateway.runs.run import Phase, Run
+from switchyard.services.gateway.simple_chat.encoder import ChatEncoder
+from switchyard.services.gateway.simple_chat.request import ChatRequest
 
 router = APIRouter()
-
-
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
-
-    chat_id: str = Field(alias="chatId", pattern=CHAT_ID_PATTERN)
-    text: str
-    model: str | None = None
-    mode: Mode | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    max_tokens: int | None = None
-    seed: int | None = None
-    stop: list[str] | None = None
-    file_ids: list[Id] = Field(default_factory=list, alias="fileIds", max_length=10)
-
-
-def chat_payload(event: ChatEvent) -> dict[str, Any]:
-    """The `data` of one /chat SSE event."""
-    if event.type in ("delta", "thinking"):
-        return {"text": event.text}
-    if event.type == "tool":
-        return event.tool.model_dump(mode="json") if event.tool is not None else {}
-    if event.type == "done":
-        usage = event.usage.model_dump(mode="json") if event.usage is not None else {}
-        return {**usage, "finish_reason": event.finish_reason, "model": event.model, "rid": event.rid}
-    if event.error is not None:
-        return event.error.model_dump(mode="json")
-    return {"message": "unknown error", "code": ErrorCode.internal.value, "type": "api_error"}
-
-
-class ChatEncoder(Encoder):
-    """Every event as `id: <seq>` / `event: <type>` / `data: <json>`; a comment keeps the line alive."""
-
-    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
-        return [sse(chat_payload(event), event=event.type, id=seq)]
 
 
 @router.post("/chat", response_class=EventSourceResponse, responses=route_docs.sse())

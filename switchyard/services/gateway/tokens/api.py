@@ -24,12 +24,14 @@ from switchyard.schemas import (
 from switchyard.services.gateway import route_docs
 from switchyard.services.gateway.auth import Principal
 from switchyard.services.gateway.body import json_body
-from switchyard.services.gateway.chat_completions.api import OpenAIMessage, split_messages
+from switchyard.services.gateway.chat_completions.request import OpenAIMessage, split_messages, take_prefill
 from switchyard.services.gateway.core import Gateway, Gw, check_input_budget, check_text, request_id, resolve_model
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.key_policy import check_key_model
-from switchyard.services.gateway.messages.api import AnthropicMessage, Block
-from switchyard.services.gateway.messages.api import _text as anthropic_text
+from switchyard.services.gateway.messages.request import AnthropicMessage, Block
+from switchyard.services.gateway.messages.request import content_text as anthropic_text
+from switchyard.services.gateway.messages.request import split_messages as split_anthropic_messages
+from switchyard.services.gateway.messages.request import take_prefill as take_anthropic_prefill
 from switchyard.services.gateway.messages.tools import AnthropicTool, AnthropicToolChoice, pipeline_choice, tool_specs
 from switchyard.services.gateway.params import Strict, refuse_unsupported
 from switchyard.services.gateway.runs.admit import limited
@@ -48,7 +50,9 @@ class TokenizeRequest(Strict):
     model: str | None = None
     prompt: str | None = None
     messages: list[OpenAIMessage] | None = Field(None, min_length=1)
-    add_generation_prompt: bool = Field(True, strict=True)
+    # vLLM's: None is a generation prompt unless the final message is continued; both true is a 400.
+    add_generation_prompt: bool | None = Field(None, strict=True)
+    continue_final_message: bool = Field(False, strict=True)
     tools: list[ToolDef] | None = None
     return_token_strs: bool = Field(False, strict=True)
 
@@ -81,12 +85,21 @@ async def tokenize_on_bus(gw: Gateway, request: Request, key: ApiKey, query: Tok
 
 
 def chat_query(
-    gw: Gateway, key: ApiKey, model: str | None, text: str, earlier: list[ChatMessage], system: str | None
+    gw: Gateway,
+    key: ApiKey,
+    model: str | None,
+    text: str,
+    earlier: list[ChatMessage],
+    system: str | None,
+    prefill: str | None = None,
 ) -> TokenizeQuery:
     """The same checks and the same fields a chat request of these messages would have."""
     check_text(gw.settings, text, "the last user message")
-    check_input_budget(gw.settings, text, system, earlier)
-    return TokenizeQuery(tenant=key.tenant, user=key.user, model=model, text=text, messages=earlier, system=system)
+    started = [] if prefill is None else [ChatMessage(role="assistant", content=check_text(gw.settings, prefill))]
+    check_input_budget(gw.settings, text, system, [*earlier, *started])
+    return TokenizeQuery(
+        tenant=key.tenant, user=key.user, model=model, text=text, messages=earlier, system=system, prefill=prefill
+    )
 
 
 def check_prompt(gw: Gateway, prompt: str) -> None:
@@ -126,16 +139,20 @@ async def tokenize(
     if (body.prompt is None) == (body.messages is None):
         raise ApiError(ErrorCode.bad_request, "send either prompt or messages")
     if body.prompt is not None:
-        if body.tools:
-            raise ApiError(ErrorCode.bad_request, "tools go with messages, not with a prompt")
+        if body.tools or body.continue_final_message:
+            what = "tools go" if body.tools else "continue_final_message goes"
+            raise ApiError(ErrorCode.bad_request, f"{what} with messages, not with a prompt")
         check_prompt(gw, body.prompt)
         query = TokenizeQuery(tenant=key.tenant, user=key.user, model=model, prompt=body.prompt)
     else:
         assert body.messages is not None
-        system, earlier, text = split_messages(body.messages)
-        query = chat_query(gw, key, model, text, earlier, system)
+        messages, prefill, generation_prompt = take_prefill(
+            body.messages, body.continue_final_message, body.add_generation_prompt
+        )
+        system, earlier, text = split_messages(messages)
+        query = chat_query(gw, key, model, text, earlier, system, prefill)
         query.client_tools = specs(body.tools)
-        query.add_generation_prompt = body.add_generation_prompt
+        query.add_generation_prompt = generation_prompt
     query.token_strs = body.return_token_strs
     query.operator_view = key.admin
     reply = await tokenize_on_bus(gw, request, key, query)
@@ -175,11 +192,10 @@ async def count_tokens(
     refuse_unsupported(body)
     model, _ = resolve_model(gw.settings, body.model)
     check_key_model(key, gw.settings.registry, model)
-    if body.messages[-1].role != "user":
-        raise ApiError(ErrorCode.bad_request, "messages must end with a user message")
-    earlier = [ChatMessage(role=m.role, content=anthropic_text(m.content)) for m in body.messages[:-1]]
+    messages, prefill = take_anthropic_prefill(body.messages)
+    earlier, text = split_anthropic_messages(messages)
     system = anthropic_text(body.system) if body.system is not None else None
-    query = chat_query(gw, key, model, anthropic_text(body.messages[-1].content), earlier, system or None)
+    query = chat_query(gw, key, model, text, earlier, system or None, prefill)
     choice = pipeline_choice(body.tools, body.tool_choice)
     query.client_tools, query.tool_choice, query.ids = tool_specs(body.tools), choice, False
     reply = await tokenize_on_bus(gw, request, key, query)
