@@ -111,6 +111,7 @@ from switchyard.schemas.safety import (
     SafetyCategory,
     SafetyPolicyEntry,
     SafetyPolicyQuery,
+    StrikePolicy,
     TenantSafety,
     ThresholdOverride,
 )
@@ -217,6 +218,7 @@ __all__ = [
     "StreamOpen",
     "StreamOpenAck",
     "Strike",
+    "StrikePolicy",
     "TenantSafety",
     "TextDigest",
     "ThinkingAsk",

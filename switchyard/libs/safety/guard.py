@@ -144,7 +144,10 @@ class InputGuard:
                 continue  # a rule already gave an exact answer for this category
             action = self.policy.action(cat, score, source)
             if action != ALLOW:
-                out.append(Verdict(cat, round(score, 4), action, EMBEDDING, clf.version))
+                bar = self.policy.threshold(cat, source).block_at
+                # Between the flag and the block bar: worth a look, not a refusal (docs/safety.md).
+                detail = "borderline" if action == FLAG and bar is not None and score < bar else ""
+                out.append(Verdict(cat, round(score, 4), action, EMBEDDING, clf.version, detail, bar))
         return out
 
 

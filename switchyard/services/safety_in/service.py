@@ -31,6 +31,7 @@ def to_wire(v: Verdict, source: str) -> SafetyVerdict:
         version=v.version,
         detail=v.detail,
         source=source,
+        block_at=v.block_at,
     )
 
 
@@ -84,11 +85,7 @@ class SafetyIn:
             verdicts = guard.for_technical(verdicts)
         wire = [to_wire(v, "user") for v in verdicts]
         action = worst_action(verdicts)
-        decision: dict[str, Any] = {
-            "action": action,
-            # The abuse monitor counts a flag against the key only where the tenant's policy says so.
-            "flag_is_strike": work.safety.flag_is_strike,
-        }
+        decision: dict[str, Any] = {"action": action}
         error = None
         if action == "block":
             names = ", ".join(sorted({v.category for v in wire if v.action == "block"}))
@@ -103,7 +100,8 @@ class SafetyIn:
                 status="error" if error else "ok",
                 error=error.info() if error else None,
                 decision=decision,
-                part=SafetyInPart(safety_in=wire, safety_action=action, flag_is_strike=work.safety.flag_is_strike),
+                # The abuse monitor counts a block against the key as the tenant's strike policy says.
+                part=SafetyInPart(safety_in=wire, safety_action=action, strikes=work.safety.strikes),
             )
         )
         if error is not None:
