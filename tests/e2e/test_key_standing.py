@@ -94,7 +94,7 @@ def test_code_run_flags_never_suspend_blocks_do_and_the_console_names_them(
             flagged.append(resp.headers["x-request-id"])
         rec = admin_record(stack, flagged[0], lambda r: "safety_in" in r["record"].get("stages", {}))
         assert rec["record"]["safety_action"] == "flag"
-        assert rec["record"]["stages"]["safety_in"]["decision"]["flag_is_strike"] is False
+        assert rec["record"]["strikes"] == {"enabled": True}
         standing = _standing(stack, key_id, lambda s: s["flagged"] == len(flagged))
         assert standing["state"] == "active" and standing["strikes"] == [] and standing["blocked"] == 0
 
@@ -133,3 +133,30 @@ def test_code_run_flags_never_suspend_blocks_do_and_the_console_names_them(
     _standing(stack, key_id, lambda s: s["state"] == "active")
     with httpx.Client(base_url=stack.url, timeout=30, headers={"Authorization": f"Bearer {raw}"}) as coder:
         assert coder.get("/v1/conversations").status_code == 200
+
+
+# An everyday prompt of the out-of-distribution set whose score lands between its category's flag and
+# block bars (data/safety/ood/prompts.jsonl; it was blocked, and its key suspended, before the bars).
+BORDERLINE = "Summarise these notes in plain words: lighthouses51 bread52 volcanoes53"
+
+
+def test_a_borderline_everyday_prompt_is_answered_and_its_key_stays_in_good_standing(
+    client: httpx.Client, stack: Stack
+) -> None:
+    warm(client)
+    tenant = f"notes-{uuid.uuid4().hex[:8]}"
+    key_id, raw = asyncio.run(_create_key(stack, tenant))
+    answered = []
+    with httpx.Client(base_url=stack.url, timeout=120, headers={"Authorization": f"Bearer {raw}"}) as user:
+        # More than the default strike threshold (5): were a flag a strike, the key would be suspended.
+        for _ in range(6):
+            evs, resp = chat(user, f"notes-{uuid.uuid4().hex[:8]}", BORDERLINE, max_tokens=8)
+            assert resp.status_code == 200 and evs and evs[-1].event == "done", (resp.status_code, evs[-1:])
+            answered.append(resp.headers["x-request-id"])
+        rec = admin_record(stack, answered[0], lambda r: "safety_in" in r["record"].get("stages", {}))["record"]
+        assert rec["safety_action"] == "flag"
+        flags = [v for v in rec["safety_in"] if v["action"] == "flag" and v["classifier"] == "embedding"]
+        assert flags and all(v["detail"] == "borderline" and v["score"] < v["block_at"] for v in flags), rec["safety_in"]
+        standing = _standing(stack, key_id, lambda s: s["flagged"] == len(answered))
+        assert standing["state"] == "active" and standing["strikes"] == [] and standing["blocked"] == 0
+        assert user.get("/v1/conversations").status_code == 200

@@ -23,7 +23,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from training.safety.splits import DATA_DIR
+from training.safety.splits import DATA_DIR, build_rows
 
 OOD_DIR = DATA_DIR / "ood"
 PROMPTS = OOD_DIR / "prompts.jsonl"
@@ -715,21 +715,30 @@ def _part(text: str) -> str:
     return "calib" if hashlib.sha256(text.encode()).digest()[0] % 2 == 0 else "test"
 
 
+def _key(text: str) -> str:
+    return text.strip().lower()
+
+
+def _labelled() -> set[str]:
+    """Every labelled split's texts: an everyday line that some split already holds is left out."""
+    return {_key(r["text"]) for rows in build_rows().values() for r in rows}
+
+
 def _unique(make: Callable[[random.Random], str], rng: random.Random, n: int, seen: set[str]) -> list[str]:
     out: list[str] = []
     for _ in range(n * 40):
         if len(out) == n:
             break
         t = make(rng)
-        if t not in seen:
-            seen.add(t)
+        if _key(t) not in seen:
+            seen.add(_key(t))
             out.append(t)
     return out
 
 
 def build_prompts(per_kind: int = PROMPTS_PER_KIND) -> list[dict[str, str]]:
     rng = random.Random(SEED)
-    seen: set[str] = set()
+    seen = _labelled()
     rows = []
     for kind, make in PROMPT_KINDS.items():
         for i, text in enumerate(_unique(make, rng, per_kind, seen)):
@@ -739,7 +748,7 @@ def build_prompts(per_kind: int = PROMPTS_PER_KIND) -> list[dict[str, str]]:
 
 def build_answers(per_kind: int = ANSWERS_PER_KIND) -> list[dict[str, str]]:
     rng = random.Random(SEED + 1)
-    seen: set[str] = set()
+    seen = _labelled()
     rows = []
     for kind, make in ANSWER_KINDS.items():
         for i, text in enumerate(_unique(make, rng, per_kind, seen)):

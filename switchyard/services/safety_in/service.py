@@ -16,6 +16,7 @@ from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.safety import InputGuard, Verdict, worst_action
 from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.safety.guard import calibrated_guard
 from switchyard.libs.safety.taxonomy import action_rank, worst_first
 from switchyard.libs.safety.tenant import TenantGuards
 from switchyard.schemas import ErrorCode, InputDecision, SafetyInPart, SafetyVerdict, StageRecord, Work, subjects
@@ -110,7 +111,7 @@ class SafetyIn:
 
 
 async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[None]] | None:
-    guard = await asyncio.to_thread(InputGuard, use_embeddings=settings.use_embeddings)
+    guard = await asyncio.to_thread(calibrated_guard, settings.calibration, use_embeddings=settings.use_embeddings)
     # Warm the classifier now, so the first user does not pay for loading the embedding model.
     await asyncio.to_thread(guard.check, "hello", source="user")
     batcher = (
