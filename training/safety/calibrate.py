@@ -3,8 +3,9 @@
 Per category, the block bar must clear the highest score any benign calibration text got in that
 category by ``margin``; a budget of ``target_fpr`` of the calibration texts may stay above their bars,
 spent on the highest-scoring texts first (the outliers no bar below 1 can clear). A bar never falls
-below ``floor`` (the single bar of 0.5 used before calibration) nor rises above ``cap``: a category whose
-benign texts score past the cap still blocks at the cap, and those texts are counted, not hidden.
+below ``floor`` nor rises above ``cap``: the classifier must put at least 60 % on harm to block on its
+own (the single bar before calibration was 0.5, a coin's toss), and a category whose benign texts score
+past the cap still blocks at the cap, those texts counted, not hidden.
 The flag bar stays where it was: a score between the two bars is borderline, flagged and let through.
 
 Only the categories the classifier judges on a user's own request are calibrated; the bars of
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from switchyard.libs.safety.calibration import Bar
 
-FLOOR = 0.5
+FLOOR = 0.6
 CAP = 0.995
 MARGIN = 0.02
 TARGET_FPR = 0.001

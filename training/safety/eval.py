@@ -69,9 +69,17 @@ ANSWER_TOKENS = 96
 BLOCKING = frozenset({*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS})
 
 
-def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user") -> dict[str, object]:
+def evaluate(
+    guard: InputGuard, rows: list[dict[str, str]], source: str = "user", as_data: frozenset[str] = frozenset()
+) -> dict[str, object]:
+    """``as_data``: labels whose examples are also judged as data (a file): the classifier scores prompt
+    injection only there (``SafetyPolicy.data_only``), where it flags; as a user's message, rules judge it."""
     t0 = time.time()
     verdicts = guard.check_many([r["text"] for r in rows], source=source)
+    data = [i for i, r in enumerate(rows) if r["label"] in as_data]
+    for i, vs in zip(data, guard.check_many([rows[i]["text"] for i in data], source="file"), strict=True):
+        seen = {v.category for v in verdicts[i]}
+        verdicts[i] = verdicts[i] + [v for v in vs if v.category not in seen]
     elapsed = time.time() - t0
     tp: Counter[str] = Counter()
     fp: Counter[str] = Counter()
@@ -116,6 +124,7 @@ def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user"
         "benign_fpr": benign_flag / nb if nb else None,
         "benign_block_rate": benign_block / nb if nb else None,
         "benign_false_positives": benign_hits,
+        "as_data": sorted(as_data),
         "harmful_n": len(harmful),
         # Caught: any verdict at all (a flag is recorded and shown to operators); blocked: refused.
         "harmful_detected": sum(1 for _, vs in harmful if vs) / len(harmful) if harmful else None,
@@ -359,6 +368,8 @@ def render(res: dict[str, object]) -> str:
     ]
     hits: list[str] = res["benign_false_positives"]  # type: ignore[assignment]
     lines += [f"  FP  {h}" for h in hits]
+    if res.get("as_data"):
+        lines.append(f"judged both as the user's message and as data (a file): {', '.join(res['as_data'])}")  # type: ignore[arg-type]
     if res.get("harmful_n"):
         lines.append(
             f"harmful messages (blocking categories): {res['harmful_n']}; caught (flag or block): "
@@ -449,7 +460,7 @@ def main() -> None:
     for i, path in enumerate(args.data or [split_path("eval")]):
         with path.open(encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
-        res = evaluate(guard, rows, args.source)
+        res = evaluate(guard, rows, args.source, policy.data_only if args.source == "user" else frozenset())
         print(("\n" if i else "") + f"== input: {path.name}")
         print(json.dumps(res, indent=2) if args.json else render(res))
     ood_prompts = ood_eval.evaluate_prompts(guard, read_ood(OOD_PROMPTS, args.ood_part))

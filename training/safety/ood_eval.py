@@ -2,7 +2,7 @@
 blocks, how many everyday answers output safety stops, and the calibration that decides both.
 
 ``calibrate`` chooses the request bars on the ``calib`` part of the prompts plus the benign lines of the
-held-out labelled splits (``holdout``, ``test10``: never trained on) and writes the calibration file;
+held-out ``holdout`` split (never trained on) and writes the calibration file;
 ``evaluate_prompts`` and ``evaluate_answers`` score the ``test`` part (or all) against the bars in force.
 """
 
@@ -24,8 +24,9 @@ from training.safety.calibrate import CAP, FLOOR, MARGIN, TARGET_FPR, request_ba
 from training.safety.ood import PROMPTS, read
 from training.safety.splits import split_path
 
-# Labelled splits no classifier round trained on; their benign lines join the calibration texts.
-HELD_OUT = ("holdout", "test10")
+# A labelled split no classifier round trained on; its benign lines join the calibration texts (test10,
+# also held out of training, stays out: it checks the bars from outside).
+HELD_OUT = ("holdout",)
 COMMAND = "python -m training.safety.eval --calibrate"
 
 

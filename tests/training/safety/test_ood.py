@@ -39,15 +39,16 @@ BASE = {c: Bar(flag_at=0.45, block_at=0.5) for c in ("S1", "S8", "S10")}
 
 def test_a_block_bar_clears_the_highest_benign_score_by_the_margin() -> None:
     benign = [{"S8": 0.556, "S1": 0.1}, {"S8": 0.2, "S1": 0.3}, {"S10": 0.7}]
-    bars = request_bars(benign, BASE, ["S1", "S8", "S10"], target_fpr=0.0, margin=0.02)
+    bars = request_bars(benign, BASE, ["S1", "S8", "S10"], target_fpr=0.0, margin=0.02, floor=0.5)
     assert bars["S8"] == Bar(flag_at=0.45, block_at=0.576)
     assert bars["S10"].block_at == 0.72
-    assert bars["S1"].block_at == FLOOR  # never below the old single bar
+    assert bars["S1"].block_at == 0.5  # never below the floor
+    assert request_bars(benign, BASE, ["S8"], target_fpr=0.0)["S8"].block_at == FLOOR
 
 
 def test_the_budget_spares_the_outliers_and_the_cap_holds() -> None:
     benign = [{"S8": 0.9999}] + [{"S8": 0.6 - i / 1000} for i in range(999)]
-    spent = request_bars(benign, BASE, ["S8"], target_fpr=0.001, margin=0.02)
+    spent = request_bars(benign, BASE, ["S8"], target_fpr=0.001, margin=0.02, floor=0.5)
     assert spent["S8"].block_at == 0.62  # one text in a thousand may stay above its bar
     strict = request_bars(benign, BASE, ["S8"], target_fpr=0.0, margin=0.02)
     assert strict["S8"].block_at == CAP
