@@ -156,8 +156,9 @@ def test_a_borderline_everyday_prompt_is_answered_and_its_key_stays_in_good_stan
             answered.append(resp.headers["x-request-id"])
         rec = admin_record(stack, answered[0], lambda r: "safety_in" in r["record"].get("stages", {}))["record"]
         assert rec["safety_action"] == "flag"
-        flags = [v for v in rec["safety_in"] if v["action"] == "flag" and v["classifier"] == "embedding"]
-        assert flags and all(v["detail"] == "borderline" and v["score"] < v["block_at"] for v in flags), rec["safety_in"]
+        verdicts = rec["safety_in"]
+        flags = [v for v in verdicts if v["action"] == "flag" and v["classifier"] == "embedding"]
+        assert flags and all(v["detail"] == "borderline" and v["score"] < v["block_at"] for v in flags), verdicts
         standing = _standing(stack, key_id, lambda s: s["flagged"] == len(answered))
         assert standing["state"] == "active" and standing["strikes"] == [] and standing["blocked"] == 0
         assert user.get("/v1/conversations").status_code == 200

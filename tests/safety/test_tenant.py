@@ -52,7 +52,10 @@ def test_overrides_survive_the_wire() -> None:
 def test_guards_per_policy_share_the_base() -> None:
     base = InputGuard(use_embeddings=False)
     guards = TenantGuards(base, size=2)
-    assert guards.for_tenant(TenantSafety.model_validate({"strikes": {"enabled": False}, "answer_release": "judged"})) is base
+    assert (
+        guards.for_tenant(TenantSafety.model_validate({"strikes": {"enabled": False}, "answer_release": "judged"}))
+        is base
+    )
     lenient = TenantSafety.model_validate({"thresholds": {"secrets": {"block_at": None}}})
     g = guards.for_tenant(lenient)
     assert g is not base and g is guards.for_tenant(TenantSafety.model_validate(lenient.model_dump()))

@@ -14,7 +14,7 @@ categories judged only in data (``SafetyPolicy.data_only``) stay as they are: da
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from switchyard.libs.safety.calibration import Bar
 
@@ -25,7 +25,7 @@ TARGET_FPR = 0.001
 
 
 def request_bars(
-    benign: list[Mapping[str, float]],
+    benign: Sequence[Mapping[str, float]],
     base: Mapping[str, Bar],
     categories: Iterable[str],
     *,

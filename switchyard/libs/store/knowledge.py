@@ -195,9 +195,7 @@ class KnowledgeStore:
             row = (await conn.execute(select(safety_policies).where(safety_policies.c.tenant == tenant))).first()
         if row is None:
             return SafetyPolicyEntry(tenant=tenant)
-        return SafetyPolicyEntry(
-            tenant=tenant, policy=TenantSafety.from_stored(row.policy), updated_ms=row.updated_ms
-        )
+        return SafetyPolicyEntry(tenant=tenant, policy=TenantSafety.from_stored(row.policy), updated_ms=row.updated_ms)
 
     async def set_safety_policy(self, tenant: str, policy: TenantSafety) -> SafetyPolicyEntry:
         now = now_ms()
