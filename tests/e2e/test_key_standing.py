@@ -162,3 +162,20 @@ def test_a_borderline_everyday_prompt_is_answered_and_its_key_stays_in_good_stan
         standing = _standing(stack, key_id, lambda s: s["flagged"] == len(answered))
         assert standing["state"] == "active" and standing["strikes"] == [] and standing["blocked"] == 0
         assert user.get("/v1/conversations").status_code == 200
+
+
+def test_the_console_shows_a_borderline_flag_with_the_bar_it_did_not_reach(
+    client: httpx.Client, stack: Stack, console_page: Page
+) -> None:
+    warm(client)
+    evs, resp = chat(client, f"notes-{uuid.uuid4().hex[:8]}", BORDERLINE, max_tokens=8)
+    assert resp.status_code == 200 and evs[-1].event == "done", evs[-1:]
+    rid = resp.headers["x-request-id"]
+    admin_record(stack, rid, lambda r: r["record"].get("safety_action") == "flag")
+    p = console_page
+    _goto(p, f"{stack.url}/console?key={stack.admin_key}#/r/{rid}", f"/r/{rid}")
+    row = p.locator("#safety-verdicts tr[data-action=flag]").first
+    cells = [c.strip() for c in row.locator("td").all_inner_texts()]
+    category, _action, score, bar, source, by, detail = cells
+    assert (category, source, by, detail) == ("jailbreak", "user", "embedding", "borderline"), cells
+    assert 0.45 <= float(score) < float(bar), cells
