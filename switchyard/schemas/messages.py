@@ -384,7 +384,8 @@ class Strike(BaseModel):
     """One request that counted against a key: blocked by input safety (a flag never counts)."""
 
     rid: str
-    action: Literal["block"] = "block"
+    # Always "block" now; "flag" still reads, in a standing stored when a tenant could make a flag a strike.
+    action: Literal["block", "flag"] = "block"
     at_ms: int
     categories: list[str] = Field(default_factory=list)
 
