@@ -56,6 +56,27 @@ def client_texts(work: Work) -> list[str]:
     return texts
 
 
+def data_texts(work: Work) -> list[str]:
+    """What the client's conversation carries as data: the results of its own tools (role `tool`: fetched
+    pages, files, API answers), the newest first. An instruction there is suspicious, so the classifier
+    scores prompt injection in them (`SafetyPolicy.data_only`); like every data source, they flag,
+    never block."""
+    return [m.content for m in reversed(work.messages) if m.role == "tool" and m.content.strip()]
+
+
+async def judge_data(
+    guard: InputGuard, texts: list[str], batcher: ScoreBatcher | None, max_scored: int
+) -> list[Verdict]:
+    """``data_texts`` judged as tool output, the worst verdict per category."""
+    if not texts:
+        return []
+    if batcher is not None:
+        judged = await guard.check_many_batched(texts, batcher, source="tool", max_scored=max_scored)
+    else:
+        judged = guard.check_many(texts[:max_scored], source="tool")
+    return worst_per_category(judged)
+
+
 def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
     best: dict[str, Verdict] = {}
     for verdicts in judged:
@@ -84,8 +105,9 @@ class SafetyIn:
         verdicts = worst_per_category(judged)
         if "code" in work.planned_tools:  # technical text itself is already judged as such by the guard
             verdicts = guard.for_technical(verdicts)
-        wire = [to_wire(v, "user") for v in verdicts]
-        action = worst_action(verdicts)
+        data = await judge_data(guard, data_texts(work), self.batcher, self.max_scored)
+        wire = [to_wire(v, "user") for v in verdicts] + [to_wire(v, "tool") for v in data]
+        action = worst_action([*verdicts, *data])
         decision: dict[str, Any] = {"action": action}
         error = None
         if action == "block":
