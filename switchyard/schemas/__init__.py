@@ -122,6 +122,7 @@ from switchyard.schemas.safety import (
     SafetyCategory,
     SafetyPolicyEntry,
     SafetyPolicyQuery,
+    StrikePolicy,
     TenantSafety,
     ThresholdOverride,
 )
@@ -237,6 +238,7 @@ __all__ = [
     "StreamOpen",
     "StreamOpenAck",
     "Strike",
+    "StrikePolicy",
     "TenantSafety",
     "TextDigest",
     "ThinkingAsk",

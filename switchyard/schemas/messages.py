@@ -101,6 +101,8 @@ class SafetyVerdict(BaseModel):
     version: str
     detail: str = ""
     source: str = "user"
+    # The classifier's block bar for this category and source: a flag below it was borderline. None for rules.
+    block_at: float | None = None
 
 
 class RouteDecision(BaseModel):
@@ -390,10 +392,11 @@ class RequestRecordReply(BaseModel):
 
 
 class Strike(BaseModel):
-    """One request that counted against a key: blocked by input safety, or flagged where the policy makes a flag a strike."""
+    """One request that counted against a key: blocked by input safety (a flag never counts)."""
 
     rid: str
-    action: Literal["block", "flag"]
+    # Always "block" now; "flag" still reads, in a standing stored when a tenant could make a flag a strike.
+    action: Literal["block", "flag"] = "block"
     at_ms: int
     categories: list[str] = Field(default_factory=list)
 
@@ -405,6 +408,7 @@ class KeyStanding(BaseModel):
     state: Literal["active", "suspended"] = "active"
     reason: str = ""
     since_ms: int = 0
+    # Blocked requests in the window (the strikes); flagged ones since `since_ms`, which never count.
     blocked: int = 0
     flagged: int = 0
     # Suspended: the requests that caused it; active: the strikes in the current window, oldest first.

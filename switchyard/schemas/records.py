@@ -22,6 +22,7 @@ from switchyard.schemas.messages import (
     Usage,
     Work,
 )
+from switchyard.schemas.safety import StrikePolicy
 
 
 class RequestSummary(BaseModel):
@@ -237,8 +238,8 @@ class SafetyInPart(OnlySet):
     kind: Literal["safety_in"] = "safety_in"
     safety_in: list[SafetyVerdict] = Field(default_factory=list)
     safety_action: str | None = None
-    # The tenant's policy: whether a flag counts against the key (the abuse monitor reads it).
-    flag_is_strike: bool | None = None
+    # The tenant's strike policy when the request was judged (the abuse monitor reads it).
+    strikes: StrikePolicy | None = None
 
 
 class RoutePart(OnlySet):
@@ -458,7 +459,7 @@ class RequestRecord(BaseModel):
     chat_id: str | None = None
     # safety_in
     safety_action: str | None = None
-    flag_is_strike: bool | None = None
+    strikes: StrikePolicy | None = None
     # router
     route: RouteDecision | None = None
     # inference and safety_out

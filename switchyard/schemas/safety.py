@@ -7,6 +7,7 @@ Only overrides are stored: a category the tenant leaves out keeps the shipped de
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import (
@@ -75,18 +76,46 @@ class ThresholdOverride(BaseModel):
         return {k: v for k, v in out.items() if k in self.model_fields_set}
 
 
+class StrikePolicy(BaseModel):
+    """When blocked requests suspend a key of the tenant; a field left out keeps the logger's default
+    (`SWITCHYARD_LOGGER_ABUSE_THRESHOLD` blocks within `..._ABUSE_WINDOW_S`). Flags never count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # False: this tenant's keys are never suspended for what input safety blocked (blocks still refuse).
+    enabled: bool = True
+    threshold: int | None = Field(None, ge=1, le=10_000)
+    window_s: float | None = Field(None, ge=1.0, le=30 * 86400.0)
+
+    @model_serializer(mode="wrap")
+    def _given_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        return {k: v for k, v in out.items() if k == "enabled" or v is not None}
+
+
 class TenantSafety(BaseModel):
     """What a tenant chose; every field has the default a tenant that chose nothing gets."""
 
     model_config = ConfigDict(extra="forbid")
 
     answer_release: AnswerRelease = "stream"
-    # Whether a flagged (not blocked) request counts towards suspending its key. Off by default: a
-    # flag is "worth a look", and a key that was never blocked is never suspended for being looked at.
-    flag_is_strike: bool = False
+    # How blocked requests count against the tenant's keys (a flag is "worth a look" and never counts).
+    strikes: StrikePolicy = Field(default_factory=StrikePolicy)
     thresholds: dict[SafetyCategory, ThresholdOverride] = Field(default_factory=dict)
     # The same for the model's answers (judged by their own, per-category bars; docs/safety.md).
     answer_thresholds: dict[SafetyCategory, ThresholdOverride] = Field(default_factory=dict)
+
+    @classmethod
+    def from_stored(cls, raw: str) -> TenantSafety:
+        """A stored policy, written by this or an older version: fields since retired are dropped
+        (`flag_is_strike`: a flag no longer counts towards suspending a key, whatever the policy said)."""
+        data = json.loads(raw)
+        for retired in _RETIRED:
+            data.pop(retired, None)
+        return cls.model_validate(data)
+
+
+_RETIRED = ("flag_is_strike",)
 
 
 class SafetyPolicyQuery(BaseModel):

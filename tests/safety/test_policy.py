@@ -54,8 +54,12 @@ def test_worst_action() -> None:
 def test_model_output_needs_near_certain_score_to_block() -> None:
     p = SafetyPolicy()
     for c in HARM_CATEGORIES:
-        assert p.action(c, 0.7, "model") == FLAG
-        assert p.action(c, 0.7, "user") == BLOCK
+        # Past the request bar but short of the answer bar: a request is blocked, an answer only flagged.
+        request, answer = p.threshold(c).block_at or 1.0, p.threshold(c, "model").block_at or 1.0
+        assert request < answer, c
+        between = (request + answer) / 2
+        assert p.action(c, between, "model") == FLAG
+        assert p.action(c, between, "user") == BLOCK
         assert p.action(c, 1.0, "model") == (FLAG if c == S6 else BLOCK)
 
 

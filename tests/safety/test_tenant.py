@@ -25,15 +25,19 @@ def test_an_override_replaces_only_the_fields_it_names() -> None:
     assert p.threshold(S6).flag_at == shipped.threshold(S6).flag_at and p.threshold(S6).block_at is None
     assert p.action(S6, 1.0) == FLAG
     assert p.threshold(S14).flag_at == 0.8 and p.threshold(S14).block_at == shipped.threshold(S14).block_at
-    # S14's default block threshold is below its new flag threshold: a high score still blocks.
-    assert p.action(S14, 0.99) == BLOCK
+    # A score past S14's default block threshold still blocks, whatever the new flag threshold.
+    assert p.action(S14, 1.0) == BLOCK
     assert p.threshold(SECRETS).flag_at == 0.2 and p.threshold(SECRETS).block_at == shipped.threshold(SECRETS).block_at
     # Everything else, and the rest of the policy, is untouched.
     assert {c: p.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)} == {
         c: shipped.threshold(c) for c in ALL_CATEGORIES if c not in (S6, S14, SECRETS)
     }
     same_rest = p.model_copy(
-        update={"thresholds": shipped.thresholds, "technical_flag_only": shipped.technical_flag_only}
+        update={
+            "thresholds": shipped.thresholds,
+            "rule_thresholds": shipped.rule_thresholds,
+            "technical_flag_only": shipped.technical_flag_only,
+        }
     )
     assert same_rest == shipped and p.action(S1, 1.0) == BLOCK
 
@@ -48,7 +52,10 @@ def test_overrides_survive_the_wire() -> None:
 def test_guards_per_policy_share_the_base() -> None:
     base = InputGuard(use_embeddings=False)
     guards = TenantGuards(base, size=2)
-    assert guards.for_tenant(TenantSafety(flag_is_strike=True, answer_release="judged")) is base
+    assert (
+        guards.for_tenant(TenantSafety.model_validate({"strikes": {"enabled": False}, "answer_release": "judged"}))
+        is base
+    )
     lenient = TenantSafety.model_validate({"thresholds": {"secrets": {"block_at": None}}})
     g = guards.for_tenant(lenient)
     assert g is not base and g is guards.for_tenant(TenantSafety.model_validate(lenient.model_dump()))

@@ -12,6 +12,10 @@ Three tables, each against data nothing was trained on:
   stream through the same guard; recall is the share stopped.
 - **work traffic** (``data/safety/answers/work_*.txt``): code, shell, logs, traces, configs and the
   security questions developers ask, judged as user input: none may block, few may flag.
+- **out of distribution** (``data/safety/ood/``, ``training/safety/ood.py``): generated everyday prompts
+  judged as requests (blocked, flagged) and everyday answers streamed through the output guard
+  (stopped), beside the calibrated bars in force (``switchyard/libs/safety/data/calibration.json``);
+  ``--calibrate`` chooses and writes those bars first (``training/safety/ood_eval.py``).
 
 ``--part dev`` (default) scores the development halves the answer thresholds were chosen on;
 ``--part blind`` the parts kept aside to be scored once (data/safety/README.md). The data is read from
@@ -30,21 +34,52 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from switchyard.libs.safety.calibration import (
+    CALIBRATION_PATH,
+    read_calibration,
+    shipped_calibration,
+    write_calibration,
+)
 from switchyard.libs.safety.classifier import EmbeddingClassifier
-from switchyard.libs.safety.guard import InputGuard
+from switchyard.libs.safety.guard import InputGuard, shared_classifier
 from switchyard.libs.safety.policy import SafetyPolicy
 from switchyard.libs.safety.stream import StreamGuard
-from switchyard.libs.safety.taxonomy import BENIGN, BLOCK, CATEGORY_NAMES, Verdict, worst_action
+from switchyard.libs.safety.taxonomy import (
+    BENIGN,
+    BLOCK,
+    CATEGORY_NAMES,
+    HARM_CATEGORIES,
+    JAILBREAK,
+    PROMPT_INJECTION,
+    SECRETS,
+    Verdict,
+    worst_action,
+)
+from training.safety import ood_eval
+from training.safety.ood import ANSWERS as OOD_ANSWERS
+from training.safety.ood import PROMPTS as OOD_PROMPTS
+from training.safety.ood import read as read_ood
+from training.safety.ood_eval import calibrate
 from training.safety.splits import ANSWERS_DIR, ensure_splits, split_path
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSWER_CACHE = ROOT / "var" / "cache" / "safety" / "answers.jsonl"
 ANSWER_TOKENS = 96
+# The labels whose examples should be refused (hidden text only ever flags).
+BLOCKING = frozenset({*HARM_CATEGORIES, PROMPT_INJECTION, JAILBREAK, SECRETS})
 
 
-def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user") -> dict[str, object]:
+def evaluate(
+    guard: InputGuard, rows: list[dict[str, str]], source: str = "user", as_data: frozenset[str] = frozenset()
+) -> dict[str, object]:
+    """``as_data``: labels whose examples are also judged as data (a file): the classifier scores prompt
+    injection only there (``SafetyPolicy.data_only``), where it flags; as a user's message, rules judge it."""
     t0 = time.time()
     verdicts = guard.check_many([r["text"] for r in rows], source=source)
+    data = [i for i, r in enumerate(rows) if r["label"] in as_data]
+    for i, vs in zip(data, guard.check_many([rows[i]["text"] for i in data], source="file"), strict=True):
+        seen = {v.category for v in verdicts[i]}
+        verdicts[i] = verdicts[i] + [v for v in vs if v.category not in seen]
     elapsed = time.time() - t0
     tp: Counter[str] = Counter()
     fp: Counter[str] = Counter()
@@ -67,6 +102,7 @@ def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user"
             benign_flag += 1
             benign_block += worst_action(vs) == BLOCK
             benign_hits.append(f"{vs[0].category}:{vs[0].action}:{vs[0].score:.2f}  {r['text'][:90]}")
+    harmful = [(r, vs) for r, vs in zip(rows, verdicts, strict=True) if r["label"] in BLOCKING]
     cats = [c for c in CATEGORY_NAMES if n[c] or fp[c]]
     per = {
         c: {
@@ -88,6 +124,11 @@ def evaluate(guard: InputGuard, rows: list[dict[str, str]], source: str = "user"
         "benign_fpr": benign_flag / nb if nb else None,
         "benign_block_rate": benign_block / nb if nb else None,
         "benign_false_positives": benign_hits,
+        "as_data": sorted(as_data),
+        "harmful_n": len(harmful),
+        # Caught: any verdict at all (a flag is recorded and shown to operators); blocked: refused.
+        "harmful_detected": sum(1 for _, vs in harmful if vs) / len(harmful) if harmful else None,
+        "harmful_blocked": sum(1 for _, vs in harmful if worst_action(vs) == BLOCK) / len(harmful) if harmful else None,
     }
 
 
@@ -327,6 +368,13 @@ def render(res: dict[str, object]) -> str:
     ]
     hits: list[str] = res["benign_false_positives"]  # type: ignore[assignment]
     lines += [f"  FP  {h}" for h in hits]
+    if res.get("as_data"):
+        lines.append(f"judged both as the user's message and as data (a file): {', '.join(res['as_data'])}")  # type: ignore[arg-type]
+    if res.get("harmful_n"):
+        lines.append(
+            f"harmful messages (blocking categories): {res['harmful_n']}; caught (flag or block): "
+            f"{_pct(res['harmful_detected']).strip()}%; blocked: {_pct(res['harmful_blocked']).strip()}%"
+        )
     return "\n".join(lines)
 
 
@@ -388,16 +436,41 @@ def main() -> None:
     ap.add_argument("--input-only", action="store_true", help="skip the answer-side and work-traffic tables")
     ap.add_argument("--with-question", action="store_true", help="judge answer sentences after the user's question")
     ap.add_argument("--json", action="store_true", help="print machine-readable results")
+    ap.add_argument(
+        "--calibrate",
+        action="store_true",
+        help=f"choose the request bars on held-out benign text and write them to {CALIBRATION_PATH.name} first",
+    )
+    ap.add_argument("--calibration", type=Path, default=None, help="judge with this calibration file's bars")
+    ap.add_argument("--ood-part", default="test", choices=["test", "calib", "all"], help="out-of-distribution sets")
     args = ap.parse_args()
     ensure_splits()  # --data data/safety/<split>.jsonl names a built file
-    clf = EmbeddingClassifier(args.weights) if args.weights and not args.rules_only else None
-    guard = InputGuard(SafetyPolicy(), use_embeddings=not args.rules_only, classifier=clf)
+    clf = None if args.rules_only else EmbeddingClassifier(args.weights) if args.weights else shared_classifier()
+    if args.calibrate:
+        if clf is None:
+            ap.error("--calibrate needs the classifier (not --rules-only)")
+        cal = calibrate(clf)
+        write_calibration(cal, args.calibration or CALIBRATION_PATH)
+    else:
+        cal = read_calibration(args.calibration) if args.calibration else shipped_calibration()
+    policy = SafetyPolicy.calibrated(cal)
+    guard = InputGuard(policy, use_embeddings=clf is not None, classifier=clf)
+    if clf is not None and cal.classifier != clf.version:
+        print(f"WARNING: the bars were calibrated for {cal.classifier}, not {clf.version}: rerun with --calibrate")
     for i, path in enumerate(args.data or [split_path("eval")]):
         with path.open(encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
-        res = evaluate(guard, rows, args.source)
+        res = evaluate(guard, rows, args.source, policy.data_only if args.source == "user" else frozenset())
         print(("\n" if i else "") + f"== input: {path.name}")
         print(json.dumps(res, indent=2) if args.json else render(res))
+    ood_prompts = ood_eval.evaluate_prompts(guard, read_ood(OOD_PROMPTS, args.ood_part))
+    ood_answers = ood_eval.evaluate_answers(guard, read_ood(OOD_ANSWERS, args.ood_part), streamed)
+    if args.json:
+        print(json.dumps({"calibration": cal.model_dump(), "ood_prompts": ood_prompts, "ood_answers": ood_answers}))
+    else:
+        print("\n== calibrated bars\n" + ood_eval.render_calibration(cal, policy))
+        print("\n== out of distribution: prompts\n" + ood_eval.render_prompts(ood_prompts, args.ood_part))
+        print("\n== out of distribution: answers\n" + ood_eval.render_answers(ood_answers, args.ood_part))
     if args.input_only:
         return
     ans = evaluate_answers(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from switchyard.libs.safety.calibration import CALIBRATION_PATH, read_calibration, shipped_calibration
 from switchyard.libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
 from switchyard.libs.safety.policy import SOURCES, SafetyPolicy
 from switchyard.libs.safety.rules import RULES_VERSION, normalize, rule_hits
@@ -26,6 +28,21 @@ def shared_classifier() -> EmbeddingClassifier:
         if clf is None:
             clf = _shared["default"] = EmbeddingClassifier(WEIGHTS_PATH)
         return clf
+
+
+def calibrated_guard(calibration: Path | None = None, *, use_embeddings: bool = True) -> InputGuard:
+    """A guard judging by the bars of ``calibration`` (the shipped file when None).
+
+    Bars mean something only for the classifier they were chosen for: a mismatch is refused here, at a
+    service's start, rather than judged by chance (rerun ``python -m training.safety.eval --calibrate``)."""
+    cal = read_calibration(calibration) if calibration else shipped_calibration()
+    guard = InputGuard(SafetyPolicy.calibrated(cal), use_embeddings=use_embeddings)
+    if use_embeddings and cal.classifier != guard.classifier.version:
+        raise ValueError(
+            f"{calibration or CALIBRATION_PATH}: bars calibrated for {cal.classifier}, "
+            f"but the classifier is {guard.classifier.version}"
+        )
+    return guard
 
 
 class InputGuard:
@@ -144,7 +161,10 @@ class InputGuard:
                 continue  # a rule already gave an exact answer for this category
             action = self.policy.action(cat, score, source)
             if action != ALLOW:
-                out.append(Verdict(cat, round(score, 4), action, EMBEDDING, clf.version))
+                bar = self.policy.threshold(cat, source).block_at
+                # Between the flag and the block bar: worth a look, not a refusal (docs/safety.md).
+                detail = "borderline" if action == FLAG and bar is not None and score < bar else ""
+                out.append(Verdict(cat, round(score, 4), action, EMBEDDING, clf.version, detail, bar))
         return out
 
 

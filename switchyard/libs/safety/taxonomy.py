@@ -66,6 +66,8 @@ class Verdict:
     classifier: str
     version: str
     detail: str = ""
+    # The score that would have blocked (the classifier's bar for this category and source); None for rules.
+    block_at: float | None = None
 
     @property
     def name(self) -> str:

@@ -21,9 +21,12 @@ def tenant_policy(safety: TenantSafety, base: SafetyPolicy | None = None) -> Saf
     if not safety.thresholds and not safety.answer_thresholds:
         return base
     thresholds = dict(base.thresholds)
+    rules = dict(base.rule_thresholds)
     for category, override in safety.thresholds.items():
         given = override.model_dump()  # only the fields the tenant gave (see ThresholdOverride)
         thresholds[category] = Threshold.model_validate({**base.threshold(category).model_dump(), **given})
+        # A tenant's request bar is its word on the category, for rule hits too (e.g. secrets never block).
+        rules[category] = Threshold.model_validate({**base.threshold(category, learned=False).model_dump(), **given})
     answers = dict(base.answer_thresholds)
     for category, override in safety.answer_thresholds.items():
         was = base.threshold(category, "model").model_dump()
@@ -31,7 +34,12 @@ def tenant_policy(safety: TenantSafety, base: SafetyPolicy | None = None) -> Saf
     # A tenant's own request bar for a category is final: work is no longer judged softer there.
     technical = base.technical_flag_only - set(safety.thresholds)
     return base.model_copy(
-        update={"thresholds": thresholds, "answer_thresholds": answers, "technical_flag_only": technical}
+        update={
+            "thresholds": thresholds,
+            "answer_thresholds": answers,
+            "rule_thresholds": rules,
+            "technical_flag_only": technical,
+        }
     )
 
 

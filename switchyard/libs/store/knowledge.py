@@ -195,9 +195,7 @@ class KnowledgeStore:
             row = (await conn.execute(select(safety_policies).where(safety_policies.c.tenant == tenant))).first()
         if row is None:
             return SafetyPolicyEntry(tenant=tenant)
-        return SafetyPolicyEntry(
-            tenant=tenant, policy=TenantSafety.model_validate_json(row.policy), updated_ms=row.updated_ms
-        )
+        return SafetyPolicyEntry(tenant=tenant, policy=TenantSafety.from_stored(row.policy), updated_ms=row.updated_ms)
 
     async def set_safety_policy(self, tenant: str, policy: TenantSafety) -> SafetyPolicyEntry:
         now = now_ms()
@@ -221,5 +219,5 @@ class KnowledgeStore:
             if text_row is None
             else Instructions(tenant=tenant, text=text_row.text, updated_ms=text_row.updated_ms)
         )
-        policy = TenantSafety() if policy_row is None else TenantSafety.model_validate_json(policy_row.policy)
+        policy = TenantSafety() if policy_row is None else TenantSafety.from_stored(policy_row.policy)
         return ins, policy

@@ -2,10 +2,12 @@
 gateway watches the standing bucket and answers a suspended key with 403; an admin reinstates it,
 and only events after the reinstatement count again.
 
-A strike is a request input safety blocked, or one it flagged where the tenant's policy makes a flag
-a strike (`TenantSafety.flag_is_strike`, off by default). A flag means "worth a look": ordinary work
-(code to run, a security question) gets flagged now and then, and a key that was never blocked must
-not be suspended for it. A suspension names the requests that caused it (`KeyStanding.strikes`).
+A strike is a request input safety blocked: a rule hit, or a classifier score past its category's
+calibrated block bar (docs/safety.md). A flag (a borderline score, work judged as work) is "worth a
+look" and never a strike: one integration's key, used by many people, is not lost to borderline
+scores on harmless text. Each tenant may set its own strike policy (`TenantSafety.strikes`: threshold,
+window, or off); the logger's settings are the default. A suspension names the requests that caused
+it (`KeyStanding.strikes`).
 
 It reads the same `LOG` stream as the record writer, through its own durable consumer, so neither
 can hold the other up, and a restart loses no count that matters (the window is re-read)."""
@@ -22,7 +24,7 @@ from switchyard.libs.bus import Bus
 from switchyard.libs.bus.durable import DurableConsumer
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.bus.kv import TypedKV
-from switchyard.schemas import GatewayPart, KeyStanding, SafetyInPart, StageRecord, Strike, subjects
+from switchyard.schemas import GatewayPart, KeyStanding, SafetyInPart, StageRecord, Strike, StrikePolicy, subjects
 from switchyard.services.logger.settings import LoggerSettings
 
 log = structlog.get_logger()
@@ -33,31 +35,34 @@ class _Pending:
     key_id: str | None = None
     action: str | None = None
     started_ms: int = 0
-    flag_is_strike: bool = False
+    policy: StrikePolicy = field(default_factory=StrikePolicy)
     categories: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Event:
-    strike: Strike
-    counts: bool
+@dataclass(frozen=True)
+class Rule:
+    """A strike policy with the logger's defaults filled in."""
+
+    enabled: bool
+    threshold: int
+    window_s: float
 
 
-@dataclass
-class _Window:
-    events: deque[_Event] = field(default_factory=deque)
+def effective(policy: StrikePolicy, settings: LoggerSettings) -> Rule:
+    return Rule(
+        enabled=policy.enabled,
+        threshold=policy.threshold if policy.threshold is not None else settings.abuse_threshold,
+        window_s=policy.window_s if policy.window_s is not None else settings.abuse_window_s,
+    )
 
 
-def _categories(part: SafetyInPart | None, action: str) -> list[str]:
+def _categories(part: SafetyInPart | None) -> list[str]:
     verdicts = part.safety_in if part is not None else []
-    return sorted({v.category for v in verdicts if v.action == action})
+    return sorted({v.category for v in verdicts if v.action == "block"})
 
 
-def _reason(blocked: int, flagged: int, settings: LoggerSettings) -> str:
-    what = f"{blocked} blocked requests"
-    if flagged:
-        what = f"{blocked} blocked and {flagged} flagged requests (the tenant's policy counts flags)"
-    return f"{what} within {settings.abuse_window_s:.0f}s (threshold {settings.abuse_threshold})"
+def _reason(blocked: int, rule: Rule) -> str:
+    return f"{blocked} blocked requests within {rule.window_s:.0f}s (threshold {rule.threshold})"
 
 
 class AbuseMonitor:
@@ -66,7 +71,7 @@ class AbuseMonitor:
         self.settings = settings
         # A request's key (gateway record) and verdict (safety_in record) arrive separately, in any order.
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
-        self._windows: dict[str, _Window] = {}
+        self._windows: dict[str, deque[Strike]] = {}
 
     async def on_record(self, _subject: str, rec: BaseModel) -> None:
         if not isinstance(rec, StageRecord) or rec.stage not in ("gateway", "safety_in"):
@@ -78,32 +83,39 @@ class AbuseMonitor:
             part = rec.part if isinstance(rec.part, SafetyInPart) else None
             p.action = part.safety_action if part else None
             p.started_ms = rec.started_ms
-            p.flag_is_strike = part is not None and part.flag_is_strike is True
-            if p.action in ("block", "flag"):
-                p.categories = _categories(part, p.action)
+            p.policy = part.strikes if part is not None and part.strikes is not None else StrikePolicy()
+            if p.action == "block":
+                p.categories = _categories(part)
         while len(self._pending) > 10_000:
             self._pending.popitem(last=False)
         if p.key_id is None or p.action is None:
             return
         del self._pending[rec.rid]
-        if p.action == "block" or p.action == "flag":
-            strike = Strike(rid=rec.rid, action=p.action, at_ms=p.started_ms, categories=p.categories)
-            await self._count(p.key_id, strike, counts=p.action == "block" or p.flag_is_strike)
+        if p.action == "block":
+            strike = Strike(rid=rec.rid, at_ms=p.started_ms, categories=p.categories)
+            await self._count(p.key_id, strike, effective(p.policy, self.settings))
+        elif p.action == "flag":
+            await self._flagged(p.key_id)
 
-    async def _count(self, key_id: str, strike: Strike, counts: bool) -> None:
+    async def _flagged(self, key_id: str) -> None:
+        """A flag is counted for the operator's view of the key, never towards a suspension."""
+        current = await self.standing.get(key_id) or KeyStanding(key_id=key_id)
+        if current.state == "active":
+            await self.standing.put(key_id, current.model_copy(update={"flagged": current.flagged + 1}))
+
+    async def _count(self, key_id: str, strike: Strike, rule: Rule) -> None:
         current = await self.standing.get(key_id) or KeyStanding(key_id=key_id)
         if current.state == "suspended" or strike.at_ms < current.since_ms:
             return  # already suspended, or an event from before an admin reinstated the key
-        w = self._windows.setdefault(key_id, _Window())
-        w.events.append(_Event(strike, counts))
-        horizon = now_ms() - int(self.settings.abuse_window_s * 1000)
-        while w.events and (w.events[0].strike.at_ms < horizon or w.events[0].strike.at_ms < current.since_ms):
-            w.events.popleft()
-        strikes = [e.strike for e in w.events if e.counts]
-        blocked = sum(1 for e in w.events if e.strike.action == "block")
-        flagged = len(w.events) - blocked
-        if len(strikes) >= self.settings.abuse_threshold:
-            reason = _reason(blocked, sum(1 for s in strikes if s.action == "flag"), self.settings)
+        w = self._windows.setdefault(key_id, deque())
+        w.append(strike)
+        # The newest request's policy decides: an operator's change applies from the next block on.
+        horizon = max(now_ms() - int(rule.window_s * 1000), current.since_ms)
+        while w and w[0].at_ms < horizon:
+            w.popleft()
+        strikes = list(w)
+        if rule.enabled and len(strikes) >= rule.threshold:
+            reason = _reason(len(strikes), rule)
             await self.standing.put(
                 key_id,
                 KeyStanding(
@@ -111,17 +123,15 @@ class AbuseMonitor:
                     state="suspended",
                     reason=reason,
                     since_ms=now_ms(),
-                    blocked=blocked,
-                    flagged=flagged,
+                    blocked=len(strikes),
+                    flagged=current.flagged,
                     strikes=strikes,
                 ),
             )
             self._windows.pop(key_id, None)
             log.warning("key suspended", key_id=key_id, reason=reason, rids=[s.rid for s in strikes])
         else:
-            await self.standing.put(
-                key_id, current.model_copy(update={"blocked": blocked, "flagged": flagged, "strikes": strikes})
-            )
+            await self.standing.put(key_id, current.model_copy(update={"blocked": len(strikes), "strikes": strikes}))
 
 
 class _Unread(BaseModel):

@@ -16,6 +16,7 @@ from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.safety import InputGuard, Verdict, worst_action
 from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.safety.guard import calibrated_guard
 from switchyard.libs.safety.taxonomy import HARM_CATEGORIES, action_rank, worst_first
 from switchyard.libs.safety.tenant import TenantGuards
 from switchyard.schemas import ErrorCode, InputDecision, SafetyInPart, SafetyVerdict, StageRecord, Work, subjects
@@ -31,6 +32,7 @@ def to_wire(v: Verdict, source: str) -> SafetyVerdict:
         version=v.version,
         detail=v.detail,
         source=source,
+        block_at=v.block_at,
     )
 
 
@@ -85,6 +87,27 @@ def rule_verdicts(guard: InputGuard, work: Work) -> list[list[Verdict]]:
     return judged
 
 
+def data_texts(work: Work) -> list[str]:
+    """What the client's conversation carries as data: the results of its own tools (role `tool`: fetched
+    pages, files, API answers), the newest first. An instruction there is suspicious, so the classifier
+    scores prompt injection in them (`SafetyPolicy.data_only`); like every data source, they flag,
+    never block."""
+    return [m.content for m in reversed(work.messages) if m.role == "tool" and m.content.strip()]
+
+
+async def judge_data(
+    guard: InputGuard, texts: list[str], batcher: ScoreBatcher | None, max_scored: int
+) -> list[Verdict]:
+    """``data_texts`` judged as tool output, the worst verdict per category."""
+    if not texts:
+        return []
+    if batcher is not None:
+        judged = await guard.check_many_batched(texts, batcher, source="tool", max_scored=max_scored)
+    else:
+        judged = guard.check_many(texts[:max_scored], source="tool")
+    return worst_per_category(judged)
+
+
 def worst_per_category(judged: list[list[Verdict]]) -> list[Verdict]:
     best: dict[str, Verdict] = {}
     for verdicts in judged:
@@ -117,13 +140,10 @@ class SafetyIn:
         verdicts = worst_per_category(judged)
         if "code" in work.planned_tools:  # technical text itself is already judged as such by the guard
             verdicts = guard.for_technical(verdicts)
-        wire = [to_wire(v, "user") for v in verdicts]
-        action = worst_action(verdicts)
-        decision: dict[str, Any] = {
-            "action": action,
-            # The abuse monitor counts a flag against the key only where the tenant's policy says so.
-            "flag_is_strike": work.safety.flag_is_strike,
-        }
+        data = await judge_data(guard, data_texts(work), self.batcher, self.max_scored)
+        wire = [to_wire(v, "user") for v in verdicts] + [to_wire(v, "tool") for v in data]
+        action = worst_action([*verdicts, *data])
+        decision: dict[str, Any] = {"action": action}
         error = None
         if action == "block":
             names = ", ".join(sorted({v.category for v in wire if v.action == "block"}))
@@ -138,7 +158,8 @@ class SafetyIn:
                 status="error" if error else "ok",
                 error=error.info() if error else None,
                 decision=decision,
-                part=SafetyInPart(safety_in=wire, safety_action=action, flag_is_strike=work.safety.flag_is_strike),
+                # The abuse monitor counts a block against the key as the tenant's strike policy says.
+                part=SafetyInPart(safety_in=wire, safety_action=action, strikes=work.safety.strikes),
             )
         )
         if error is not None:
@@ -147,7 +168,7 @@ class SafetyIn:
 
 
 async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[None]] | None:
-    guard = await asyncio.to_thread(InputGuard, use_embeddings=settings.use_embeddings)
+    guard = await asyncio.to_thread(calibrated_guard, settings.calibration, use_embeddings=settings.use_embeddings)
     # Warm the classifier now, so the first user does not pay for loading the embedding model.
     await asyncio.to_thread(guard.check, "hello", source="user")
     batcher = (

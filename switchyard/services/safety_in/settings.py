@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -11,6 +13,9 @@ class SafetyInSettings(ServiceSettings):
 
     # The learned classifier needs the embedding model; rules alone start instantly.
     use_embeddings: bool = True
+    # The classifier's flag and block bars per category (None: the shipped calibration.json, which
+    # `python -m training.safety.eval --calibrate` writes; docs/safety.md).
+    calibration: Path | None = None
     # Most pieces (chunks of at most 900 characters) one classifier pass reads. Waiting requests share a
     # pass round-robin, so none waits on another's for more than one pass (docs/security.md).
     max_batch_texts: int = Field(64, ge=1)

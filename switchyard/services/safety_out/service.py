@@ -25,6 +25,7 @@ from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.bus.retry import request_until
 from switchyard.libs.safety import InputGuard, StreamGuard
 from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.safety.guard import calibrated_guard
 from switchyard.libs.safety.stream import Release, Sentence
 from switchyard.libs.safety.tenant import TenantGuards
 from switchyard.schemas import (
@@ -431,7 +432,7 @@ class SafetyOut:
 
 
 async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable[None]] | None:
-    guard = InputGuard(use_embeddings=settings.use_embeddings)
+    guard = calibrated_guard(settings.calibration, use_embeddings=settings.use_embeddings)
     batcher = None
     if settings.use_embeddings:
         await asyncio.to_thread(guard.check, "warm up", source="model")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -13,6 +15,9 @@ class SafetyOutSettings(ServiceSettings):
     holdback_chars: int = 0
     # Judge finished sentences with the learned classifier too (rules alone otherwise).
     use_embeddings: bool = True
+    # The classifier's flag and block bars per category (None: the shipped calibration.json, which
+    # `python -m training.safety.eval --calibrate` writes; docs/safety.md).
+    calibration: Path | None = None
     # Judge each answer sentence after the end of the user's question. Off by default: after an unrelated
     # benign question, harmful answers are stopped far less often (docs/safety.md), which is what a
     # jailbreak would exploit; on, a dosing step after a question about a child's fever passes.

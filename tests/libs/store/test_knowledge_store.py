@@ -60,7 +60,7 @@ async def test_safety_policy_upsert_and_read_with_instructions(engine: AsyncEngi
     store = KnowledgeStore(engine)
     await store.init()
     assert await store.safety_policy("acme") == SafetyPolicyEntry(tenant="acme")
-    first = TenantSafety(flag_is_strike=True)
+    first = TenantSafety.model_validate({"strikes": {"threshold": 3}})
     second = TenantSafety.model_validate({"answer_release": "judged", "thresholds": {"S6": {"block_at": None}}})
     await store.set_safety_policy("acme", first)
     saved = await store.set_safety_policy("acme", second)

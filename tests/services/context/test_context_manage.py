@@ -150,7 +150,7 @@ async def test_safety_policy_is_stored_per_tenant_and_rides_on_every_request(har
     unset = await req(SAFETY_POLICY_GET, SafetyPolicyQuery(tenant=tenant), SafetyPolicyEntry)
     assert unset.updated_ms == 0 and unset.policy == TenantSafety()
     policy = TenantSafety.model_validate(
-        {"answer_release": "judged", "flag_is_strike": True, "thresholds": {"S14": {"block_at": None}}}
+        {"answer_release": "judged", "strikes": {"enabled": False}, "thresholds": {"S14": {"block_at": None}}}
     )
     saved = await req(SAFETY_POLICY_SET, SafetyPolicyEntry(tenant=tenant, policy=policy), SafetyPolicyEntry)
     assert saved.updated_ms > 0

@@ -22,7 +22,11 @@ async def p(nats_server: NatsServer, tmp_path_factory: pytest.TempPathFactory) -
 
 
 async def test_admin_sets_a_tenant_policy_that_rides_on_its_requests(p: Product) -> None:
-    policy = {"answer_release": "judged", "flag_is_strike": True, "thresholds": {"S14": {"block_at": None}}}
+    policy = {
+        "answer_release": "judged",
+        "strikes": {"enabled": True, "threshold": 3, "window_s": 60.0},
+        "thresholds": {"S14": {"block_at": None}},
+    }
     body = {"tenant": "acme", "policy": policy}
     async with httpx.AsyncClient(base_url=p.url) as anon:
         assert_error(await anon.put("/v1/admin/safety-policy", json=body), 401, "unauthorized")
@@ -36,7 +40,12 @@ async def test_admin_sets_a_tenant_policy_that_rides_on_its_requests(p: Product)
         got = (await admin.get("/v1/admin/safety-policy")).json()
         assert got == {
             "tenant": "ops",
-            "policy": {"answer_release": "stream", "flag_is_strike": False, "thresholds": {}, "answer_thresholds": {}},
+            "policy": {
+                "answer_release": "stream",
+                "strikes": {"enabled": True},
+                "thresholds": {},
+                "answer_thresholds": {},
+            },
             "updated_ms": 0,
         }
         r = await admin.put("/v1/admin/safety-policy", json=body)
@@ -51,6 +60,8 @@ async def test_admin_sets_a_tenant_policy_that_rides_on_its_requests(p: Product)
             {"tenant": "acme", "policy": {"thresholds": {"S99": {"flag_at": 0.5}}}},
             {"tenant": "acme", "policy": {"thresholds": {"S1": {"flag_at": 0.9, "block_at": 0.2}}}},
             {"tenant": "acme", "policy": {"strikes": 3}},
+            {"tenant": "acme", "policy": {"strikes": {"threshold": 0}}},
+            {"tenant": "acme", "policy": {"flag_is_strike": True}},
             {"tenant": "acme", "policy": policy, "extra": True},
         ):
             assert_error(await admin.put("/v1/admin/safety-policy", json=bad), 400, "bad_request")

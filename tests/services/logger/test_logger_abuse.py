@@ -1,4 +1,4 @@
-"""The abuse monitor against a real nats-server: what counts as a strike, and what a suspension records."""
+"""The abuse monitor against a real nats-server: only blocks are strikes (never flags), each tenant's\nstrike policy decides when they suspend a key, and a suspension names its requests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ from switchyard.libs.bus import Bus, NatsServer
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.bus.kv import TypedKV
 from switchyard.libs.telemetry import setup_tracing
-from switchyard.schemas import GatewayPart, KeyStanding, SafetyInPart, SafetyVerdict, StageRecord, subjects
+from switchyard.schemas import (
+    GatewayPart,
+    KeyStanding,
+    SafetyInPart,
+    SafetyVerdict,
+    StageRecord,
+    StrikePolicy,
+    subjects,
+)
 from switchyard.services.logger.abuse import start_abuse_monitor
 from switchyard.services.logger.settings import LoggerSettings
 
@@ -41,7 +49,14 @@ class Monitor:
 
         return await asyncio.wait_for(wait(), timeout=20)
 
-    async def request(self, key_id: str, action: str, flag_is_strike: bool = False, category: str = "S14") -> str:
+    async def request(
+        self,
+        key_id: str,
+        action: str,
+        category: str = "S14",
+        strikes: StrikePolicy | None = None,
+        ago_ms: int = 0,
+    ) -> str:
         """One request's records as the gateway and safety_in write them; its rid."""
         rid = uuid.uuid4().hex
         verdicts = (
@@ -53,11 +68,11 @@ class Monitor:
             StageRecord(
                 rid=rid,
                 stage="safety_in",
-                started_ms=now_ms(),
+                started_ms=now_ms() - ago_ms,
                 duration_ms=1,
                 status="error" if action == "block" else "ok",
-                decision={"action": action, "flag_is_strike": flag_is_strike},
-                part=SafetyInPart(safety_in=verdicts, safety_action=action, flag_is_strike=flag_is_strike),
+                decision={"action": action},
+                part=SafetyInPart(safety_in=verdicts, safety_action=action, strikes=strikes or StrikePolicy()),
             )
         )
         await self.bus.log_stage(
@@ -90,7 +105,7 @@ async def test_flags_alone_never_suspend_by_default(monitor: Monitor) -> None:
     k = key()
     flagged = [await monitor.request(k, "flag") for _ in range(8)]
     s = await monitor.until(k, lambda s: s.flagged == len(flagged))
-    assert s.state == "active" and s.blocked == 0 and s.strikes == []
+    assert s.state == "active" and s.blocked == 0 and s.strikes == [] and s.reason == ""
     # Blocks still count, and the flags before them do not add to the count.
     blocked = [await monitor.request(k, "block") for _ in range(4)]
     s = await monitor.until(k, lambda s: s.blocked == 4)
@@ -113,14 +128,29 @@ async def test_five_blocks_suspend_and_name_their_requests(monitor: Monitor) -> 
     assert monitor.latest.get("someone-else") is None or monitor.latest["someone-else"].state == "active"
 
 
-async def test_flags_are_strikes_where_the_policy_says_so(monitor: Monitor) -> None:
+async def test_a_tenants_threshold_and_window_decide(monitor: Monitor) -> None:
     k = key()
-    rids = [await monitor.request(k, "block")]
-    rids += [await monitor.request(k, "flag", flag_is_strike=True) for _ in range(4)]
+    policy = StrikePolicy(threshold=3, window_s=5)
+    # Blocks older than the tenant's window (but inside the logger's default one) do not count.
+    for _ in range(2):
+        await monitor.request(k, "block", strikes=policy, ago_ms=60_000)
+    recent = [await monitor.request(k, "block", strikes=policy)]
+    s = await monitor.until(k, lambda s: s.strikes and s.strikes[-1].rid == recent[-1])
+    assert s.state == "active" and [x.rid for x in s.strikes] == recent
+    # Many flags in between never count.
+    for _ in range(6):
+        await monitor.request(k, "flag", strikes=policy)
+    recent += [await monitor.request(k, "block", strikes=policy) for _ in range(2)]
     s = await monitor.until(k, lambda s: s.state == "suspended")
-    assert [x.rid for x in s.strikes] == rids
-    assert [x.action for x in s.strikes] == ["block", "flag", "flag", "flag", "flag"]
-    assert "1 blocked and 4 flagged requests" in s.reason
+    assert [x.rid for x in s.strikes] == recent and s.reason == "3 blocked requests within 5s (threshold 3)"
+
+
+async def test_a_tenant_may_turn_suspension_off(monitor: Monitor) -> None:
+    k = key()
+    off = StrikePolicy(enabled=False)
+    blocked = [await monitor.request(k, "block", strikes=off) for _ in range(7)]
+    s = await monitor.until(k, lambda s: s.blocked == 7)
+    assert s.state == "active" and [x.rid for x in s.strikes] == blocked
 
 
 async def test_only_strikes_after_reinstatement_count(monitor: Monitor) -> None:

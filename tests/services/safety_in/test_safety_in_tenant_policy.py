@@ -1,4 +1,4 @@
-"""safety_in judges each request by its tenant's policy (`Work.safety`) and records whether a flag is a strike."""
+"""safety_in judges each request by its tenant's policy (`Work.safety`) and records the tenant's strike policy."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from switchyard.libs.bus import Bus, BusError, NatsServer
 from switchyard.libs.safety import InputGuard
 from switchyard.libs.telemetry import setup_tracing
-from switchyard.schemas import ErrorCode, StageRecord, TenantSafety, Work, subjects
+from switchyard.schemas import ErrorCode, SafetyInPart, StageRecord, StrikePolicy, TenantSafety, Work, subjects
 from switchyard.services.safety_in.service import SafetyIn
 
 OPENAI_KEY = "here is my key sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"
@@ -31,18 +31,19 @@ async def test_thresholds_and_strikes_follow_the_tenant(nats_server: NatsServer)
         await stage.check(blocked)
     assert e.value.code == ErrorCode.policy_violation
     rec = await records.of(blocked.rid)
-    assert rec.decision["action"] == "block" and rec.decision["flag_is_strike"] is False
+    assert rec.decision["action"] == "block" and isinstance(rec.part, SafetyInPart)
+    assert rec.part.strikes == StrikePolicy()
 
-    lenient = TenantSafety.model_validate({"thresholds": {"secrets": {"block_at": None}}, "flag_is_strike": True})
+    lenient = TenantSafety.model_validate({"thresholds": {"secrets": {"block_at": None}}, "strikes": {"threshold": 2}})
     flagged = work(lenient)
     decision = await stage.check(flagged)
     rec = await records.of(flagged.rid)
-    assert decision.action == "flag" and rec.decision["flag_is_strike"] is True
+    assert decision.action == "flag" and isinstance(rec.part, SafetyInPart) and rec.part.strikes == lenient.strikes
     assert [(v.category, v.action) for v in decision.verdicts] == [("secrets", "flag")]
 
     # The next request of a tenant without overrides is judged by the shipped policy again.
     with pytest.raises(BusError):
-        await stage.check(work(TenantSafety(flag_is_strike=True)))
+        await stage.check(work(TenantSafety.model_validate({"strikes": {"enabled": False}})))
     await bus.close()
 
 

@@ -171,6 +171,14 @@ function replayForm(rid) {
     h("button", { id: "replay-inference", onclick: () => go("inference") }, "Replay inference"),
     h("button", { id: "replay-pipeline", class: "secondary", onclick: () => go("pipeline") }, "Replay pipeline")), out);
 }
+// Input verdicts with the bar each was judged against: a flag below its block bar was borderline and let through.
+function verdictTable(verdicts) {
+  return h("table", { id: "safety-verdicts" }, h("thead", {}, h("tr", {}, ["category", "action", "score", "blocks at", "source", "by", "detail"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, verdicts.map((v) => h("tr", { "data-category": v.category, "data-action": v.action },
+      h("td", {}, v.category), h("td", {}, badge(v.action)), h("td", { class: "num" }, Number(v.score).toFixed(3)),
+      h("td", { class: "num" }, v.block_at == null ? "–" : Number(v.block_at).toFixed(3)), h("td", {}, v.source || "user"),
+      h("td", {}, v.classifier), h("td", {}, v.detail || "")))));
+}
 async function renderRequest(rid) {
   view.replaceChildren(h("p", { class: "muted" }, "loading…"));
   const got = await api(`/v1/admin/requests/${encodeURIComponent(rid)}`);
@@ -201,7 +209,7 @@ async function renderRequest(rid) {
     h("div", { class: "card" }, h("h2", {}, "Assembled prompt"), pre(r.prompt, { id: "prompt" })),
     h("div", { class: "card" }, h("h2", {}, "Stages"), stagesTable(r.stages)),
     h("div", { class: "cols" },
-      h("div", { class: "card" }, h("h2", {}, "Safety"), verdicts.length ? pre(verdicts) : h("p", { class: "muted" }, "no input verdicts"),
+      h("div", { class: "card" }, h("h2", {}, "Safety"), verdicts.length ? verdictTable(verdicts) : h("p", { class: "muted" }, "no input verdicts"),
         r.safety_out ? [h("h3", {}, "output"), pre(r.safety_out)] : null),
       h("div", { class: "card" }, h("h2", {}, "Route and tools"), pre(r.route || "no route"),
         h("h3", {}, "tool calls"), (r.tools || []).length ? pre(r.tools, { id: "tools" }) : h("p", { class: "muted" }, "none"))),
@@ -328,7 +336,7 @@ async function standingCard() {
   }
   if (!got.data.length) body.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No key has been blocked or flagged.")));
   return h("div", { class: "card" }, h("h2", {}, "Key standing"),
-    h("p", { class: "muted" }, "A key is suspended after enough strikes in the window: blocked requests, and flagged ones only where the tenant's safety policy makes a flag a strike."),
+    h("p", { class: "muted" }, "A key is suspended after enough strikes in the window, as its tenant's strike policy says: confident blocks only; a flag (a borderline score) is never a strike."),
     h("table", { id: "keys" }, h("thead", {}, h("tr", {}, ["key", "state", "since", "blocked", "flagged", "reason", "requests", ""]
       .map((c, i) => h("th", { class: i === 3 || i === 4 ? "num" : "" }, c)))), body));
 }
