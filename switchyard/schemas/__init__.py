@@ -38,6 +38,8 @@ from switchyard.schemas.mcp import (
     McpServerView,
     McpStatus,
     McpStatusQuery,
+    McpToolRan,
+    McpToolRun,
     McpToolSpec,
 )
 from switchyard.schemas.messages import (
@@ -181,6 +183,8 @@ __all__ = [
     "McpServerView",
     "McpStatus",
     "McpStatusQuery",
+    "McpToolRan",
+    "McpToolRun",
     "McpToolSpec",
     "MemoryAdd",
     "MemoryDelete",
