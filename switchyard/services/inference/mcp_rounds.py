@@ -101,13 +101,15 @@ async def answer_with_mcp(
     messages: list[dict[str, Any]] = [m.model_dump() for m in work.prompt_messages]
     prompt, choice = work.prompt, work.tool_choice
     stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
-    for round_ in range(work.mcp_rounds + 1):
+    seen: set[str] = set()
+    round_, repeated = 0, False
+    while True:
         if cancelled():
             return "cancelled"
         left = plan.max_tokens - used()
         if left <= 0:
             return "length"
-        final = round_ == work.mcp_rounds
+        final = round_ >= work.mcp_rounds or repeated
         asked = work.model_copy(update={"tool_choice": "none" if final else choice})
         prefill = tool_prefill(asked.client_tools, asked.tool_choice)
         held = [prefill]
@@ -126,10 +128,17 @@ async def answer_with_mcp(
         request_id = request_ids[0] if round_ == 0 else request_ids[1]
         finish = await phase(request_id, prompt + prefill, params, round_ == 0, None if final else hold)
         calls = [] if final else parse_calls("".join(held), names, MAX_CALLS_PER_ROUND)
-        if not calls:
+        if not calls or finish != "stop":
+            # A call that max_tokens cut (or a cancelled one) is not run: no tokens are left to use its result.
             return finish
-        span.add_event("mcp_round", {"round": round_, "calls": [c["function"]["name"] for c in calls]})
-        ran = await asyncio.gather(*(run_call(bus, work, c, round_, call_timeout_s) for c in calls))
+        calls = fresh(calls, seen)
+        round_ += 1
+        if not calls:
+            # Only calls it made already: it has their results, so it answers now (a small model loops).
+            repeated = True
+            continue
+        span.add_event("mcp_round", {"round": round_ - 1, "calls": [c["function"]["name"] for c in calls]})
+        ran = await asyncio.gather(*(run_call(bus, work, c, round_ - 1, call_timeout_s) for c in calls))
         out.ran += ran
         messages += [
             {"role": "assistant", "content": written(calls)},
@@ -141,4 +150,14 @@ async def answer_with_mcp(
             return "length"
         # A forced call is forced once; after it the model chooses.
         choice = "auto"
-    return "stop"
+
+
+def fresh(calls: list[dict[str, Any]], seen: set[str]) -> list[dict[str, Any]]:
+    """The calls not made before in this request (same tool, same arguments), each once; `seen` grows."""
+    out = []
+    for c in calls:
+        key = c["function"]["name"] + json.dumps(json.loads(c["function"]["arguments"]), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
