@@ -171,6 +171,10 @@ class Inference:
                         gen.prompt_tokens, gen.cached_tokens, gen.ttft_s = u.prompt_tokens, u.cached_tokens, u.ttft_s
                         if gen.ttft_s is not None:
                             span.add_event("gen_ai.first_token", {"ttft_ms": gen.ttft_s * 1000}, timestamp=first_ns)
+                    elif gen.mcp.ran:
+                        # A turn after an MCP call reads a new prompt (the calls and results): it is input too.
+                        gen.prompt_tokens += u.prompt_tokens
+                        gen.cached_tokens += u.cached_tokens
                     if u.tpot_s is not None:
                         gen.decode_s += u.tpot_s * max(u.completion_tokens - 1, 0)
                 break
