@@ -38,6 +38,8 @@ from switchyard.schemas.mcp import (
     McpServerView,
     McpStatus,
     McpStatusQuery,
+    McpToolRan,
+    McpToolRun,
     McpToolSpec,
 )
 from switchyard.schemas.messages import (
@@ -182,6 +184,8 @@ __all__ = [
     "McpServerView",
     "McpStatus",
     "McpStatusQuery",
+    "McpToolRan",
+    "McpToolRun",
     "McpToolSpec",
     "MemoryAdd",
     "MemoryDelete",

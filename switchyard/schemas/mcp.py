@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from switchyard.schemas.messages import SafetyVerdict, ToolEvent
+
 # Lower-case letters, digits and hyphens: no `_` (the namespace separator), `.`, `*`, `>` or spaces.
 MCP_SERVER_PATTERN = r"^[a-z][a-z0-9-]{0,23}$"
 # A tool name as its server spells it; with the server's and the separator it stays within the 64
@@ -212,3 +214,27 @@ class McpCall(BaseModel):
     result_bytes: int = 0
     truncated: bool = False
     error: str | None = None
+
+
+class McpToolRun(BaseModel):
+    """inference → tools (`tools.mcp.call`): run one call the model wrote to an MCP tool it was offered."""
+
+    rid: str
+    tenant: str
+    user: str = ""
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    name: str = Field(max_length=64)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # Which of the request's model turns wrote it (0: the first).
+    round: int = Field(0, ge=0)
+
+
+class McpToolRan(BaseModel):
+    """The call's result: as the client was shown it, as the record keeps it, and fenced as data for the
+    model's next turn."""
+
+    round: int = 0
+    event: ToolEvent
+    call: McpCall
+    prompt: str = ""
+    verdicts: list[SafetyVerdict] = Field(default_factory=list)

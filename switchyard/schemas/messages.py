@@ -190,6 +190,10 @@ class Work(BaseModel):
     # tools: what ran, and the tool-results block put into the prompt before the user's message
     tools: list[ToolEvent] = Field(default_factory=list)
     tool_prompt: str = ""
+    # tools: the client's function tools that are MCP tools this tenant sees (`<server>__<tool>`): the
+    # pipeline runs the model's calls to them itself, at most `mcp_rounds` times, and the model goes on.
+    mcp_tools: list[str] = Field(default_factory=list)
+    mcp_rounds: int = 0
 
 
 class Forward(BaseModel):

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from switchyard.schemas.mcp import McpCall
+from switchyard.schemas.mcp import McpCall, McpToolRan
 from switchyard.schemas.messages import (
     ChatMessage,
     Forward,
@@ -270,6 +270,10 @@ class InferencePart(OnlySet):
     thinking: str = ""
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    # The MCP calls the model wrote itself, in order, and (set only then) the last turn's prompt, with
+    # those calls and their results in it: what an inference replay starts from.
+    mcp_rounds: list[McpToolRan] = Field(default_factory=list)
+    prompt: str = ""
 
 
 class SafetyOutcome(BaseModel):

@@ -22,6 +22,8 @@ SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
 TOOLS_SPECS = "tools.specs"  # request/reply: the server-side tools, for GET /v1/tools
 # request/reply, queue group `tools`: what a tools replica found at each registered MCP server
 TOOLS_MCP_STATUS = "tools.mcp.status"
+# request/reply, queue group `tools`: inference hands over a call the model wrote to an MCP tool
+TOOLS_MCP_CALL = "tools.mcp.call"
 # MCP servers an operator registered (`/v1/admin/mcp-servers`), watched by every tools replica; key
 # `global.<name>` or `t<tenant digest>.<name>` (switchyard/schemas/mcp.py), value an McpServerEntry.
 MCP_BUCKET = "mcp_servers"

@@ -51,6 +51,9 @@ def scrub(record: dict[str, Any]) -> dict[str, Any]:
         out["tools"] = [
             {**t, "output": _hide(t.get("output")), "arguments": {}} if isinstance(t, dict) else t for t in out["tools"]
         ]
+    if isinstance(out.get("mcp_rounds"), list):
+        # The MCP calls the model wrote: their arguments, results and the fenced result it was given.
+        out["mcp_rounds"] = [_scrub_round(r) if isinstance(r, dict) else r for r in out["mcp_rounds"]]
     if isinstance(out.get("safety_in"), list):
         # A verdict's detail can quote the message it judged.
         out["safety_in"] = [
@@ -65,6 +68,18 @@ def scrub(record: dict[str, Any]) -> dict[str, Any]:
             for r in so["redactions"]
         ]
         out["safety_out"] = so
+    return out
+
+
+def _scrub_round(entry: dict[str, Any]) -> dict[str, Any]:
+    out = {**entry, "prompt": _hide(entry.get("prompt"))}
+    event = entry.get("event")
+    if isinstance(event, dict):
+        out["event"] = {**event, "output": _hide(event.get("output")), "arguments": {}}
+    if isinstance(entry.get("verdicts"), list):
+        out["verdicts"] = [
+            {**v, "detail": _hide(v.get("detail"))} if isinstance(v, dict) else v for v in entry["verdicts"]
+        ]
     return out
 
 

@@ -62,3 +62,6 @@ class ToolSettings(BaseModel):
     mcp_similarity: float = 0.5
     mcp_stdio_cpu_s: int = 10
     mcp_stdio_memory_mb: int = 1024
+    # How many times the model may call MCP tools itself in one request (each round: its calls run, their
+    # results go back to it, it writes again); then it answers without tools.
+    mcp_max_rounds: int = Field(default=3, ge=0, le=8)

@@ -40,6 +40,7 @@ from switchyard.schemas import (
 from switchyard.schemas.frames import encode_raw
 from switchyard.services.inference.fingerprint import system_fingerprint
 from switchyard.services.inference.logprobs import to_openai
+from switchyard.services.inference.mcp_rounds import McpRounds, Splitter, answer_with_mcp
 from switchyard.services.inference.metrics import InferenceMetrics
 from switchyard.services.inference.phases import (
     ANSWER_OPEN,
@@ -54,10 +55,6 @@ from switchyard.services.inference.reasoning import ReasoningParser
 from switchyard.services.inference.settings import InferenceSettings
 
 log = structlog.get_logger()
-
-# A chunk's text and token count, and whether it is the request's last, to (kind, text) parts to publish and
-# whether the request ends here.
-Splitter = Callable[[str, int, bool], tuple[list[tuple[str, str]], bool]]
 
 
 def served_name(model_path: str) -> str:
@@ -87,6 +84,7 @@ class Generation:
     # Every engine request of this generation is scheduled and cached as: the plan's priority, the tenant's salt.
     priority: int = 0
     cache_salt: str | None = None
+    mcp: McpRounds = field(default_factory=McpRounds)  # the MCP calls the model wrote, when it was offered any
 
     def usage(self) -> Usage:
         tpot = self.decode_s / (self.completion_tokens - 1) if self.completion_tokens > 1 else None
@@ -183,6 +181,10 @@ class Inference:
                         gen.prompt_tokens, gen.cached_tokens, gen.ttft_s = u.prompt_tokens, u.cached_tokens, u.ttft_s
                         if gen.ttft_s is not None:
                             span.add_event("gen_ai.first_token", {"ttft_ms": gen.ttft_s * 1000}, timestamp=first_ns)
+                    elif gen.mcp.ran:
+                        # A turn after an MCP call reads a new prompt (the calls and results): it is input too.
+                        gen.prompt_tokens += u.prompt_tokens
+                        gen.cached_tokens += u.cached_tokens
                     if u.tpot_s is not None:
                         gen.decode_s += u.tpot_s * max(u.completion_tokens - 1, 0)
                 break
@@ -215,6 +217,29 @@ class Inference:
         # The prefill spells client names (a forced function's, its first argument's): text, not markup.
         prompt += self.engine.tokenizer.literal(prefill)
         return await self._phase(gen, "delta", request_id, prompt, params, span, first_phase)
+
+    async def _with_mcp(self, gen: Generation, work: Work, plan: RequestPlan, span: Span) -> str:
+        """An answer that may call the MCP tools the request offers (`mcp_rounds.py`)."""
+
+        def phase(
+            request_id: str, prompt: str, params: SamplingParams, first: bool, split: Splitter | None
+        ) -> Awaitable[str]:
+            return self._phase(gen, "delta", request_id, prompt, params, span, first, split)
+
+        return await answer_with_mcp(
+            phase,
+            self.bus,
+            self.engine.tokenizer,
+            self.engine.max_model_len,
+            work,
+            plan,
+            used=lambda: gen.completion_tokens,
+            cancelled=lambda: work.rid in self._cancelled,
+            request_ids=(work.rid, answer_request_id(work.rid)),
+            span=span,
+            call_timeout_s=self.settings.mcp_call_timeout_s,
+            out=gen.mcp,
+        )
 
     async def _native(self, gen: Generation, work: Work, plan: RequestPlan, span: Span) -> str:
         """A model that thinks by itself: its text is split at its delimiters as it streams. When its thinking
@@ -336,6 +361,8 @@ class Inference:
                         gen.finish = await self._answer(
                             gen, work, plan, answer_request_id(work.rid), answer_prompt, "", span, False
                         )
+                elif work.mcp_tools and work.prompt_messages:
+                    gen.finish = await self._with_mcp(gen, work, plan, span)
                 else:
                     prefill = tool_prefill(work.client_tools, work.tool_choice)
                     if prefill:
@@ -381,6 +408,20 @@ class Inference:
                     logprobs=None if s.logprobs is None else to_openai(self.engine.tokenizer, gen.logprobs),
                 ),
             )
+        part = InferencePart(
+            model=model,
+            replica=self.bus.replica,
+            finish_reason=gen.finish,
+            usage=usage,
+            sampling=s,
+            prompt_tokens=usage.prompt_tokens,
+            raw_output="".join(gen.answer),
+            thinking="".join(gen.thinking),
+            ttft_ms=usage.ttft_ms,
+            tpot_ms=usage.tpot_ms,
+        )
+        if gen.mcp.ran:
+            part.mcp_rounds, part.prompt = gen.mcp.ran, gen.mcp.prompt
         await self.bus.log_stage(
             StageRecord(
                 rid=work.rid,
@@ -395,18 +436,7 @@ class Inference:
                     "checker": ack.replica,
                     "completion_tokens": usage.completion_tokens,
                 },
-                part=InferencePart(
-                    model=model,
-                    replica=self.bus.replica,
-                    finish_reason=gen.finish,
-                    usage=usage,
-                    sampling=s,
-                    prompt_tokens=usage.prompt_tokens,
-                    raw_output="".join(gen.answer),
-                    thinking="".join(gen.thinking),
-                    ttft_ms=usage.ttft_ms,
-                    tpot_ms=usage.tpot_ms,
-                ),
+                part=part,
             )
         )
 

@@ -52,6 +52,9 @@ class InferenceSettings(ServiceSettings):
     metrics_host: str = "127.0.0.1"
     # On SIGTERM, how long the answers being streamed may take to finish before the engine stops.
     drain_timeout_s: float = 30.0
+    # How long a call the model wrote to an MCP tool may take in the tools stage (the server's own limit,
+    # at most 120 s, bounds it there; this covers a tools stage that never answers).
+    mcp_call_timeout_s: float = Field(default=130.0, gt=0, le=600)
     # The engine's own knobs, under their shared names (SWITCHYARD_ENGINE_THREADS, SWITCHYARD_MODEL_PATH,
     # SWITCHYARD_KV_CACHE_BYTES, SWITCHYARD_TOKENIZER_CACHE, SWITCHYARD_TRTLLM_MODEL): read with these settings.
     engine_env: EngineSettings = Field(default_factory=EngineSettings)

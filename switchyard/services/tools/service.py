@@ -27,6 +27,8 @@ from switchyard.schemas import (
     McpServerEntry,
     McpStatus,
     McpStatusQuery,
+    McpToolRan,
+    McpToolRun,
     SafetyVerdict,
     ToolEvent,
     ToolsPart,
@@ -109,7 +111,8 @@ class ToolsStage:
             # The same rule: the registered servers' tools are planned from the user's message only.
             room = self.runner.settings.max_calls - len(calls)
             calls += await self.mcp.plan(work.text, work.tenant, room)
-        if not calls:
+            self.offer_mcp(work)
+        if not calls and not work.mcp_tools:
             return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision={"planned": []})
         work.planned_tools = [c.name for c in calls]
         if not work.input_checked:
@@ -117,6 +120,9 @@ class ToolsStage:
             verdict = await self.bus.request(subjects.SAFETY_IN, work, InputDecision, timeout=INPUT_CHECK_TIMEOUT_S)
             work.verdicts += verdict.verdicts
             work.input_checked = True
+        if not calls:
+            offered = {"planned": [], "mcp_offered": work.mcp_tools}
+            return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=offered)
         for c in calls:
             await self.bus.emit(
                 ChatEvent(
@@ -167,8 +173,48 @@ class ToolsStage:
         )
         if mcp_calls:
             part.mcp = mcp_calls
-        decision = {"planned": [c.name for c in calls]}
+        decision: dict[str, object] = {"planned": [c.name for c in calls]}
+        if work.mcp_tools:
+            decision["mcp_offered"] = work.mcp_tools
         return Forward(subject=nxt, work=work, ack=True, fallback=anyone, decision=decision, part=part)
+
+    def offer_mcp(self, work: Work) -> None:
+        """The client's function tools that are this tenant's MCP tools: the pipeline runs the model's calls
+        to them (inference hands each to `run_for_model`). Only where the prompt can be rendered again with
+        a result in it (a chat, not a raw completion), and never with tools switched off."""
+        if self.mcp is None or not work.client_tools or work.tool_choice == "none" or not work.prompt_messages:
+            return
+        names = [str(t.get("name", "")) for t in work.client_tools]
+        work.mcp_tools = [n for n in names if self.mcp.owns(n, work.tenant)]
+        work.mcp_rounds = self.runner.settings.mcp_max_rounds if work.mcp_tools else 0
+
+    async def run_for_model(self, req: McpToolRun) -> McpToolRan:
+        """One call the model wrote to an MCP tool: bounded as a planned call, shown as a `tool` event, its
+        output checked for injection, and its result fenced as data for the model's next turn."""
+        if self.mcp is None:
+            raise BusError(ErrorCode.unavailable, "this tools replica has no MCP servers")
+        call = ToolCall(id=req.id, name=req.name, arguments=req.arguments)
+        ctx = ToolContext(tenant=req.tenant, user=req.user, rid=req.rid)
+        running = ToolEvent(id=call.id, name=call.name, arguments=call.arguments, status="running")
+        await self.bus.emit(ChatEvent(rid=req.rid, type="tool", tool=running))
+        result, record = await self.mcp.run_one(call, ctx)
+        verdicts = [
+            SafetyVerdict(
+                category=v.category,
+                score=v.score,
+                action=v.action,  # type: ignore[arg-type]
+                classifier=v.classifier,
+                version=v.version,
+                detail=f"{result.name}: {v.detail}",
+                source="tool",
+            )
+            for v in await asyncio.to_thread(self.guard.check, result.output, source="tool")
+            if v.action != "allow"
+        ]
+        event = to_event(result)
+        await self.bus.emit(ChatEvent(rid=req.rid, type="tool", tool=event))
+        prompt = results_to_prompt([result])
+        return McpToolRan(round=req.round, event=event, call=record, prompt=prompt, verdicts=verdicts)
 
     async def run(self, calls: list[ToolCall], ctx: ToolContext) -> tuple[list[ToolResult], list[McpCall]]:
         """Built-in and MCP calls side by side, results in the plan's order."""
@@ -208,7 +254,9 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     mcp = McpHub(settings.tools, runner.code.sandbox, embed, bus.tracer, replica=bus.replica)
     await follow_mcp(bus, mcp)
     refresh = asyncio.create_task(mcp.keep_fresh())
-    await bus.stage(subjects.TOOLS, ToolsStage(bus, planner, runner, tokenizer, guard, planning, mcp).handle)
+    stage = ToolsStage(bus, planner, runner, tokenizer, guard, planning, mcp)
+    await bus.stage(subjects.TOOLS, stage.handle)
+    await bus.subscribe(subjects.TOOLS_MCP_CALL, McpToolRun, stage.run_for_model, queue="tools")
 
     async def specs(q: ToolSpecsQuery) -> ToolSpecs:
         return ToolSpecs(tools=runner.specs() + mcp.specs(q.tenant))

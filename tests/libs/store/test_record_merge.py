@@ -7,6 +7,8 @@ from switchyard.libs.store.record_text import scrub
 from switchyard.schemas import (
     ContextPart,
     InferencePart,
+    McpCall,
+    McpToolRan,
     RequestRecord,
     RouteDecision,
     RoutePart,
@@ -16,6 +18,7 @@ from switchyard.schemas import (
     Sampling,
     StagePart,
     StageRecord,
+    ToolEvent,
     ToolsPart,
     Usage,
 )
@@ -72,3 +75,21 @@ def test_an_answer_stopped_by_output_safety_summarizes_as_a_block() -> None:
     )
     assert rec["safety_out"]["blocked"] == "violence"
     assert summarize(rec)["safety_action"] == "block" and summarize(rec)["status"] == "error"
+
+
+def test_the_model_s_mcp_calls_are_kept_with_the_last_prompt_and_scrubbed() -> None:
+    event = ToolEvent(id="c1", name="inv__stock", arguments={"sku": "A-1"}, status="ok", output="42 units")
+    call = McpCall(id="c1", name="inv__stock", server="inv", transport="http", status="ok", result_bytes=8)
+    ran = McpToolRan(round=0, event=event, call=call, prompt="<tool_results>42 units</tool_results>")
+    tools = _stage("tools", ToolsPart(prompt="first prompt"))
+    inference = InferencePart(raw_output="There are 42.")
+    inference.mcp_rounds, inference.prompt = [ran], "last prompt"
+    rec = merge_stage(merge_stage({}, tools), _stage("inference", inference))
+    # The last round's prompt is the record's: an inference replay starts from it.
+    assert rec["prompt"] == "last prompt" and rec["mcp_rounds"][0]["call"]["server"] == "inv"
+    # Without calls, inference leaves the tools stage's prompt alone.
+    plain = merge_stage(merge_stage({}, tools), _stage("inference", InferencePart(raw_output="x")))
+    assert plain["prompt"] == "first prompt" and "mcp_rounds" not in plain
+    hidden = scrub(rec)["mcp_rounds"][0]
+    assert hidden["event"]["arguments"] == {} and hidden["event"]["output"]["chars"] == len("42 units")
+    assert hidden["prompt"]["chars"] == len(ran.prompt) and hidden["call"]["result_bytes"] == 8

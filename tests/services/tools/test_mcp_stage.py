@@ -1,8 +1,9 @@
 """The tools stage with MCP servers, on a real nats-server and the SDK's own MCP server: a registration in
 the bus's key-value store reaches the stage; `tools.specs` lists its tools; a message that names one plans
 and calls it, the `tool` events go out and the forwarded work carries the result in its prompt block; a
-server that hangs costs one timeout event and the work still goes on. The next hop (inference) is scripted
-at the bus seam: it takes the work and keeps it."""
+server that hangs costs one timeout event and the work still goes on. A request that offers an MCP tool as a
+function is marked so, and a call the model wrote (`tools.mcp.call`) runs, streams and comes back fenced as
+data. The next hop (inference) is scripted at the bus seam: it takes the work and keeps it."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from switchyard.libs.bus import Bus, NatsServer
 from switchyard.libs.tools.settings import ToolSettings
 from switchyard.schemas import (
     ChatEvent,
+    ChatMessage,
     McpServerEntry,
     McpServerSpec,
     McpStatus,
     McpStatusQuery,
+    McpToolRan,
+    McpToolRun,
     RouteDecision,
     ToolSpecs,
     ToolSpecsQuery,
@@ -82,7 +86,7 @@ async def stage(nats_server: NatsServer, server: tuple[str, object]) -> AsyncIte
     await tools_bus.drain()
 
 
-async def run(bus: Bus, inference: Inference, text: str) -> tuple[Work, list[ChatEvent]]:
+async def run(bus: Bus, inference: Inference, text: str, **extra: object) -> tuple[Work, list[ChatEvent]]:
     rid = uuid.uuid4().hex
     events: list[ChatEvent] = []
 
@@ -91,7 +95,7 @@ async def run(bus: Bus, inference: Inference, text: str) -> tuple[Work, list[Cha
 
     await bus.subscribe(subjects.chat_events(rid), ChatEvent, seen)
     route = RouteDecision(model="m", mode="fast", pool=POOL, replica=REPLICA, reason="test")
-    work = Work(rid=rid, tenant="acme", user="ann", key_id="k", text=text, route=route, input_checked=True)
+    work = Work(rid=rid, tenant="acme", user="ann", key_id="k", text=text, route=route, input_checked=True, **extra)
     await bus.request(subjects.TOOLS, work, WorkAccepted, timeout=5)
     await wait_for(lambda: rid in inference.works, 30, "the work to reach inference")
     return inference.works[rid], events
@@ -121,3 +125,40 @@ async def test_a_hanging_server_costs_one_timeout_and_the_work_goes_on(stage: tu
     by_name = {t.name: t for t in work.tools}
     assert by_name["inventory__slow_report"].status == "timeout" and by_name["docs"].status == "ok"
     assert asyncio.get_running_loop().time() - started < 20
+
+
+async def test_a_function_tool_naming_an_mcp_tool_is_offered_to_the_model(stage: tuple[Bus, Inference]) -> None:
+    bus, inference = stage
+    tools = [{"name": "inventory__lookup_stock", "parameters": {}}, {"name": "my_own_tool", "parameters": {}}]
+    prompt = [ChatMessage(role="user", content="hello there")]
+    work, events = await run(bus, inference, "hello there", client_tools=tools, prompt_messages=prompt)
+    assert work.mcp_tools == ["inventory__lookup_stock"] and work.mcp_rounds == 3
+    assert not work.tools and not [e for e in events if e.type == "tool"]  # offered, not planned: nothing ran
+    off, _ = await run(bus, inference, "hello there", client_tools=tools, prompt_messages=prompt, tool_choice="none")
+    assert off.mcp_tools == [] and off.mcp_rounds == 0
+
+
+async def test_a_call_the_model_wrote_runs_streams_and_comes_back_as_data(stage: tuple[Bus, Inference]) -> None:
+    bus, _ = stage
+    rid = uuid.uuid4().hex
+    events: list[ChatEvent] = []
+
+    async def seen(ev: ChatEvent) -> None:
+        events.append(ev)
+
+    await bus.subscribe(subjects.chat_events(rid), ChatEvent, seen)
+    call = McpToolRun(
+        rid=rid, tenant="acme", user="ann", id="call_1", name="inventory__lookup_stock", arguments={"sku": "A-100"}
+    )
+    ran = await bus.request(subjects.TOOLS_MCP_CALL, call, McpToolRan, timeout=10)
+    assert ran.event.status == "ok" and "42 units" in ran.event.output
+    assert ran.call.server == "inventory" and ran.call.status == "ok" and ran.call.result_bytes > 0
+    assert "<tool_results>" in ran.prompt and "42 units" in ran.prompt
+    await wait_for(lambda: [e.tool.status for e in events if e.tool] == ["running", "ok"], 5, "both tool events")
+
+    hung = call.model_copy(update={"id": "call_2", "name": "inventory__slow_report", "arguments": {"topic": "Q3"}})
+    ran = await bus.request(subjects.TOOLS_MCP_CALL, hung, McpToolRan, timeout=10)
+    assert ran.event.status == "timeout" and ran.call.status == "timeout" and "did not answer" in ran.prompt
+    unknown = call.model_copy(update={"id": "call_3", "name": "nowhere__thing"})
+    ran = await bus.request(subjects.TOOLS_MCP_CALL, unknown, McpToolRan, timeout=10)
+    assert ran.event.status == "error" and "no MCP tool" in ran.event.output
