@@ -104,18 +104,20 @@ def test_the_console_shows_and_edits_a_registration(
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.set_default_timeout(30_000)
         page.goto(f"{stack.url}/console?key={stack.admin_key}#/mcp")
-        page.wait_for_function("document.body.dataset.ready === '/mcp'")
+        if page.is_visible("#url-key"):
+            page.click("#url-key-accept")  # a link's key is only offered: the operator accepts it
+        page.wait_for_function("() => document.body.dataset.ready === '/mcp'")
         row = page.locator('tr.mcp-row[data-server="inventory"]')
         assert row.get_attribute("data-state") == "ready"
         assert "inventory__lookup_stock" in row.locator(".mcp-tools").inner_text()
         row.locator("a.edit").click()
         page.wait_for_function(
-            "document.body.dataset.ready === '/mcp' && !!document.querySelector('#mcp-form [readonly]')"
+            "() => document.body.dataset.ready === '/mcp' && !!document.querySelector('#mcp-form [readonly]')"
         )
         page.fill('#mcp-form input[name="timeout_s"]', "4")
         page.click('#mcp-form button[type="submit"]')
         page.wait_for_function(
-            "document.body.dataset.ready === '/mcp' && !document.querySelector('#mcp-form [readonly]')"
+            "() => document.body.dataset.ready === '/mcp' && !document.querySelector('#mcp-form [readonly]')"
         )
         browser.close()
     view = next(v for v in admin.get("/v1/admin/mcp-servers").json()["data"] if v["spec"]["name"] == "inventory")

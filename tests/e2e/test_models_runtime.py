@@ -157,7 +157,7 @@ def test_the_console_models_page_adds_and_removes_a_model(stack: Stack, client: 
         try:
             page.goto(f"{stack.url}/console?key={stack.admin_key}#/models")
             page.click("#url-key-accept")  # a link's key is only offered
-            page.wait_for_function("document.body.dataset.ready === '/models'")
+            page.wait_for_function("() => document.body.dataset.ready === '/models'")
             assert page.locator(f'tr.model-row[data-model="{DEFAULT_MODEL_NAME}"] button.remove').count() == 0
             form = page.locator("#add-model")
             form.locator('input[name="name"]').fill("sim-console")
