@@ -97,6 +97,8 @@ class _Handled:
 class Bus:
     def __init__(self, nc: NATS, service: str, replica: str, telemetry: Telemetry, js_replicas: int = 1):
         self.nc = nc
+        # Set by `close`: the connection going away then is ours, not a loss for the listeners to handle.
+        self.closing = False
         # How many servers keep each JetStream stream and bucket this bus creates: 3 in a cluster, so
         # the log and the registries outlive a node.
         self.js_replicas = js_replicas
@@ -131,6 +133,8 @@ class Bus:
     async def _connection_changed(self, up: bool) -> None:
         """nats-py awaits this in its reconnect loop: the listeners run as tasks of their own, so one that
         talks to the server (which needs that loop) cannot stall it."""
+        if self.closing:
+            return
         log.warning("bus reconnected" if up else "bus connection lost")
 
         async def call(listener: Callable[[bool], Awaitable[None]]) -> None:
@@ -550,6 +554,7 @@ class Bus:
             await asyncio.wait(list(self._inflight.tasks), timeout=timeout)
 
     async def close(self) -> None:
+        self.closing = True
         try:
             await self.nc.drain()
         except Exception:
