@@ -31,7 +31,11 @@ def test_order_and_batching_independent(embedder) -> None:
     texts = [f"message number {i} about {'cats' if i % 2 else 'invoices'}" for i in range(70)]
     whole = embedder.embed(texts)
     single = np.vstack([embedder.embed([t]) for t in texts[:5]])
-    np.testing.assert_allclose(whole[:5], single, atol=1e-5)
+    # In bf16 a batch's padding changes which kernel blocks (AMX tiles) a row is summed in: the rounding
+    # differs, not the meaning. fp32 is held to the bit-near figure.
+    atol = 2e-3 if embedder.dtype == "bf16" else 1e-5
+    np.testing.assert_allclose(whole[:5], single, atol=atol)
+    assert ((whole[:5] * single).sum(axis=1) > 0.9999).all()
 
 
 def test_similar_closer_than_unrelated(embedder) -> None:
