@@ -222,6 +222,26 @@ class Stack:
         status.started_at, status.started_mono = time.time(), time.monotonic()
         return proc
 
+    def _exited(self, tag: str, code: int) -> tuple[ServiceStatus, float]:
+        """Record that `tag` (a service or the bus) exited unasked; the backoff before its successor. Under the lock."""
+        status = self._status[tag]
+        uptime = time.monotonic() - status.started_mono
+        status.attempt = self.backoff.next_attempt(status.attempt, uptime)
+        status.state, status.last_exit, status.pid = "restarting", code, None
+        delay = self.backoff.delay(status.attempt)
+        self._event(
+            "restart",
+            service=tag,
+            exit_code=code,
+            exit=describe_exit(code),
+            attempt=status.attempt,
+            delay_s=delay,
+            uptime_s=round(uptime, 1),
+        )
+        self._write_status()
+        self._changed.notify_all()
+        return status, delay
+
     def _watch(self, tag: str, proc: subprocess.Popen[bytes]) -> None:
         t = threading.Thread(target=self._supervise, args=(tag, proc), name=f"supervise-{tag}", daemon=True)
         self._watchers.append(t)
@@ -234,22 +254,7 @@ class Stack:
             with self._lock:
                 if self._stop.is_set() or self.procs.get(tag) is not proc:
                     return  # stopped or replaced on purpose
-                status = self._status[tag]
-                uptime = time.monotonic() - status.started_mono
-                status.attempt = self.backoff.next_attempt(status.attempt, uptime)
-                status.state, status.last_exit, status.pid = "restarting", code, None
-                delay = self.backoff.delay(status.attempt)
-                self._event(
-                    "restart",
-                    service=tag,
-                    exit_code=code,
-                    exit=describe_exit(code),
-                    attempt=status.attempt,
-                    delay_s=delay,
-                    uptime_s=round(uptime, 1),
-                )
-                self._write_status()
-                self._changed.notify_all()
+                status, delay = self._exited(tag, code)
             if self._stop.wait(delay):
                 return
             with self._lock:
@@ -275,22 +280,7 @@ class Stack:
             with self._lock:
                 if self._stop.is_set() or self.nats is not server:
                     return
-                status = self._status[BUS]
-                uptime = time.monotonic() - status.started_mono
-                status.attempt = self.backoff.next_attempt(status.attempt, uptime)
-                status.state, status.last_exit, status.pid = "restarting", code, None
-                delay = self.backoff.delay(status.attempt)
-                self._event(
-                    "restart",
-                    service=BUS,
-                    exit_code=code,
-                    exit=describe_exit(code),
-                    attempt=status.attempt,
-                    delay_s=delay,
-                    uptime_s=round(uptime, 1),
-                )
-                self._write_status()
-                self._changed.notify_all()
+                status, delay = self._exited(BUS, code)
             if self._stop.wait(delay):
                 return
             with self._lock:
