@@ -112,7 +112,14 @@ async def preference(
 ) -> JSONResponse:
     if body.rid_a == body.rid_b:
         raise ApiError(ErrorCode.bad_request, "rid_a and rid_b must be two different requests")
-    await asyncio.gather(own_request(gw, key, body.rid_a), own_request(gw, key, body.rid_b))
+    # Both looked up at once, the answer named in order (rid_a's miss first): which lookup happens to fail
+    # first must not change what the client reads.
+    looked = await asyncio.gather(
+        own_request(gw, key, body.rid_a), own_request(gw, key, body.rid_b), return_exceptions=True
+    )
+    for outcome in looked:
+        if isinstance(outcome, BaseException):
+            raise outcome
     chosen, rejected = (body.rid_a, body.rid_b) if body.chosen == "a" else (body.rid_b, body.rid_a)
     fb = Feedback(
         rid=chosen,
