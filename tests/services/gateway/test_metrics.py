@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from switchyard.libs.bus import NatsServer
 from switchyard.schemas import ToolEvent, Work, subjects
 from tests.services.gateway.harness import Gateway, Responder, connect
+from tests.wait import wait_for
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -64,18 +65,25 @@ def completion(text: str) -> dict[str, object]:
 async def test_ttft_is_the_first_delta_not_the_first_event(gw: Gateway, responder: GatedResponder) -> None:
     async with httpx.AsyncClient(base_url=gw.url, timeout=10) as c:
         before = await ttft_count(c, "openai")
-        async with c.stream("POST", "/v1/chat/completions", json=completion("gated"), headers=gw.auth()) as r:
-            # The status line waits for the first event, the tool result: the gateway has it, the client has
-            # no answer text yet, so nothing is observed.
+        request = c.build_request("POST", "/v1/chat/completions", json=completion("gated"), headers=gw.auth())
+        # The status line waits for the first answer event; the tool result is in the gateway before it, and
+        # the client has no answer text yet, so nothing is observed.
+        opening = asyncio.ensure_future(c.send(request, stream=True))
+        seen = len(responder.works)
+        await wait_for(lambda: len(responder.works) > seen or None, 10, "the gated work to reach the responder")
+        assert await ttft_count(c, "openai") == before
+        responder.gate.set()
+        r = await opening
+        try:
             assert r.status_code == 200
-            assert await ttft_count(c, "openai") == before
-            responder.gate.set()
             lines = r.aiter_lines()
             async for line in lines:
                 if '"content":"Hi"' in line:
                     break
             assert await ttft_count(c, "openai") == before + 1
             rest = [line async for line in lines]
+        finally:
+            await r.aclose()
         assert "data: [DONE]" in rest
         # Later deltas do not observe again.
         assert await ttft_count(c, "openai") == before + 1
