@@ -16,6 +16,7 @@ from switchyard.libs.engine.types import EngineConfig, SamplingParams, StreamChu
 from switchyard.libs.models import ModelCard, ModelRegistry
 from switchyard.libs.plan import plan
 from switchyard.schemas import (
+    ChatEvent,
     RawChunk,
     ResponseFormat,
     Sampling,
@@ -44,6 +45,7 @@ class FakeBus:
     frames: list[RawFrame] = field(default_factory=list)
     final: RawChunk | None = None
     records: list[StageRecord] = field(default_factory=list)
+    events: list[ChatEvent] = field(default_factory=list)  # chat events sent straight to the gateway
 
     async def request(self, subject: str, msg: Any, reply: type, timeout: float = 0) -> StreamOpenAck:
         return StreamOpenAck(rid=msg.work.rid, replica="checker")
@@ -58,6 +60,9 @@ class FakeBus:
 
     async def log_stage(self, record: StageRecord) -> None:
         self.records.append(record)
+
+    async def emit(self, event: ChatEvent) -> None:
+        self.events.append(event)
 
     def text(self, kind: str) -> str:
         return "".join(f.text for f in self.frames if f.kind == kind)
