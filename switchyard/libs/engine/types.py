@@ -147,7 +147,8 @@ class EngineConfig:
     max_model_len: int = 8192
     threads: int = 0  # torch intra-op threads of the step loop; 0 => follow the batch (wide_step_batch)
     # With `threads` 0: a step of at most this many sequences takes every core, a larger one cores - 1.
-    wide_step_batch: int = 1
+    # 0 (every step leaves a core to the pipeline) until a quiet machine has measured 1 against it.
+    wide_step_batch: int = 0
     # Niceness of the step thread and its OpenMP team: the pipeline's processes preempt it (0: unchanged).
     step_nice: int = 5
     kv_cache_bytes: int = 1 << 30  # KV budget when num_blocks is 0

@@ -8,12 +8,13 @@ lacks (`<tool_call>`), so the default model's files could not give the same prom
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from switchyard.libs.bus import Bus, BusError, NatsServer
+from switchyard.libs.bus.embedded import start_nats_server
 from switchyard.libs.models import ModelRegistry, default_models
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.libs.tokenizer import Tokenizer, load_tokenizer
@@ -44,9 +45,19 @@ def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def own_nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """A server of this module's own: the context stage follows the `models` bucket, which a gateway
+    started by another module on the shared server may already have filled with other models."""
+    server = start_nats_server(store_dir=str(tmp_path_factory.mktemp("nats-hf")))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
 async def harness(
-    nats_server: NatsServer, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    own_nats: NatsServer, qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Harness]:
+    nats_server = own_nats
     broken = tmp_path_factory.mktemp("broken")  # a directory without a tokenizer.json
     cards = [
         *default_models(),
