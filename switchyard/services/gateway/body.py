@@ -100,16 +100,7 @@ async def read_json(request: Request, model: type[M]) -> M:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ApiError(ErrorCode.bad_request, f"request body is not valid UTF-8 (byte {e.start})") from e
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ApiError(ErrorCode.bad_request, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except RecursionError as e:
-        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from e
-    if too_deep(data, MAX_JSON_DEPTH):
-        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    if not isinstance(data, dict):
-        raise ApiError(ErrorCode.bad_request, "request body must be a JSON object")
+    data = json_object(text, "request body")
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -140,3 +131,18 @@ def json_body(model: type[M], *, optional: bool = False) -> Any:
     request without a body gets the model's defaults. Put it after the key in a handler's parameters:
     dependencies resolve in order, so an unauthenticated request is refused before its body is read."""
     return Depends(JsonBody(model, optional))
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """`text` as a JSON object no deeper than MAX_JSON_DEPTH, or a 400 naming what is wrong with `what`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ApiError(ErrorCode.bad_request, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from e
+    if too_deep(data, MAX_JSON_DEPTH):
+        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if not isinstance(data, dict):
+        raise ApiError(ErrorCode.bad_request, f"{what} must be a JSON object")
+    return data

@@ -86,6 +86,22 @@ class ToolsStage:
         self.runner = runner
         self.tokenizer = tokenizer
 
+    async def _output_verdicts(self, result: ToolResult) -> list[SafetyVerdict]:
+        """What the guard finds in a tool's output (indirect injection): verdicts that flag, never block."""
+        return [
+            SafetyVerdict(
+                category=v.category,
+                score=v.score,
+                action=v.action,  # type: ignore[arg-type]
+                classifier=v.classifier,
+                version=v.version,
+                detail=f"{result.name}: {v.detail}",
+                source="tool",
+            )
+            for v in await asyncio.to_thread(self.guard.check, result.output, source="tool")
+            if v.action != "allow"
+        ]
+
     async def handle(self, work: Work) -> Forward:
         if work.route is None:
             raise BusError(ErrorCode.internal, "tools stage got work without a route")
@@ -136,19 +152,7 @@ class ToolsStage:
         # Indirect injection: tool output that tries to instruct the model is flagged (never blocked) and
         # goes into the prompt marked as data either way.
         for r in results:
-            for v in await asyncio.to_thread(self.guard.check, r.output, source="tool"):
-                if v.action != "allow":
-                    work.verdicts.append(
-                        SafetyVerdict(
-                            category=v.category,
-                            score=v.score,
-                            action=v.action,  # type: ignore[arg-type]
-                            classifier=v.classifier,
-                            version=v.version,
-                            detail=f"{r.name}: {v.detail}",
-                            source="tool",
-                        )
-                    )
+            work.verdicts += await self._output_verdicts(r)
         for ev in work.tools:
             await self.bus.emit(ChatEvent(rid=work.rid, type="tool", tool=ev))
         work.tool_prompt = results_to_prompt(results)
@@ -198,19 +202,7 @@ class ToolsStage:
         running = ToolEvent(id=call.id, name=call.name, arguments=call.arguments, status="running")
         await self.bus.emit(ChatEvent(rid=req.rid, type="tool", tool=running))
         result, record = await self.mcp.run_one(call, ctx)
-        verdicts = [
-            SafetyVerdict(
-                category=v.category,
-                score=v.score,
-                action=v.action,  # type: ignore[arg-type]
-                classifier=v.classifier,
-                version=v.version,
-                detail=f"{result.name}: {v.detail}",
-                source="tool",
-            )
-            for v in await asyncio.to_thread(self.guard.check, result.output, source="tool")
-            if v.action != "allow"
-        ]
+        verdicts = await self._output_verdicts(result)
         event = to_event(result)
         await self.bus.emit(ChatEvent(rid=req.rid, type="tool", tool=event))
         prompt = results_to_prompt([result])

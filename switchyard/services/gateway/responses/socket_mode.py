@@ -30,7 +30,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from switchyard.libs.bus import BusError
 from switchyard.schemas import ErrorCode
 from switchyard.services.gateway.auth import authenticate
-from switchyard.services.gateway.body import MAX_JSON_DEPTH, too_deep
+from switchyard.services.gateway.body import json_object
 from switchyard.services.gateway.core import Gateway
 from switchyard.services.gateway.errors import ApiError, error_response, status_of
 from switchyard.services.gateway.responses.create import (
@@ -77,16 +77,7 @@ def _validation_message(e: ValidationError) -> str:
 
 def read_create(raw: str) -> ResponsesRequest:
     """One client message as the create request it must be, or a 400 naming what is wrong."""
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ApiError(ErrorCode.bad_request, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    except RecursionError as e:
-        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from e
-    if too_deep(data, MAX_JSON_DEPTH):
-        raise ApiError(ErrorCode.bad_request, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    if not isinstance(data, dict):
-        raise ApiError(ErrorCode.bad_request, "a message must be a JSON object")
+    data = json_object(raw, "a message")
     kind = data.pop("type", None)
     if kind != "response.create":
         shown = kind if isinstance(kind, str) else json.dumps(kind)
