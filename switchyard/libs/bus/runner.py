@@ -15,7 +15,7 @@ import uvloop
 
 from switchyard.libs.bus.bus import Bus, stable_id
 from switchyard.libs.bus.settings import ServiceSettings
-from switchyard.libs.telemetry import configure_logging, setup_tracing
+from switchyard.libs.telemetry import Telemetry, configure_logging, setup_tracing
 from switchyard.schemas import HealthReply, HealthRequest, SpanBatch, subjects
 
 Cleanup = Callable[[], Awaitable[None]]
@@ -89,9 +89,37 @@ async def serve(
 ) -> None:
     configure_logging(service, log_level)
     log = structlog.get_logger()
+    # Watched from the first line: a supervisor that dies while this stage starts (a router waiting for
+    # its first replica, a model loading) stops it there too.
+    stop = asyncio.Event()
+    unwatch = stop_on_signals(stop, supervisor_pid)
     telemetry = setup_tracing(service, otlp_endpoint)
     replica = replica or uuid.uuid4().hex[:8]
     bus = await Bus.connect(nats_url, service, replica, telemetry, js_replicas)
+    starting = asyncio.ensure_future(_start(bus, service, replica, setup, telemetry, torch_threads))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    cleanup = None
+    if starting.done():
+        cleanup = starting.result()
+        log.info("ready", replica=replica)
+        await stopping
+    else:
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+    unwatch()
+    log.info("draining")
+    await bus.quiesce()
+    if cleanup is not None:
+        await cleanup()
+    await telemetry.shutdown()
+    await bus.close()
+    log.info("stopped")
+
+
+async def _start(
+    bus: Bus, service: str, replica: str, setup: Setup, telemetry: Telemetry, torch_threads: int
+) -> Cleanup | None:
     await bus.ensure_log_stream()
     bus.on_reconnect(bus.ensure_log_stream)  # a server restarted without its store makes it anew
 
@@ -114,16 +142,4 @@ async def serve(
     # Subscribed last: a stage answers health checks only once it can take work.
     await bus.subscribe(subjects.health(service), HealthRequest, health, queue=service, span=False)
     await bus.subscribe(subjects.health_of(service, replica), HealthRequest, health, span=False)
-    log.info("ready", replica=replica)
-
-    stop = asyncio.Event()
-    unwatch = stop_on_signals(stop, supervisor_pid)
-    await stop.wait()
-    unwatch()
-    log.info("draining")
-    await bus.quiesce()
-    if cleanup is not None:
-        await cleanup()
-    await telemetry.shutdown()
-    await bus.close()
-    log.info("stopped")
+    return cleanup
