@@ -1,21 +1,25 @@
-"""The per-token frames: the hot path's compact wire form (msgspec), typed and validated once on decode.
+"""The per-step and per-token frames: the hot path's compact wire form (msgspec), typed and validated once on decode.
 
-Two subjects carry an answer token by token: `stream.raw.<rid>` (inference → safety_out) and
-`chat.events.<rid>` (safety_out → gateway). Every other message is a pydantic model in JSON; a text
-frame on these two subjects is a JSON array instead, so one look at the first byte tells them apart:
+Two hops carry an answer as it is written:
 
-- `stream.raw.<rid>`: `[seq, kind, text, tokens]` (`RawFrame`) for text, then one `RawChunk` object
-  (finished, with usage, error or logprobs) that ends the stream.
-- `chat.events.<rid>`: `[kind, text]` (`TextFrame`) for `delta` and `thinking` events; every other
-  event (`tool`, `holder`, `done`, `error`) stays a `ChatEvent` object.
+- `stream.steps.<checker>.<producer>` (inference replica `producer` → safety_out replica `checker`): one
+  message per engine step, a JSON array of `StepFrame`s `[rid, seq, kind, text, tokens]`, one for every
+  stream of that checker the step made text for; a stream ends with one `RawChunk` object (finished,
+  with usage, error or logprobs) on the same subject, after its last frame.
+- `chat.events.<rid>` (safety_out → gateway): `[kind, text]` (`TextFrame`) for `delta` and `thinking`
+  events; every other event (`tool`, `holder`, `done`, `error`) stays a `ChatEvent` object.
 
-When the request asked for log probabilities, an answer's frames on both subjects carry one more
-element: the `TokenLogprob` items (as JSON objects) of the tokens whose text the frame carries.
+Every other message is a pydantic model in JSON; a frame message is a JSON array instead, so one look at
+the first byte tells them apart.
+
+When the request asked for log probabilities, its frames on both hops carry one more element: the
+`TokenLogprob` items (as JSON objects) of the tokens whose text the frame carries.
 
 A frame carries every token its stream produced since the previous frame (at most one engine step
-old), so a fast engine sends fewer, larger frames and a slow one still sends one per token. Frames have
-no NATS headers: the rid is in the subject, and the request's trace and deadline travel with the
-messages that open and end the stream.
+old), so a fast engine sends fewer, larger frames and a slow one still sends one per token; the step
+message makes the bus's cost per step, not per stream. Frames have no NATS headers: the rid is in the
+frame (or the subject), and the request's trace and deadline travel with the messages that open and end
+the stream.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from switchyard.schemas.messages import ChatEvent, RawChunk, TokenLogprob
 TextKind = Literal["delta", "thinking"]
 
 
-class RawFrame(msgspec.Struct, array_like=True, frozen=True):
-    """Answer (or thinking) text on `stream.raw.<rid>`; `seq` counts frames from 0, `tokens` the tokens in it."""
+class StepFrame(msgspec.Struct, array_like=True, frozen=True):
+    """One stream's new text (or thinking) in a step message; `seq` counts the stream's frames from 0,
+    `tokens` the tokens in it."""
 
+    rid: str
     seq: int
     kind: TextKind
     text: str
@@ -49,7 +55,7 @@ class TextFrame(msgspec.Struct, array_like=True, frozen=True):
 
 
 _encode = msgspec.json.Encoder().encode
-_raw = msgspec.json.Decoder(RawFrame)
+_steps = msgspec.json.Decoder(list[StepFrame])
 _text = msgspec.json.Decoder(TextFrame)
 
 
@@ -57,24 +63,33 @@ class FrameError(ValueError):
     """Bytes on a frame subject that are neither a frame nor the subject's model."""
 
 
-def encode_raw(
-    seq: int, kind: TextKind, text: str, tokens: int = 1, logprobs: list[dict[str, Any]] | None = None
+def encode_step_frame(
+    rid: str, seq: int, kind: TextKind, text: str, tokens: int = 1, logprobs: list[dict[str, Any]] | None = None
 ) -> bytes:
+    """One stream's frame, to be joined with the step's others by `join_step`."""
     # Without log probabilities the frame is as short on the wire as before they were added.
-    return _encode((seq, kind, text, tokens) if logprobs is None else RawFrame(seq, kind, text, tokens, logprobs))
+    if logprobs is None:
+        return _encode((rid, seq, kind, text, tokens))
+    return _encode(StepFrame(rid, seq, kind, text, tokens, logprobs))
+
+
+def join_step(frames: list[bytes]) -> bytes:
+    """A step message from its frames (each from `encode_step_frame`): no second encoding pass."""
+    return b"[" + b",".join(frames) + b"]"
 
 
 def encode_text(kind: TextKind, text: str, logprobs: list[dict[str, Any]] | None = None) -> bytes:
     return _encode((kind, text) if logprobs is None else TextFrame(kind, text, logprobs))
 
 
-def decode_raw(data: bytes) -> RawFrame | RawChunk:
+def decode_step(data: bytes) -> list[StepFrame] | RawChunk:
+    """A step message (its streams' frames) or a stream's end."""
     try:
         if data[:1] == b"[":
-            return _raw.decode(data)
+            return _steps.decode(data)
         return RawChunk.model_validate_json(data)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
-        raise FrameError(f"not a raw-stream frame: {e}") from e
+        raise FrameError(f"not a step message: {e}") from e
 
 
 def decode_event(rid: str, data: bytes) -> ChatEvent:

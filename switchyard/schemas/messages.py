@@ -254,7 +254,8 @@ class StreamOpenAck(BaseModel):
 
 
 class RawChunk(BaseModel):
-    """Inference output on `stream.raw.<rid>`, in order (`seq` starts at 0)."""
+    """Inference output on `stream.steps.<checker>.<producer>` that is not a step's frame: the stream's end, after its
+    frames (`seq` counts on from theirs)."""
 
     rid: str
     seq: int

@@ -120,6 +120,8 @@ def template(subject: str) -> str:
     parts = subject.split(".")
     if parts[0] in ("stream", "chat") and len(parts) == 3:
         return f"{parts[0]}.{parts[1]}.{{rid}}"
+    if parts[:2] == ["stream", "steps"] and len(parts) == 4:
+        return "stream.steps.{checker}.{producer}"
     if parts[0] == "infer" and len(parts) == 3 and parts[1] != "heartbeat":
         return f"infer.{parts[1]}.{{replica}}"
     return subject
@@ -142,8 +144,16 @@ def infer_any(pool: str) -> str:
     return f"infer.{token(pool)}"
 
 
-def stream_raw(rid: str) -> str:
-    return f"stream.raw.{token(rid)}"
+def stream_steps(checker: str, producer: str) -> str:
+    """Inference replica `producer`'s engine steps for the streams safety_out replica `checker` holds: one
+    message per step (switchyard/schemas/frames.py). One publisher per subject, so a message split in parts
+    arrives whole and in order."""
+    return f"stream.steps.{token(checker)}.{token(producer)}"
+
+
+def stream_steps_to(checker: str) -> str:
+    """Every inference replica's steps for safety_out replica `checker`: its one subscription for them."""
+    return f"stream.steps.{token(checker)}.*"
 
 
 def chat_events(rid: str) -> str:

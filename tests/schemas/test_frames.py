@@ -1,18 +1,28 @@
-"""The per-token frames: what each subject carries, decoded and validated once."""
+"""The step and per-token frames: what each subject carries, decoded and validated once."""
 
 from __future__ import annotations
 
 import pytest
 
 from switchyard.schemas import ChatEvent, RawChunk, TokenLogprob, Usage
-from switchyard.schemas.frames import FrameError, RawFrame, decode_event, decode_raw, encode_raw, encode_text
+from switchyard.schemas.frames import (
+    FrameError,
+    StepFrame,
+    decode_event,
+    decode_step,
+    encode_step_frame,
+    encode_text,
+    join_step,
+)
 
 
-def test_raw_frames_round_trip_and_the_end_is_a_chunk() -> None:
-    frame = decode_raw(encode_raw(3, "thinking", 'a "quoted" é\n', 2))
-    assert frame == RawFrame(3, "thinking", 'a "quoted" é\n', 2)
+def test_a_step_carries_every_streams_frame_and_the_end_is_a_chunk() -> None:
+    step = join_step(
+        [encode_step_frame("r1", 3, "thinking", 'a "quoted" é\n', 2), encode_step_frame("r2", 0, "delta", "Hi")]
+    )
+    assert decode_step(step) == [StepFrame("r1", 3, "thinking", 'a "quoted" é\n', 2), StepFrame("r2", 0, "delta", "Hi")]
     end = RawChunk(rid="r", seq=4, finished=True, finish_reason="length", usage=Usage(completion_tokens=9))
-    got = decode_raw(end.model_dump_json().encode())
+    got = decode_step(end.model_dump_json().encode())
     assert isinstance(got, RawChunk) and got.finished and got.usage == end.usage
 
 
@@ -32,13 +42,14 @@ def test_what_is_no_frame_is_refused(data: bytes) -> None:
     with pytest.raises(FrameError):
         decode_event("r1", data)
     with pytest.raises(FrameError):
-        decode_raw(data)
+        decode_step(data)
 
 
 def test_frames_carry_their_tokens_logprobs_when_asked_and_stay_short_when_not() -> None:
     entries = [TokenLogprob(token="Hel", logprob=-0.25, bytes=[72, 101, 108]).model_dump()]
-    assert encode_raw(3, "delta", "Hel", 1) == b'[3,"delta","Hel",1]'
-    assert decode_raw(encode_raw(3, "delta", "Hel", 1, entries)) == RawFrame(3, "delta", "Hel", 1, entries)
+    assert encode_step_frame("r1", 3, "delta", "Hel", 1) == b'["r1",3,"delta","Hel",1]'
+    step = join_step([encode_step_frame("r1", 3, "delta", "Hel", 1, entries)])
+    assert decode_step(step) == [StepFrame("r1", 3, "delta", "Hel", 1, entries)]
     assert encode_text("delta", "Hel") == b'["delta","Hel"]'
     event = decode_event("r1", encode_text("delta", "Hel", entries))
     assert event.logprobs == [TokenLogprob(token="Hel", logprob=-0.25, bytes=[72, 101, 108])]

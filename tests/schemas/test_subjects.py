@@ -13,10 +13,10 @@ BAD = [">", "*", ".", "a.b", "a*", "a>", "a b", "a\tb", "a\nb", "a\rb", "", "a\x
 
 @pytest.mark.parametrize("bad", BAD)
 def test_every_helper_refuses_a_bad_token(bad: str) -> None:
-    for helper in (subjects.stream_raw, subjects.chat_events, subjects.chat_owner, subjects.chat_cancel):
+    for helper in (subjects.stream_steps_to, subjects.chat_events, subjects.chat_owner, subjects.chat_cancel):
         with pytest.raises(ValueError):
             helper(bad)
-    for helper2 in (subjects.infer, subjects.health_of):
+    for helper2 in (subjects.infer, subjects.health_of, subjects.stream_steps):
         with pytest.raises(ValueError):
             helper2("default", bad)
         with pytest.raises(ValueError):
@@ -41,6 +41,6 @@ def test_the_edge_pattern_refuses_what_is_not_a_server_id(bad: str) -> None:
 
 def test_span_names_name_the_variable_part_not_its_value() -> None:
     assert subjects.template(subjects.chat_events("abc123")) == "chat.events.{rid}"
-    assert subjects.template(subjects.stream_raw("abc123")) == "stream.raw.{rid}"
+    assert subjects.template(subjects.stream_steps("s1", "i1")) == "stream.steps.{checker}.{producer}"
     assert subjects.template(subjects.infer("default", "r7")) == "infer.default.{replica}"
     assert subjects.template(subjects.CONTEXT) == subjects.CONTEXT

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from switchyard.libs.bus import headers as H
 from switchyard.libs.bus.kv import TypedKV, open_bucket
-from switchyard.libs.bus.parts import Joiner, split
+from switchyard.libs.bus.parts import HEADROOM, Joiner, split
 from switchyard.libs.telemetry import Telemetry
 from switchyard.schemas import ChatEvent, ErrorCode, ErrorInfo, Forward, StageRecord, Work, WorkAccepted, subjects
 
@@ -236,6 +236,11 @@ class Bus:
             raise BusError(info.code, info.message)
         return reply_type.model_validate_json(reply.data)
 
+    @property
+    def max_frame_bytes(self) -> int:
+        """The most a frame message may hold: `publish_frame` does not split (only `publish` does)."""
+        return max(1, self.nc.max_payload - HEADROOM)
+
     async def publish_frame(self, subject: str, data: bytes) -> None:
         """A per-token frame (switchyard/schemas/frames.py): its bytes as they are, no headers (the hot path)."""
         await self.nc.publish(subject, data)
@@ -253,14 +258,16 @@ class Bus:
     async def watch_frames(
         self, subject: str, decode: Callable[[bytes], F], handler: Callable[[F], Awaitable[None]]
     ) -> Any:
-        """Like `watch`, for a per-token subject: `decode` (from switchyard/schemas/frames.py) reads each message, in
-        order; what does not decode is logged and skipped."""
+        """Like `watch`, for a per-token or per-step subject (a wildcard may match several, one publisher
+        each): `decode` (from switchyard/schemas/frames.py) reads each message, in order; what does not decode
+        is logged and skipped."""
 
-        joiner = Joiner()
+        joiners: dict[str, Joiner] = {}  # parts are consecutive per subject, not across a wildcard's subjects
 
         async def on_msg(msg: Msg) -> None:
             try:
-                data = joiner.add(msg.data, msg.headers)
+                hdrs = msg.headers
+                data = joiners.setdefault(msg.subject, Joiner()).add(msg.data, hdrs) if hdrs else msg.data
                 if data is None:
                     return
                 item = decode(data)

@@ -1,4 +1,4 @@
-"""Serve an engine on `infer.<pool>.<replica>`: handshake with safety_out, stream, honour cancel."""
+"""Serve an engine on `infer.<pool>.<replica>`: handshake with safety_out, stream per engine step, honour cancel."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ from switchyard.schemas import (
     WorkAccepted,
     subjects,
 )
-from switchyard.schemas.frames import encode_raw
 from switchyard.services.inference.fingerprint import system_fingerprint
 from switchyard.services.inference.logprobs import to_openai
 from switchyard.services.inference.mcp_rounds import McpRounds, Splitter, answer_with_mcp
@@ -53,6 +52,7 @@ from switchyard.services.inference.phases import (
 )
 from switchyard.services.inference.reasoning import ReasoningParser
 from switchyard.services.inference.settings import InferenceSettings
+from switchyard.services.inference.steps import StepOutbox
 
 log = structlog.get_logger()
 
@@ -70,6 +70,7 @@ class Generation:
 
     rid: str
     t0: float
+    steps: str = ""  # stream.steps.<checker>.<producer>: where this stream's frames and end go
     seq: int = 0
     thinking: list[str] = field(default_factory=list)
     answer: list[str] = field(default_factory=list)
@@ -111,6 +112,8 @@ class Inference:
         # Cancels can overtake the work they cancel; remember recent ones so late work ends at once.
         self._cancelled: OrderedDict[str, None] = OrderedDict()
         self._running: set[asyncio.Task[None]] = set()
+        # Every stream's frames of one engine step leave as one message per checker.
+        self.outbox = StepOutbox(bus)
 
     async def cancel(self, notice: CancelNotice) -> None:
         self._cancelled[notice.rid] = None
@@ -133,7 +136,6 @@ class Inference:
         """Stream one engine request as `kind` chunks; returns the finish reason. With `split`, each chunk's
         text is parted into thinking and answer by it instead, and the request ends (finish reason
         'thinking_budget') where it says so."""
-        raw = subjects.stream_raw(gen.rid)
         finish = "error"
         first_ns: int | None = None
         ended = False  # `split` ended it: what the engine still sends is drained, not published
@@ -167,8 +169,7 @@ class Inference:
                     framed.clear()
                 # One frame per chunk: the engine merged what this stream made since the last one.
                 n = len(chunk.token_ids) if len(parts) == 1 else 0
-                frame = encode_raw(gen.seq, part, text, n, lps)  # type: ignore[arg-type]
-                await self.bus.publish_frame(raw, frame)
+                self.outbox.frame(gen.steps, gen.rid, gen.seq, part, text, n, lps)  # type: ignore[arg-type]
                 gen.seq += 1
             if chunk.finished:
                 finish = "thinking_budget" if ended else (chunk.finish_reason or "stop")
@@ -210,7 +211,7 @@ class Inference:
             return "length"
         if prefill:
             gen.answer.append(prefill)
-            await self.bus.publish_frame(subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0))
+            self.outbox.frame(gen.steps, gen.rid, gen.seq, "delta", prefill, 0)
             gen.seq += 1
         stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
         params = params_of(work.sampling, left, extra_stop=stops, constraint=answer_constraint(work, prefill))
@@ -295,10 +296,12 @@ class Inference:
     async def handle(self, work: Work) -> None:
         gen = Generation(rid=work.rid, t0=time.perf_counter(), prompt_tokens=work.prompt_tokens)
         started = now_ms()
-        # safety_out subscribes to stream.raw.<rid> before it answers, so no delta is published unheard.
+        # safety_out holds the stream before it answers, so no frame reaches it unheard; its answer names
+        # the replica whose step messages carry this stream.
         ack = await self.bus.request(
             subjects.SAFETY_OUT, StreamOpen(work=work, producer=self.bus.replica), StreamOpenAck, timeout=5.0
         )
+        gen.steps = subjects.stream_steps(ack.replica, self.bus.replica)
         # Before any text: the prompt's size (Anthropic's `message_start`) and this build (OpenAI's fingerprint).
         await self.bus.emit(
             ChatEvent(
@@ -367,9 +370,7 @@ class Inference:
                     prefill = tool_prefill(work.client_tools, work.tool_choice)
                     if prefill:
                         gen.answer.append(prefill)
-                        await self.bus.publish_frame(
-                            subjects.stream_raw(work.rid), encode_raw(gen.seq, "delta", prefill, 0)
-                        )
+                        self.outbox.frame(gen.steps, gen.rid, gen.seq, "delta", prefill, 0)
                         gen.seq += 1
                     # One call at most: the answer ends where the first call does. Parallel calls: the model ends it.
                     stops = [TOOL_CALL_CLOSE] if work.client_tools and not work.parallel_tool_calls else []
@@ -396,8 +397,8 @@ class Inference:
                     "gen_ai.response.model": model,
                 }
             )
-            await self.bus.publish(
-                subjects.stream_raw(work.rid),
+            ended = self.outbox.end(
+                gen.steps,
                 RawChunk(
                     rid=work.rid,
                     seq=gen.seq,
@@ -408,6 +409,7 @@ class Inference:
                     logprobs=None if s.logprobs is None else to_openai(self.engine.tokenizer, gen.logprobs),
                 ),
             )
+            await ended  # out before the record, and before a draining replica lets go
         part = InferencePart(
             model=model,
             replica=self.bus.replica,

@@ -1,7 +1,10 @@
 """The streaming handshake and checker.
 
-Inference asks `pipeline.safety_out` for a checker; this replica subscribes to `stream.raw.<rid>` and
-only then answers, so no delta is lost. Each delta goes out as soon as redaction allows (a word of
+Inference asks `pipeline.safety_out` for a checker; this replica takes the stream and only then answers
+with its replica id, which addresses the step messages inference sends it (`stream.steps.<this>.<producer>`,
+one per engine step for all of this replica's streams of that producer). One subscription reads them all
+and hands each stream its frames in one pass; each stream's own task (made at the handshake, in the
+request's context) handles them in order. Each delta goes out as soon as redaction allows (a word of
 look-behind, see `StreamGuard`); finished sentences are judged off the token path by a classifier
 pass shared with every other stream of this replica, and a block stops the stream where it is.
 Under the tenant's `judged` policy a sentence is shown only once judged. The turn is saved before
@@ -48,7 +51,7 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas.frames import RawFrame, TextKind, decode_raw, encode_text
+from switchyard.schemas.frames import StepFrame, TextKind, decode_step, encode_text
 from switchyard.services.safety_out.settings import SafetyOutSettings
 
 log = structlog.get_logger()
@@ -75,7 +78,10 @@ class Stream:
     admission: asyncio.Task[None] | None = None
     # Releases and the end go out in the order the guard produced them, whichever task produced them.
     emit_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    sub: Any = None
+    # What the step messages brought for this stream and its task has not handled yet, in order.
+    inbox: list[StepFrame | RawChunk] = field(default_factory=list)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    reader: asyncio.Task[None] | None = None
     events_subject: str = ""  # chat.events.<rid>, built once: every released word goes there
     watchdog: asyncio.Task[None] | None = None
     # Log probabilities go out with their own text: each answer frame's (characters, entries) in order,
@@ -131,23 +137,13 @@ class SafetyOut:
             lp_on=work.sampling.logprobs is not None,
         )
 
-        async def on_frame(frame: RawFrame | RawChunk) -> None:
-            if isinstance(frame, RawFrame):
-                await self.on_text(st, frame)
-            elif not frame.finished:  # a producer that sends whole chunks: its text is a frame all the same
-                await self.on_text(st, RawFrame(frame.seq, frame.kind, frame.text))
-            else:
-                await self.on_chunk(st, frame)
-
         self.streams[work.rid] = st
         if req.producer:
             self.liveness.watch(work.rid).took("inference", req.producer)
-        # Frames carry no headers: the subscription's task is made here, so it keeps this request's
-        # context (rid, tenant, deadline, trace) for everything the stream sends or records.
+        # Frames carry no headers: the stream's task is made here, so it keeps this request's context
+        # (rid, tenant, deadline, trace) for everything the stream sends or records.
         with self.bus.bound(replace(current_context(), reply="")):
-            st.sub = await self.bus.watch_frames(subjects.stream_raw(work.rid), decode_raw, on_frame)
-        # The answer must not overtake the subscription: make the server register it first.
-        await self.bus.flush()
+            st.reader = asyncio.create_task(self._read(st))
         deadline = current_context().deadline_ms
         timeout = (deadline - now_ms()) / 1000 if deadline else self.settings.default_stream_timeout_s
         st.watchdog = asyncio.create_task(self._expire(st, max(timeout, 0.1)))
@@ -268,7 +264,31 @@ class SafetyOut:
             log.warning("raw stream gap", expected=st.next_seq, got=seq)
         st.next_seq = seq + 1
 
-    async def on_text(self, st: Stream, frame: RawFrame) -> None:
+    async def on_step(self, step: list[StepFrame] | RawChunk) -> None:
+        """One engine step's frames of this replica's streams (or a stream's end): each to its stream."""
+        streams = self.streams
+        for item in step if isinstance(step, list) else (step,):
+            st = streams.get(item.rid)
+            if st is None:  # ended here already (a block, a deadline, a lost producer): the rest is moot
+                continue
+            st.inbox.append(item)
+            st.arrived.set()
+
+    async def _read(self, st: Stream) -> None:
+        """The stream's frames, in order, until it ends."""
+        while not st.closed:
+            await st.arrived.wait()
+            st.arrived.clear()
+            items, st.inbox = st.inbox, []
+            for item in items:
+                if isinstance(item, StepFrame):
+                    await self.on_text(st, item)
+                elif not item.finished:  # a producer that sends whole chunks: its text is a frame all the same
+                    await self.on_text(st, StepFrame(item.rid, item.seq, item.kind, item.text))
+                else:
+                    await self.on_chunk(st, item)
+
+    async def on_text(self, st: Stream, frame: StepFrame) -> None:
         """The hot path: one frame of text (every token the model made since the previous frame)."""
         if st.closed:
             return
@@ -427,8 +447,9 @@ class SafetyOut:
                 ),
             )
         )
-        # Last: this may run in the subscription's own callback, which unsubscribing cancels.
-        await self.bus.unsubscribe(st.sub)
+        # Last: this may run in the stream's own task, which this cancels.
+        if st.reader is not None and st.reader is not asyncio.current_task():
+            st.reader.cancel()
 
 
 async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable[None]] | None:
@@ -445,6 +466,9 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
     service = SafetyOut(bus, settings, TenantGuards(guard), batcher)
     # Every replica hears every cancel (no queue group): only the one holding the stream acts on it.
     await bus.subscribe(subjects.CHAT_CANCEL_ANY, CancelNotice, service.cancelled, span=False)
+    # Every producer's steps for this replica, before the handshake is offered: no frame goes unheard.
+    await bus.watch_frames(subjects.stream_steps_to(bus.replica), decode_step, service.on_step)
+    await bus.flush()
     await bus.subscribe(subjects.SAFETY_OUT, StreamOpen, service.open, queue="safety_out")
 
     async def cleanup() -> None:

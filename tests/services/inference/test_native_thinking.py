@@ -26,7 +26,7 @@ from switchyard.schemas import (
     ThinkingSpec,
     Work,
 )
-from switchyard.schemas.frames import RawFrame, decode_raw
+from switchyard.schemas.frames import StepFrame, decode_step
 from switchyard.services.inference.service import Inference
 from switchyard.services.inference.settings import InferenceSettings
 
@@ -38,11 +38,12 @@ THINK_TOKENS = 24
 
 @dataclass
 class FakeBus:
-    """What the service sends: raw frames and the final chunk, in order."""
+    """What the service sends: step frames and the final chunk, in order."""
 
     replica: str = "r1"
     tracer: trace.Tracer = field(default_factory=lambda: trace.get_tracer("test"))
-    frames: list[RawFrame] = field(default_factory=list)
+    frames: list[StepFrame] = field(default_factory=list)
+    max_frame_bytes: int = 1 << 20
     final: RawChunk | None = None
     records: list[StageRecord] = field(default_factory=list)
     events: list[ChatEvent] = field(default_factory=list)  # chat events sent straight to the gateway
@@ -51,11 +52,11 @@ class FakeBus:
         return StreamOpenAck(rid=msg.work.rid, replica="checker")
 
     async def publish_frame(self, subject: str, data: bytes) -> None:
-        frame = decode_raw(data)
-        assert isinstance(frame, RawFrame)
-        self.frames.append(frame)
+        step = decode_step(data)
+        assert isinstance(step, list)
+        self.frames += step
 
-    async def publish(self, subject: str, msg: Any) -> None:
+    async def publish(self, subject: str, msg: Any, rid: str | None = None) -> None:
         self.final = msg
 
     async def log_stage(self, record: StageRecord) -> None:

@@ -14,7 +14,7 @@ from switchyard.libs.bus import Bus, NatsServer
 from switchyard.libs.bus.embedded import free_port
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.schemas import RawChunk, Sampling, StreamOpen, StreamOpenAck, Work, subjects
-from switchyard.schemas.frames import RawFrame, decode_raw
+from switchyard.schemas.frames import StepFrame, decode_step
 from switchyard.services.inference.service import setup
 from switchyard.services.inference.settings import InferenceSettings
 from tests.services.inference.test_inference_metrics import Scrape, scrape
@@ -41,11 +41,12 @@ class Replica:
         rid = uuid.uuid4().hex
         done: asyncio.Future[RawChunk] = asyncio.get_running_loop().create_future()
 
-        async def on_chunk(chunk: RawFrame | RawChunk) -> None:
-            if isinstance(chunk, RawChunk) and chunk.finished and not done.done():
+        async def on_chunk(chunk: list[StepFrame] | RawChunk) -> None:
+            if isinstance(chunk, RawChunk) and chunk.rid == rid and chunk.finished and not done.done():
                 done.set_result(chunk)
 
-        sub = await self.client.watch_frames(subjects.stream_raw(rid), decode_raw, on_chunk)
+        steps = subjects.stream_steps("t1", self.replica)
+        sub = await self.client.watch_frames(steps, decode_step, on_chunk)
         await self.client.flush()
         work = Work(
             rid=rid,

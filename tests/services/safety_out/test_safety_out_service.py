@@ -29,7 +29,7 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas.frames import decode_event, encode_raw
+from switchyard.schemas.frames import decode_event, encode_step_frame, join_step
 from switchyard.services.safety_in.service import setup as setup_safety_in
 from switchyard.services.safety_in.settings import SafetyInSettings
 from switchyard.services.safety_out.service import setup
@@ -63,6 +63,7 @@ class Rig:
     saved: dict[str, SaveTurn]
     # Context's part: answering SAVE_TURN (a test may take it away, as a restart of context would).
     saver: Any = None
+    checkers: dict[str, str] = field(default_factory=dict)  # rid -> the step subject of the replica holding it
 
     async def save(self, req: SaveTurn) -> SaveTurnAck:
         self.saved[req.turn.rid] = req
@@ -94,18 +95,20 @@ class Rig:
         if policy is not None:
             work.safety = policy
         work.sampling.logprobs = logprobs
-        await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck)
+        ack = await self.bus.request(subjects.SAFETY_OUT, StreamOpen(work=work), StreamOpenAck)
+        self.checkers[rid] = subjects.stream_steps(ack.replica, self.bus.replica)
         return rid, client, [0]
 
     async def chunk(self, rid: str, seq: list[int], text: str = "", **kw: object) -> None:
-        """Text as inference sends it (a frame), the end as the one `RawChunk` that closes the stream."""
+        """Text as inference sends it (a step message of one frame), the end as the one `RawChunk` that closes
+        the stream."""
         if kw.get("finished"):
-            await self.bus.publish(subjects.stream_raw(rid), RawChunk(rid=rid, seq=seq[0], text=text, **kw))  # type: ignore[arg-type]
+            await self.bus.publish(self.checkers[rid], RawChunk(rid=rid, seq=seq[0], text=text, **kw))  # type: ignore[arg-type]
         else:
             kind = kw.get("kind", "delta")
             lps = kw.get("logprobs")
-            frame = encode_raw(seq[0], kind, text, 1, lps)  # type: ignore[arg-type]
-            await self.bus.publish_frame(subjects.stream_raw(rid), frame)
+            frame = encode_step_frame(rid, seq[0], kind, text, 1, lps)  # type: ignore[arg-type]
+            await self.bus.publish_frame(self.checkers[rid], join_step([frame]))
         seq[0] += 1
 
     async def end(self, rid: str, seq: list[int], reason: str = "stop") -> None:
@@ -146,6 +149,21 @@ async def test_every_word_goes_out_before_the_next_token(rig: Rig) -> None:
     assert done.type == "done"
     assert client.text == "".join(words)
     assert rig.saved[rid].turn.answer == client.text and rig.saved[rid].turn.status == "complete"
+
+
+async def test_one_step_message_carries_every_streams_frame_and_each_stream_gets_its_own(rig: Rig) -> None:
+    opened = [await rig.open() for _ in range(3)]
+    assert len({rig.checkers[rid] for rid, _, _ in opened}) == 1  # one replica holds them all here
+    subject = rig.checkers[opened[0][0]]
+    for step, word in enumerate(["Water", " the", " roses", " twice", " a", " week."]):
+        # One message per step, its frames in a stream order of their own: the rid picks the stream.
+        frames = [encode_step_frame(rid, step, "delta", f"{word}{i}") for i, (rid, _, _) in enumerate(opened)]
+        await rig.bus.publish_frame(subject, join_step(frames[::-1] if step % 2 else frames))
+    for i, (rid, client, seq) in enumerate(opened):
+        seq[0] = 6
+        await rig.end(rid, seq)
+        assert (await client.until_end()).type == "done"
+        assert client.text == "".join(f"{w}{i}" for w in ["Water", " the", " roses", " twice", " a", " week."])
 
 
 async def test_a_phone_number_is_never_half_sent(rig: Rig) -> None:
