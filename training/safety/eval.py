@@ -41,7 +41,7 @@ from switchyard.libs.safety.calibration import (
     write_calibration,
 )
 from switchyard.libs.safety.classifier import EmbeddingClassifier
-from switchyard.libs.safety.guard import InputGuard, shared_classifier
+from switchyard.libs.safety.guard import InputGuard, screen_for, shared_classifier
 from switchyard.libs.safety.policy import SafetyPolicy
 from switchyard.libs.safety.stream import StreamGuard
 from switchyard.libs.safety.taxonomy import (
@@ -418,6 +418,24 @@ def render_work(res: dict[str, object], part: str) -> str:
     return "\n".join(lines)
 
 
+def _screened(guard: InputGuard) -> tuple[int, int]:
+    s = guard.screen
+    return (s.screened, s.escalated) if s is not None else (0, 0)
+
+
+def _escalated_since(guard: InputGuard, before: tuple[int, int]) -> tuple[int, int]:
+    """Answer chunks screened since ``before``, and how many of them the classifier read."""
+    now = _screened(guard)
+    return now[0] - before[0], now[1] - before[1]
+
+
+def _render_escalated(guard: InputGuard, counts: tuple[int, int]) -> str:
+    if guard.screen is None:
+        return "answer chunks: no first stage (the classifier read every chunk)"
+    n, k = counts
+    return f"answer chunks: {n} screened by {guard.screen.version}; escalated to the classifier: {_ratio(k, n)}"
+
+
 def answer_pairs(part: str) -> dict[str, list[tuple[str, str]]]:
     """The benign prompts of ``part`` with the shipped model's answers, per domain."""
     prompts = answer_set("benign", part)
@@ -442,6 +460,9 @@ def main() -> None:
         help=f"choose the request bars on held-out benign text and write them to {CALIBRATION_PATH.name} first",
     )
     ap.add_argument("--calibration", type=Path, default=None, help="judge with this calibration file's bars")
+    ap.add_argument(
+        "--no-screen", action="store_true", help="answers: the classifier reads every chunk (no first stage)"
+    )
     ap.add_argument("--ood-part", default="test", choices=["test", "calib", "all"], help="out-of-distribution sets")
     args = ap.parse_args()
     ensure_splits()  # --data data/safety/<split>.jsonl names a built file
@@ -454,7 +475,9 @@ def main() -> None:
     else:
         cal = read_calibration(args.calibration) if args.calibration else shipped_calibration()
     policy = SafetyPolicy.calibrated(cal)
-    guard = InputGuard(policy, use_embeddings=clf is not None, classifier=clf)
+    # The answer side is judged as safety_out judges it: through the first stage unless --no-screen.
+    screen = None if clf is None or args.no_screen else screen_for(clf)
+    guard = InputGuard(policy, use_embeddings=clf is not None, classifier=clf, screen=screen)
     if clf is not None and cal.classifier != clf.version:
         print(f"WARNING: the bars were calibrated for {cal.classifier}, not {clf.version}: rerun with --calibrate")
     for i, path in enumerate(args.data or [split_path("eval")]):
@@ -464,23 +487,28 @@ def main() -> None:
         print(("\n" if i else "") + f"== input: {path.name}")
         print(json.dumps(res, indent=2) if args.json else render(res))
     ood_prompts = ood_eval.evaluate_prompts(guard, read_ood(OOD_PROMPTS, args.ood_part))
+    before = _screened(guard)
     ood_answers = ood_eval.evaluate_answers(guard, read_ood(OOD_ANSWERS, args.ood_part), streamed)
+    ood_escalated = _escalated_since(guard, before)
     if args.json:
         print(json.dumps({"calibration": cal.model_dump(), "ood_prompts": ood_prompts, "ood_answers": ood_answers}))
     else:
         print("\n== calibrated bars\n" + ood_eval.render_calibration(cal, policy))
         print("\n== out of distribution: prompts\n" + ood_eval.render_prompts(ood_prompts, args.ood_part))
         print("\n== out of distribution: answers\n" + ood_eval.render_answers(ood_answers, args.ood_part))
+        print(_render_escalated(guard, ood_escalated))
     if args.input_only:
         return
-    ans = evaluate_answers(
-        guard, answer_pairs(args.part), answer_set("harmful", args.part), with_question=args.with_question
-    )
+    pairs = answer_pairs(args.part)
+    before = _screened(guard)
+    ans = evaluate_answers(guard, pairs, answer_set("harmful", args.part), with_question=args.with_question)
+    ans["escalated"] = _escalated_since(guard, before)
     work = evaluate_work(guard, answer_set("work", args.part))
     if args.json:
         print(json.dumps({"answers": ans, "work": work}, indent=2))
     else:
         print(f"\n== answers ({args.part})\n" + render_answers(ans, args.part))
+        print(_render_escalated(guard, ans["escalated"]))  # type: ignore[arg-type]
         print(f"\n== work traffic ({args.part})\n" + render_work(work, args.part))
 
 

@@ -187,6 +187,11 @@ class EmbeddingClassifier:
             return []
         return [[float(v) for v in row] for row in self.category_scores(self.features(pieces))]
 
+    @property
+    def cleared_row(self) -> list[float]:
+        """The row of a chunk the screen cleared (``screen.py``): benign, no category scored."""
+        return [1.0 if c == BENIGN else 0.0 for c in self.classes]
+
     def combine(self, n: int, owner: list[int], rows: list[list[float]]) -> list[dict[str, float]]:
         """Each of `n` texts' scores: the max over the rows of its pieces (`owner[i]` is row i's text)."""
         out: list[dict[str, float]] = [dict.fromkeys(self.classes, 0.0) for _ in range(n)]

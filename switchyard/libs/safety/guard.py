@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from switchyard.libs.safety.calibration import CALIBRATION_PATH, read_calibration, shipped_calibration
-from switchyard.libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier
+from switchyard.libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier, split_texts
 from switchyard.libs.safety.policy import SOURCES, SafetyPolicy
 from switchyard.libs.safety.rules import RULES_VERSION, normalize, rule_hits
+from switchyard.libs.safety.screen import SCREEN_PATH, Screen, stitch
 from switchyard.libs.safety.taxonomy import ALLOW, BENIGN, BLOCK, EMBEDDING, FLAG, RULES, SECRETS, Verdict, worst_first
 from switchyard.libs.safety.technical import technical
 
@@ -30,8 +31,35 @@ def shared_classifier() -> EmbeddingClassifier:
         return clf
 
 
-def calibrated_guard(calibration: Path | None = None, *, use_embeddings: bool = True) -> InputGuard:
-    """A guard judging by the bars of ``calibration`` (the shipped file when None).
+def shared_screen() -> Screen:
+    """The shipped first stage of the answer check (``screen.py``), loaded once per process."""
+    with _shared_lock:
+        screen = _shared_screen.get("default")
+        if screen is None:
+            screen = _shared_screen["default"] = Screen.load(SCREEN_PATH)
+        return screen
+
+
+_shared_screen: dict[str, Screen] = {}
+
+
+def screen_for(classifier: EmbeddingClassifier) -> Screen:
+    """The shipped screen, refused unless it was distilled from ``classifier``: it clears what that
+    classifier would let through, and nothing is known of another (rerun ``python -m training.safety.screen``)."""
+    screen = shared_screen()
+    if screen.classifier_version != classifier.version:
+        raise ValueError(
+            f"{SCREEN_PATH}: the screen was distilled from {screen.classifier_version}, "
+            f"but the classifier is {classifier.version}"
+        )
+    return screen
+
+
+def calibrated_guard(
+    calibration: Path | None = None, *, use_embeddings: bool = True, screen: bool = False
+) -> InputGuard:
+    """A guard judging by the bars of ``calibration`` (the shipped file when None); with ``screen``, the
+    answers' chunks go through the first stage (``screen.py``) before the classifier.
 
     Bars mean something only for the classifier they were chosen for: a mismatch is refused here, at a
     service's start, rather than judged by chance (rerun ``python -m training.safety.eval --calibrate``)."""
@@ -42,6 +70,8 @@ def calibrated_guard(calibration: Path | None = None, *, use_embeddings: bool = 
             f"{calibration or CALIBRATION_PATH}: bars calibrated for {cal.classifier}, "
             f"but the classifier is {guard.classifier.version}"
         )
+    if use_embeddings and screen:
+        guard.screen = screen_for(guard.classifier)
     return guard
 
 
@@ -50,6 +80,8 @@ class InputGuard:
 
     ``use_embeddings=False`` gives a rules-only guard: no model load, microseconds per call.
     With embeddings, the model loads on the first ``check`` (or ``warmup()``), a few seconds.
+    With a ``screen``, the chunks of the model's answers go through it first and only those it cannot
+    clear reach the classifier (``screens``); requests are always read by the classifier.
     """
 
     def __init__(
@@ -58,10 +90,12 @@ class InputGuard:
         *,
         use_embeddings: bool = True,
         classifier: EmbeddingClassifier | None = None,
+        screen: Screen | None = None,
     ) -> None:
         self.policy = policy or SafetyPolicy()
         self.use_embeddings = use_embeddings
         self._classifier = classifier
+        self.screen = screen
 
     @property
     def classifier(self) -> EmbeddingClassifier:
@@ -104,16 +138,35 @@ class InputGuard:
         scores = await batcher.score_many([normalize(texts[i]) for i in todo]) if todo else []
         return self._with_scores(texts, out, todo, scores, source)
 
+    def screens(self, source: str) -> Screen | None:
+        """The screen that may clear chunks of text from ``source`` before the classifier reads them:
+        only answers, and only while every answer flag bar in force is at least the one the screen was
+        distilled for (a tenant that flags lower is judged by the classifier alone)."""
+        s = self.screen
+        if s is None or source != "model" or not self.use_embeddings:
+            return None
+        bars = [self.policy.threshold(c, "model").flag_at for c in self.policy.output_categories]
+        return s if all(b >= s.bar for b in bars) else None
+
     def learned_many(self, texts: list[str], *, source: str = "user") -> list[list[Verdict]]:
         """The classifier's verdicts alone (no rules): for text that is not itself shown, such as an
         answer sentence judged after the question it answers."""
-        return self._learned(self.classifier.score_many([normalize(t) for t in texts]), source)
+        clf = self.classifier
+        screen = self.screens(source)
+        if screen is None:
+            return self._learned(clf.score_many([normalize(t) for t in texts]), source)
+        pieces, owner = split_texts([normalize(t) for t in texts])
+        escalated = screen.escalate(pieces)
+        judged = clf.score_pieces([p for p, e in zip(pieces, escalated, strict=True) if e])
+        return self._learned(clf.combine(len(texts), owner, stitch(escalated, judged, clf.cleared_row)), source)
 
     async def learned_many_batched(
         self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"
     ) -> list[list[Verdict]]:
         """``learned_many`` whose classifier pass is shared with every other caller of ``batcher``."""
-        return self._learned(await batcher.score_many([normalize(t) for t in texts]), source)
+        return self._learned(
+            await batcher.score_many([normalize(t) for t in texts], screen=self.screens(source)), source
+        )
 
     def _learned(self, scores: list[dict[str, float]], source: str) -> list[list[Verdict]]:
         _check_source(source)

@@ -67,6 +67,7 @@ class TenantGuards:
                 tenant_policy(safety, base.policy),
                 use_embeddings=base.use_embeddings,
                 classifier=base.classifier if base.use_embeddings else None,
+                screen=base.screen,
             )
             self._guards[key] = guard
             while len(self._guards) > self.size:
