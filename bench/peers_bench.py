@@ -140,7 +140,8 @@ async def bench(servers: list[ps.Server], args: argparse.Namespace, nonce: str) 
             results[s.name]["turn"] = order.index(s)
             print(
                 f"  {w.name} {level} streams {s.name}: {results[s.name].get('tok_s') or 0:.1f} tok/s "
-                f"({results[s.name]['errors']}/{n} errors)",
+                f"({results[s.name]['errors']}/{n} errors, {results[s.name].get('stopped_by_safety', 0)} stopped by "
+                "output safety)",
                 flush=True,
             )
         out.setdefault(w.name, {})[str(level)] = {s.name: results[s.name] for s in servers}

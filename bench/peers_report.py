@@ -24,14 +24,28 @@ def tokens_of(s: Streamed) -> int:
     return s.completion_tokens or len(s.delta_ns)
 
 
+# Switchyard's output guard stopping an answer ends its stream with this error: a verdict on the text, not a
+# failure to serve. With EOS ignored the small model writes on past its turn (word problems such as "10 of
+# them are female.", which the classifier alone scores S4 at 0.99): counted apart from the errors.
+STOPPED_BY_SAFETY = '"code":"content_blocked"'
+
+
+def stopped_by_safety(s: Streamed) -> bool:
+    return s.error is not None and STOPPED_BY_SAFETY in s.error
+
+
 def summarize(samples: list[Streamed], wall_s: float) -> dict[str, Any]:
+    # A stopped answer's tokens are left out of tok/s and latencies too (it is shorter than the others).
     ok = [s for s in samples if s.error is None and s.delta_ns]
+    stopped = [s for s in samples if stopped_by_safety(s)]
     tokens = sum(tokens_of(s) for s in ok)
     ttft = [s.ttft_ms for s in ok]
     return {
         "requests": len(samples),
-        "errors": len(samples) - len(ok),
-        "first_errors": [s.error for s in samples if s.error is not None][:3],
+        "errors": len(samples) - len(ok) - len(stopped),
+        "stopped_by_safety": len(stopped),
+        "first_errors": [s.error for s in samples if s.error is not None and not stopped_by_safety(s)][:3],
+        "first_stopped": [s.error for s in stopped][:3],
         "completion_tokens": tokens,
         "tokens_per_request": sorted({tokens_of(s) for s in ok}),
         "wall_s": wall_s,
@@ -73,7 +87,9 @@ def render(r: dict[str, Any]) -> str:
     lines += [
         "",
         "tok/s: completion tokens over the point's wall time; TTFT: request sent to first content delta; TPOT: "
-        "first delta to last over the tokens after the first; ×: tok/s over Switchyard's in the same point.",
+        "first delta to last over the tokens after the first; ×: tok/s over Switchyard's in the same point; errors: "
+        "streams that failed, and (in brackets) answers Switchyard's output guard stopped, whose tokens count in "
+        "neither tok/s nor the latencies.",
         "",
         "| workload | streams | server | tok/s | × | TTFT p50 ms | TTFT p95 ms | TPOT p50 ms | tokens/req | errors |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -86,10 +102,11 @@ def render(r: dict[str, Any]) -> str:
                 if p is None:
                     continue
                 per_req = "/".join(str(n) for n in p["tokens_per_request"]) or "-"
+                stopped = f" ({p['stopped_by_safety']} stopped by output safety)" if p.get("stopped_by_safety") else ""
                 lines.append(
                     f"| {workload} | {level} | {name} | {fmt(p['tok_s'])} | {fmt(ratio(p['tok_s'], ours), 'x')} | "
                     f"{fmt(p['ttft_ms']['p50'])} | {fmt(p['ttft_ms']['p95'])} | {fmt(p['tpot_ms']['p50'])} | "
-                    f"{per_req} | {p['errors']}/{p['requests']} |"
+                    f"{per_req} | {p['errors']}/{p['requests']}{stopped} |"
                 )
     lines += ["", MARK_END, ""]
     return "\n".join(lines)

@@ -110,6 +110,14 @@ def test_summary_of_a_point() -> None:
     assert p["ttft_ms"]["p50"] == pytest.approx(200.0) and p["tpot_ms"]["p50"] == pytest.approx(10.0)
 
 
+def test_an_answer_stopped_by_output_safety_is_counted_apart_from_the_errors() -> None:
+    blocked = 'data: {"error":{"type":"content_blocked","code":"content_blocked","message":"answer stopped"}}'
+    samples = [streamed(100.0, 8), streamed(100.0, 3, error=blocked), streamed(0.0, 0, error="HTTP 500: boom")]
+    p = summarize(samples, 1.0)
+    assert p["errors"] == 1 and p["stopped_by_safety"] == 1 and p["first_errors"] == ["HTTP 500: boom"]
+    assert p["tok_s"] == 8.0 and p["tokens_per_request"] == [8]
+
+
 def test_the_section_is_replaced_at_the_end_not_duplicated(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
     out.write_text("# Benchmarks\n\n## Engine benchmark\n\nfigures\n")

@@ -14,6 +14,7 @@ from typing import Any
 
 from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.early import EarlyPasses
 from switchyard.libs.safety import InputGuard, Verdict, worst_action
 from switchyard.libs.safety.batcher import ScoreBatcher
 from switchyard.libs.safety.guard import calibrated_guard
@@ -126,12 +127,28 @@ class SafetyIn:
         self.rules = TenantGuards(InputGuard(use_embeddings=False))
         self.batcher = batcher
         self.max_scored = max_scored
+        # Classifier passes started from context's early copy of the request (`subjects.EARLY`).
+        self.early: EarlyPasses[list[list[Verdict]]] = EarlyPasses()
+
+    async def start_early(self, work: Work) -> None:
+        """The classifier's pass on what the client wrote, started while context and the router work."""
+        if self.batcher is None:
+            return
+        guard, texts, batcher = self.guards.for_tenant(work.safety), client_texts(work), self.batcher
+        self.early.start(
+            work.rid,
+            (id(guard), tuple(texts)),
+            lambda: guard.check_many_batched(texts, batcher, source="user", max_scored=self.max_scored),
+        )
 
     async def check(self, work: Work) -> InputDecision:
         t0, started = time.perf_counter(), now_ms()
         guard = self.guards.for_tenant(work.safety)
         texts = client_texts(work)
-        if self.batcher is not None:
+        early = self.early.take(work.rid, (id(guard), tuple(texts)))
+        if early is not None:
+            judged = list(await early)
+        elif self.batcher is not None:
             judged = await guard.check_many_batched(texts, self.batcher, source="user", max_scored=self.max_scored)
         else:
             judged = guard.check_many(texts, source="user")
@@ -182,12 +199,9 @@ async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[
         if settings.use_embeddings
         else None
     )
-    await bus.subscribe(
-        subjects.SAFETY_IN,
-        Work,
-        SafetyIn(bus, guard, batcher, settings.classifier_max_messages).check,
-        queue="safety_in",
-    )
+    stage = SafetyIn(bus, guard, batcher, settings.classifier_max_messages)
+    await bus.subscribe(subjects.SAFETY_IN, Work, stage.check, queue="safety_in")
+    await bus.subscribe(subjects.EARLY, Work, stage.start_early, queue="safety_in", span=False)
 
     async def cleanup() -> None:
         if batcher is not None:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from switchyard.libs.bus import Bus, BusError
+from switchyard.libs.early import EarlyPasses
 from switchyard.libs.embeddings import get_embedder
 from switchyard.libs.embeddings.batcher import PassBatcher
 from switchyard.libs.plan import template_inputs
@@ -85,6 +86,24 @@ class ToolsStage:
         self.planner = planner
         self.runner = runner
         self.tokenizer = tokenizer
+        # Planning passes started from context's early copy of the request (`subjects.EARLY`).
+        self.early: EarlyPasses[list[np.ndarray]] = EarlyPasses()
+
+    async def start_early(self, work: Work) -> None:
+        """The planner's embedding of the clauses no rule matches, started while context and the router work."""
+        if work.prompt_mode == "raw" or work.replay_mode == "inference" or not self.planner.use_embeddings:
+            return
+        draft = self.planner.draft(work.text, ToolContext(tenant=work.tenant, user=work.user, rid=work.rid))
+        if draft.unmatched:
+            clauses = draft.unmatched
+            self.early.start(work.rid, tuple(clauses), lambda: self.planning.run_many(clauses))
+
+    def _embed_for(self, rid: str) -> Callable[[list[str]], Awaitable[list[np.ndarray]]]:
+        async def embed(clauses: list[str]) -> list[np.ndarray]:
+            early = self.early.take(rid, tuple(clauses))
+            return await early if early is not None else await self.planning.run_many(clauses)
+
+        return embed
 
     async def _output_verdicts(self, result: ToolResult) -> list[SafetyVerdict]:
         """What the guard finds in a tool's output (indirect injection): verdicts that flag, never block."""
@@ -122,7 +141,7 @@ class ToolsStage:
         ctx = ToolContext(tenant=work.tenant, user=work.user, rid=work.rid)
         # The planner reads only the user's own message: text inside documents or earlier tool
         # results can never make it call a tool.
-        calls = await self.planner.plan_batched(work.text, ctx, self.planning.run_many)
+        calls = await self.planner.plan_batched(work.text, ctx, self._embed_for(work.rid))
         if self.mcp is not None:
             # The same rule: the registered servers' tools are planned from the user's message only.
             room = self.runner.settings.max_calls - len(calls)
@@ -248,6 +267,7 @@ async def setup(bus: Bus, settings: ToolsSettings) -> Callable[[], Awaitable[Non
     refresh = asyncio.create_task(mcp.keep_fresh())
     stage = ToolsStage(bus, planner, runner, tokenizer, guard, planning, mcp)
     await bus.stage(subjects.TOOLS, stage.handle)
+    await bus.subscribe(subjects.EARLY, Work, stage.start_early, queue="tools", span=False)
     await bus.subscribe(subjects.TOOLS_MCP_CALL, McpToolRun, stage.run_for_model, queue="tools")
 
     async def specs(q: ToolSpecsQuery) -> ToolSpecs:
