@@ -447,7 +447,7 @@ class SafetyOut:
                 ),
             )
         )
-        # Last: this may run in the stream's own task, which this cancels.
+        # Last: the stream's task waits for frames that will not come (run in it, this ends it by returning).
         if st.reader is not None and st.reader is not asyncio.current_task():
             st.reader.cancel()
 
