@@ -45,22 +45,11 @@ def answer_sets() -> dict[str, list[str]]:
 
 
 def sentences(texts: list[str]) -> tuple[list[str], int]:
-    """What safety_out hands the classifier for these answers (normalised, as the guard scores them),
-    and how many answer tokens they came in."""
-    from switchyard.libs.safety import InputGuard, StreamGuard, normalize
+    """What safety_out hands the classifier for these answers, and how many answer tokens they came in."""
     from training.safety.eval import token_pieces
+    from training.safety.screen import answer_sentences
 
-    guard = InputGuard(use_embeddings=True)
-    out: list[str] = []
-    tokens = 0
-    for text in texts:
-        sg = StreamGuard(guard=guard, judge_inline=False, release="stream")
-        pieces = token_pieces(text)
-        tokens += len(pieces)
-        for p in pieces:
-            out += [normalize(sg.judge_text(s)) for s in sg.feed(p).to_judge]
-        out += [normalize(sg.judge_text(s)) for s in sg.finish().to_judge]
-    return out, tokens
+    return answer_sentences(texts), sum(len(token_pieces(t)) for t in texts)
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:

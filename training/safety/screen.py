@@ -7,11 +7,13 @@ their sentences is scored by MiniLM as an answer is (the highest score over the 
 screen learns, by weighted logistic regression, whether that score reaches the answer flag bar. Nothing is
 downloaded: MiniLM and its tokenizer are the installed ones.
 
-The screen's bar (``clear_below``) is chosen on ``--val-split`` (``test10``: held out of the classifier's
-training and of the screen's): the highest bar at which at least ``--recall`` of the held-out chunks
-MiniLM would flag still go to MiniLM, lowered by ``--margin`` (in logits). ``eval`` and ``holdout`` are
-never read. Writes ``switchyard/libs/safety/data/screen.npz`` and prints its figures on the held-out split
-and on the out-of-distribution benign answers (``data/safety/ood/answers.jsonl``, only scored).
+The screen's bar (``clear_below``) is the lower of two: on ``--val-split`` (``test10``: held out of the
+classifier's training and of the screen's), the highest bar at which at least ``--recall`` of the held-out
+chunks MiniLM would flag still go to MiniLM, lowered by ``--margin`` (in logits); and on the ``calib`` part
+of the everyday answers (``data/safety/ood/answers.jsonl``, the part that chooses bars), streamed and cut
+into sentences as safety_out cuts them, the bar below which none of the sentences MiniLM flags falls.
+``eval`` and ``holdout`` are never read, nor the ``test`` part of the everyday answers, which is only
+scored (here and by ``make eval-safety``). Writes ``switchyard/libs/safety/data/screen.npz``.
 """
 
 from __future__ import annotations
@@ -106,6 +108,23 @@ def figures(name: str, escalated: np.ndarray, positive: np.ndarray) -> str:
     )
 
 
+def answer_sentences(texts: list[str]) -> list[str]:
+    """What safety_out hands the classifier for these answers, streamed in token-sized pieces: each
+    finished sentence, normalised, as the guard scores it."""
+    from switchyard.libs.safety.guard import InputGuard
+    from switchyard.libs.safety.stream import StreamGuard
+    from training.safety.eval import token_pieces
+
+    guard = InputGuard(use_embeddings=True)
+    out: list[str] = []
+    for text in texts:
+        sg = StreamGuard(guard=guard, judge_inline=False, release="stream")
+        for p in token_pieces(text):
+            out += [normalize(sg.judge_text(s)) for s in sg.feed(p).to_judge]
+        out += [normalize(sg.judge_text(s)) for s in sg.finish().to_judge]
+    return out
+
+
 def pieces(texts: list[str]) -> list[str]:
     """What the classifier reads of each text: its normalised chunks (``split_texts``)."""
     return split_texts([normalize(t) for t in texts])[0]
@@ -138,11 +157,13 @@ def main() -> None:
     val_texts = with_sentences(pieces([r["text"] for r in load(split_path(args.val_split))]))
     val_score = teacher_scores(clf, val_texts)
     with OOD_ANSWERS.open(encoding="utf-8") as fh:
-        ood_texts = [json.loads(line)["text"] for line in fh if line.strip()]
-    ood_texts = with_sentences(pieces(ood_texts))
+        ood_rows = [json.loads(line) for line in fh if line.strip()]
+    calib_texts = pieces(answer_sentences([r["text"] for r in ood_rows if r["part"] == "calib"]))
+    calib_score = teacher_scores(clf, calib_texts)
+    ood_texts = pieces(answer_sentences([r["text"] for r in ood_rows if r["part"] == "test"]))
     ood_score = teacher_scores(clf, ood_texts)
     print(
-        f"teacher scores for {len(train_texts)} + {len(val_texts)} + {len(ood_texts)} chunks in {time.time() - t0:.0f}s"
+        f"teacher scores for {len(train_texts)} + {len(val_texts)} + {len(calib_texts)} + {len(ood_texts)} chunks in {time.time() - t0:.0f}s"
     )
 
     screen = Screen(np.zeros(0), 0.0, vocab=0, buckets=args.buckets)
@@ -158,13 +179,17 @@ def main() -> None:
     print(f"fitted on {len(train_texts)} chunks ({int(y.sum())} MiniLM flags) in {time.time() - t1:.0f}s")
 
     val = np.asarray(design(screen, val_texts) @ w) + b
+    calib = np.asarray(design(screen, calib_texts) @ w) + b
     clear_below = choose_bar(val, val_score >= bar, args.recall, args.margin)
+    if (calib_score >= bar).any():
+        clear_below = min(clear_below, choose_bar(calib, calib_score >= bar, 1.0, 0.0))
     ood = np.asarray(design(screen, ood_texts) @ w) + b
     tr = np.asarray(X @ w) + b
     print(figures("train", tr >= clear_below, y))
     print(figures(f"held out ({args.val_split})", val >= clear_below, val_score >= bar))
-    print(figures("ood answers", ood >= clear_below, ood_score >= bar))
-    digest = hashlib.sha256(w.tobytes() + np.float32(b).tobytes()).hexdigest()[:8]
+    print(figures("everyday answers, calib part (streamed sentences)", calib >= clear_below, calib_score >= bar))
+    print(figures("everyday answers, test part (streamed sentences)", ood >= clear_below, ood_score >= bar))
+    digest = hashlib.sha256(w.tobytes() + np.float32(b).tobytes() + np.float32(clear_below).tobytes()).hexdigest()[:8]
     version = f"screen-ngram-{dt.date.today():%Y%m%d}-{digest}"
     np.savez_compressed(
         args.out,
