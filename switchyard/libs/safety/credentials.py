@@ -164,20 +164,97 @@ class SecretMatch:
     end: int
 
 
-# Something every credential match contains: a label word, a scheme's "://", a PEM header, or a run of 12
-# token characters (every key format above is longer). Text without one holds no credential, and the
-# stream guard asks after every release: most releases skip the 35 patterns below (tested against
-# every pattern's examples in tests/safety/test_credentials.py).
-_MAYBE = re.compile(
-    r"(?i:pass|pwd|pin ?code|secret|key|token|credential|bearer|begin|://|mysql|mariadb|signature|twilio)"
-    r"|[A-Za-z0-9_\-+/=.]{12,}"
+# Something every credential match contains, lower-cased: a label's last word followed by its ":" / "=" / "is",
+# a scheme's "://", a PEM header, or a key format's fixed prefix. Text without one holds no credential, and the
+# stream guard asks after every release of every answer: nearly every release skips the patterns above.
+# Each entry is derived from the pattern it stands for (its match always contains the entry's text, case
+# folded), which tests/safety/test_credentials.py checks on every example and on generated text.
+_LABEL_TAIL = r"[\"']?\s*(?:[:=]|is)"
+_MUST_CONTAIN: tuple[str, ...] = (
+    *(word + _LABEL_TAIL for word in ("password", "passwd", "passphrase", "pass", "pwd", "code", "secret", "key")),
+    *(word + _LABEL_TAIL for word in ("token", "credentials?")),
+    "signature=",  # Azure SharedAccessSignature (its AccountKey= / SharedAccessKey= end a label above)
+    "twilio",
+    "bearer",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "://",  # connection strings (webhooks keep their host below)
+    "-----begin",
+    "b3blbnnzac1yzxktdje",
+    r"mii[a-z0-9+/]{2,3}iba",
+    "mhccaqeei",
+    "sk-",
+    "sk_(?:live|test)_",
+    "rk_(?:live|test)_",
+    "whsec_",
+    *(p + "[a-z0-9]{16}" for p in ("akia", "asia", "abia", "acca", "agpa", "aida", "aroa", "aipa", "anpa", "anva")),
+    "a3t[a-z0-9]{17}",
+    "gh[pousr]_",
+    "github_pat_",
+    "ghv1_",
+    "gl(?:pat|dt|rt|ptt|cbt|oas|ft|imt|agent|soat)-",
+    "gr1348941",
+    "xox[abposre]-",
+    "xapp-",
+    r"hooks\.slack\.com/",
+    "aiza",
+    "gocspx-",
+    r"ya29\.",
+    r"sg\.",
+    "sk[0-9a-f]{32}",
+    "npm_",
+    "pypi-age",
+    "hf_",
+    "api_org_",
+    "do[opr]_v1_",
+    "shp(?:at|ca|pa|ss)_",
+    r"\d{8}:",  # Telegram
+    r"\.[a-z0-9_\-]{6}\.[a-z0-9_\-]{27}",  # Discord bot token: its two dots and what lies between and after
+    "discord",
+    r"eyj[a-z0-9_\-]{8}",  # JSON Web Token
 )
+
+
+def _by_first_char(alternatives: tuple[str, ...]) -> str:
+    """One alternation grouped by first character: the regex engine tries a single group per position
+    instead of every entry (3x faster on prose)."""
+    groups: dict[str, list[str]] = {}
+    for alt in alternatives:
+        head = alt[:2] if alt[0] == "\\" else alt[0]
+        groups.setdefault(head, []).append(alt[len(head) :])
+    out = []
+    for head, tails in groups.items():
+        if head == r"\d":
+            out += [head + t for t in tails]
+        else:
+            out.append(re.escape(head) if head in "-:" else head)
+            out[-1] += "(?:" + "|".join(tails) + ")"
+    return "|".join(out)
+
+
+_HINT = re.compile(_by_first_char(_MUST_CONTAIN))
+# Other scripts: the same entries, case-insensitive as the patterns' labels are ("K" is a "k" to them).
+_HINT_ANY_CASE = re.compile(_HINT.pattern, re.IGNORECASE)
+
+
+def may_hold_secret(text: str, pos: int = 0) -> bool:
+    """False only when no pattern can match in ``text`` from ``pos`` on (lookbehinds aside)."""
+    rest = text[pos:] if pos else text
+    if rest.isascii():
+        return _HINT.search(rest.lower()) is not None
+    return _HINT_ANY_CASE.search(rest) is not None
 
 
 def find_secrets(text: str, pos: int = 0) -> Iterator[SecretMatch]:
     """Every credential value in ``text`` (overlaps allowed; callers resolve them)."""
-    if not _MAYBE.search(text, pos):
+    if not may_hold_secret(text, pos):
         return
+    yield from _scan(text, pos)
+
+
+def _scan(text: str, pos: int) -> Iterator[SecretMatch]:
+    """``find_secrets`` without the pre-filter (tests hold the two equal)."""
     for sp in SECRET_PATTERNS:
         for m in sp.regex.finditer(text, pos):
             group = next((g for g in ("v", "v2") if g in m.re.groupindex and m.group(g)), None)
