@@ -163,8 +163,39 @@ def test_the_prefilter_never_changes_what_find_secrets_finds() -> None:
 
     rng = random.Random(7)
     consts = [t for t in _string_constants() if t.strip()]
-    glue = [" ", ": ", "=", " is ", "'", '"', "\n", ".", "-", "_", "/", "://", "@", ";", "?", "&", "\u212a", "\u017f", "\u0131"]
-    words = ["password", "token", "key", "secret", "Bearer", "api_key", "mysql -u root -p", "sshpass -p", "the", "twilio"]
+    glue = [
+        " ",
+        ": ",
+        "=",
+        " is ",
+        "'",
+        '"',
+        "\n",
+        ".",
+        "-",
+        "_",
+        "/",
+        "://",
+        "@",
+        ";",
+        "?",
+        "&",
+        "\u212a",
+        "\u017f",
+        "\u0131",
+    ]
+    words = [
+        "password",
+        "token",
+        "key",
+        "secret",
+        "Bearer",
+        "api_key",
+        "mysql -u root -p",
+        "sshpass -p",
+        "the",
+        "twilio",
+    ]
     texts = [v for t in consts for v in {t, t.upper(), t.lower(), t.swapcase()}]
     for _ in range(3000):
         parts = []
