@@ -118,12 +118,15 @@ def _releases(text: str, guard: StreamGuard, rng: random.Random) -> list[object]
 
 def test_skipping_rules_and_secret_scans_changes_no_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stream guard's short cuts (phrase rules only on a window they could match, credential patterns only
-    after the pre-filter) against the guard reading every window with every pattern: the same releases,
+    after the pre-filter, number and e-mail patterns only on text with a digit or an "@") against the guard reading every window with every pattern: the same releases,
     redactions, flags and blocks, over answers, credentials and rule phrases cut at random."""
+    import importlib
     import json
     from pathlib import Path
 
     from switchyard.libs.safety import credentials, stream
+
+    redact_module = importlib.import_module("switchyard.libs.safety.redact")  # the package's `redact` is the function
     from switchyard.libs.safety.policy import SafetyPolicy
     from switchyard.libs.safety.taxonomy import ALL_CATEGORIES, HARM_CATEGORIES, JAILBREAK, PROMPT_INJECTION
 
@@ -162,6 +165,7 @@ def test_skipping_rules_and_secret_scans_changes_no_release(monkeypatch: pytest.
             with monkeypatch.context() as m:
                 m.setattr(stream, "could_match", lambda *_: True)
                 m.setattr(credentials, "may_hold_secret", lambda *_: True)
+                m.setattr(redact_module, "_may_hold", lambda *_: (True, True))
                 old = _releases(text, StreamGuard(policy=policy), random.Random(seed))
             assert new == old, text
             blocked += new[-3] is not None
