@@ -147,7 +147,7 @@ def main() -> None:
         child(args.child, args.pieces, args.parts)
         return
     sys.path.insert(0, str(ROOT))
-    from bench.report import machine, write_section
+    from bench.report import cpu_info, machine, write_section
 
     pieces_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"guard_bench_pieces_{args.answers}.json"
     if not pieces_file.exists():
@@ -179,7 +179,9 @@ def main() -> None:
             "alternated. Parts are timed in a separate run with wrappers (secrets is inside pii; rules include "
             "the record's pass over the whole answer).\n\n" + "\n".join(rows) + "\n" + ratio + f"\n{MARK_END}\n"
         )
-        write_section(args.out, MARK_BEGIN, MARK_END, section, under="## Output safety")
+        flags = cpu_info()[1]
+        under = "## AVX-512 class" if "avx512f" in flags else "## AVX2 class" if "avx2" in flags else None
+        write_section(args.out, MARK_BEGIN, MARK_END, section, under=under)
 
 
 if __name__ == "__main__":

@@ -212,3 +212,35 @@ def test_the_prefilter_never_changes_what_find_secrets_finds() -> None:
             assert list(find_secrets(text, pos)) == full, (text, pos)
             found += len(full)
     assert found > 300  # the comparison saw many credentials, not only their absence
+
+
+def test_a_streams_hint_answers_as_the_prefilter_does() -> None:
+    """``SecretHint`` searches only the text it has not searched: on streams cut at random, with the start
+    moving on as the stream guard moves it, it says what ``may_hold_secret`` says of the whole window."""
+    import random
+
+    from switchyard.libs.safety.credentials import SecretHint, may_hold_secret
+
+    rng = random.Random(11)
+    consts = [t for t in _string_constants() if t.strip()]
+    consts += [t for t in consts if may_hold_secret(t)] * 3  # windows that pass, lose and regain it
+    yes = 0
+    for _ in range(300):
+        text = " ".join(rng.choice(consts) for _ in range(rng.randint(1, 5)))
+        text = rng.choice([text, text.swapcase()])
+        hint, n, pos = SecretHint(), 0, 0
+        while n < len(text):
+            n += rng.randint(1, 8)
+            pos = max(pos, n - 80 - rng.randint(0, 20))
+            expected = may_hold_secret(text[:n], pos)
+            assert hint(text[:n], pos) == expected, (text[:n], pos)
+            yes += expected
+    assert yes > 300
+
+
+def test_prefix_span_is_the_longest_prefix_match() -> None:
+    from re import _parser  # type: ignore[attr-defined]
+
+    from switchyard.libs.safety.credentials import _PREFIXED, PREFIX_SPAN
+
+    assert _parser.parse(_PREFIXED.pattern).getwidth()[1] == PREFIX_SPAN

@@ -165,6 +165,7 @@ def test_skipping_rules_and_secret_scans_changes_no_release(monkeypatch: pytest.
             with monkeypatch.context() as m:
                 m.setattr(stream, "could_match", lambda *_: True)
                 m.setattr(credentials, "may_hold_secret", lambda *_: True)
+                m.setattr(stream, "SecretHint", lambda: lambda *_: True)
                 m.setattr(redact_module, "_may_hold", lambda *_: (True, True))
                 old = _releases(text, StreamGuard(policy=policy), random.Random(seed))
             assert new == old, text

@@ -169,10 +169,11 @@ class SecretMatch:
 # stream guard asks after every release of every answer: nearly every release skips the patterns above.
 # Each entry is derived from the pattern it stands for (its match always contains the entry's text, case
 # folded), which tests/safety/test_credentials.py checks on every example and on generated text.
-_LABEL_TAIL = r"[\"']?\s*(?:[:=]|is)"
-_MUST_CONTAIN: tuple[str, ...] = (
-    *(word + _LABEL_TAIL for word in ("password", "passwd", "passphrase", "pass", "pwd", "code", "secret", "key")),
-    *(word + _LABEL_TAIL for word in ("token", "credentials?")),
+_LABEL_WORDS = ("pass", "pwd", "code", "secret", "key", "token", "credential")  # in every label ending below
+_LABELLED = re.compile(
+    r"(?:password|passwd|passphrase|pass|pwd|code|secret|key|token|credentials?)[\"']?\s*(?:[:=]|is)"
+)
+_PREFIXES: tuple[str, ...] = (
     "signature=",  # Azure SharedAccessSignature (its AccountKey= / SharedAccessKey= end a label above)
     "twilio",
     "bearer",
@@ -214,6 +215,8 @@ _MUST_CONTAIN: tuple[str, ...] = (
     "discord",
     r"eyj[a-z0-9_\-]{8}",  # JSON Web Token
 )
+# The longest text one of the prefixes matches (tests check it against the regex engine's own figure).
+PREFIX_SPAN = 35
 
 
 def _by_first_char(alternatives: tuple[str, ...]) -> str:
@@ -233,22 +236,57 @@ def _by_first_char(alternatives: tuple[str, ...]) -> str:
     return "|".join(out)
 
 
-_HINT = re.compile(_by_first_char(_MUST_CONTAIN))
+_PREFIXED = re.compile(_by_first_char(_PREFIXES))
 # Other scripts: the same entries, case-insensitive as the patterns' labels are ("K" is a "k" to them).
-_HINT_ANY_CASE = re.compile(_HINT.pattern, re.IGNORECASE)
+_HINT_ANY_CASE = re.compile(_LABELLED.pattern + "|" + _PREFIXED.pattern, re.IGNORECASE)
+
+
+def _labelled(low: str) -> bool:
+    return any(w in low for w in _LABEL_WORDS) and _LABELLED.search(low) is not None
 
 
 def may_hold_secret(text: str, pos: int = 0) -> bool:
     """False only when no pattern can match in ``text`` from ``pos`` on (lookbehinds aside)."""
     rest = text[pos:] if pos else text
     if rest.isascii():
-        return _HINT.search(rest.lower()) is not None
+        low = rest.lower()
+        return _labelled(low) or _PREFIXED.search(low) is not None
     return _HINT_ANY_CASE.search(rest) is not None
 
 
-def find_secrets(text: str, pos: int = 0) -> Iterator[SecretMatch]:
-    """Every credential value in ``text`` (overlaps allowed; callers resolve them)."""
-    if not may_hold_secret(text, pos):
+class SecretHint:
+    """``may_hold_secret`` for one stream, whose text only grows and whose ``pos`` only moves on: the prefixes
+    are looked for only in text not searched before (and the last ``PREFIX_SPAN`` characters before it)."""
+
+    def __init__(self) -> None:
+        self._seen = -1  # start of a prefix match found, -1: none known
+        self._from = -1  # no prefix match lies within text[_from:_to] (-1: nothing known)
+        self._to = -1
+
+    def __call__(self, text: str, pos: int = 0) -> bool:
+        rest = text[pos:] if pos else text
+        if not rest.isascii():
+            self._seen = self._from = -1
+            return _HINT_ANY_CASE.search(rest) is not None
+        low = rest.lower()
+        if _labelled(low) or self._seen >= pos:
+            return True
+        lo = pos
+        if self._seen < 0 and 0 <= self._from <= pos:
+            # A match within the new window that is not within the searched text ends after it.
+            lo = max(pos, self._to - PREFIX_SPAN + 1)
+        m = _PREFIXED.search(low, lo - pos)
+        if m is not None:
+            self._seen, self._from = pos + m.start(), -1
+            return True
+        self._seen, self._from, self._to = -1, pos, len(text)
+        return False
+
+
+def find_secrets(text: str, pos: int = 0, hint: SecretHint | None = None) -> Iterator[SecretMatch]:
+    """Every credential value in ``text`` (overlaps allowed; callers resolve them); a stream passes its
+    ``hint``, the same pre-filter with less to search each time."""
+    if not (hint(text, pos) if hint is not None else may_hold_secret(text, pos)):
         return
     yield from _scan(text, pos)
 

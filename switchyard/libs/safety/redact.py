@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from switchyard.libs.safety.credentials import find_secrets
+from switchyard.libs.safety.credentials import SecretHint, find_secrets
 
 EMAIL = "email"
 PHONE = "phone"
@@ -99,10 +99,11 @@ def _iban_ok(s: str) -> bool:
     return int("".join(str(int(c, 36)) for c in r)) % 97 == 1
 
 
-def find_pii(text: str, pos: int = 0) -> list[Redaction]:
-    """All redactable spans at or after ``pos`` (lookbehind may read before it), non-overlapping."""
+def find_pii(text: str, pos: int = 0, secret_hint: SecretHint | None = None) -> list[Redaction]:
+    """All redactable spans at or after ``pos`` (lookbehind may read before it), non-overlapping.
+    ``secret_hint``: a stream's (``find_secrets``), for a text that only grows and a ``pos`` that only moves on."""
     found: list[Redaction] = []
-    for s in find_secrets(text, max(0, pos - 80)):
+    for s in find_secrets(text, max(0, pos - 80), secret_hint):
         found.append(Redaction(SECRET, s.start, s.end))
     digit, at = _may_hold(text, pos)
     if digit:

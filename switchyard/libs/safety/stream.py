@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from switchyard.libs.safety.classifier import CHUNK_CHARS
-from switchyard.libs.safety.credentials import OPEN_SECRET
+from switchyard.libs.safety.credentials import OPEN_SECRET, SecretHint
 from switchyard.libs.safety.guard import InputGuard
 from switchyard.libs.safety.policy import SafetyPolicy
 from switchyard.libs.safety.redact import Redaction, apply, find_pii
@@ -35,8 +35,8 @@ _BOUNDARY = re.compile(r"[.!?;:][\"')\]]*\s+|\n\s*")
 # A cut right after "555 " or "(555) " could split a phone or card number across releases.
 _DIGITISH = frozenset("0123456789()+-")
 # Rules see the released text with a little context before it: a phrase rule completed by this release
-# starts at most this far back (the longest, with single spaces, spans under 80 characters). Each release
-# rescans its context, so the window is per-token work: 200 characters cost 1.5x the guard's time.
+# starts at most this far back (the longest, with single spaces, spans under 80 characters). The window is
+# read only when it holds the words some rule in force needs (`rules.could_match`).
 _CONTEXT_CHARS = 96
 # Text without sentence ends (code, lists) is still judged once this much has piled up.
 _JUDGE_EVERY_CHARS = 240
@@ -95,6 +95,7 @@ class StreamGuard:
         # Where secrets count on answers too (a tenant's policy), every window is.
         self._rule_categories = frozenset(c for c in PHRASE_CATEGORIES if self.policy.applies(c, "model"))
         self._rules_every_window = self.policy.applies(SECRETS, "model")
+        self._secret_hint = SecretHint()
         self.release = release
         self.judge_inline = judge_inline
         # Sentences are judged after the question they answer: "give 5 ml every 6 hours" is care after
@@ -241,7 +242,7 @@ class StreamGuard:
         cut = self._cut
         if p <= cut or self.blocked is not None:
             return Release("", self.blocked)
-        spans = find_pii(self.full_text, cut)
+        spans = find_pii(self.full_text, cut, self._secret_hint)
         if not final:
             # The cut rules keep spans whole; this also holds back a span that touches the end of
             # the text so far (a private key still arriving, an e-mail whose domain may go on).
