@@ -121,7 +121,7 @@ def _matching_text(rx: re.Pattern[str], rng: random.Random) -> str:
     """A string ``rx`` tends to match: walks the parsed pattern, taking random branches, repeat counts and
     characters (random letter case where the pattern ignores it)."""
     from re import _constants as c  # type: ignore[attr-defined]
-    from re import _parser
+    from re import _parser  # type: ignore[attr-defined]
 
     space, word = " \t\n", string.ascii_letters + string.digits + "_"
     groups: dict[int, str] = {}
@@ -139,7 +139,7 @@ def _matching_text(rx: re.Pattern[str], rng: random.Random) -> str:
                 out.append(chr(av))  # type: ignore[arg-type]
             elif op is c.RANGE:
                 lo, hi = av  # type: ignore[misc]
-                out += [chr(x) for x in range(lo, hi + 1)]
+                out += [chr(x) for x in range(lo, hi + 1)]  # type: ignore[has-type]
             elif op is c.CATEGORY:
                 out += {c.CATEGORY_DIGIT: list(string.digits), c.CATEGORY_SPACE: list(space)}.get(av, list(word))  # type: ignore[call-overload]
         return out

@@ -211,8 +211,8 @@ _PHRASES: tuple[tuple[str, float, str, re.Pattern[str]], ...] = tuple(
     (cat, score, detail, re.compile(rx, re.IGNORECASE)) for cat, score, detail, rx, _ in _RULES
 )
 _NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], ...]] = {}
-for _cat, _, _, _, _needs in _RULES:
-    _NEEDS[_cat] = (*_NEEDS.get(_cat, ()), _needs)
+for _rule in _RULES:
+    _NEEDS[_rule[0]] = (*_NEEDS.get(_rule[0], ()), _rule[4])
 PHRASE_CATEGORIES = frozenset(_NEEDS)
 
 
