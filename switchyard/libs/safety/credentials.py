@@ -242,7 +242,10 @@ _HINT_ANY_CASE = re.compile(_LABELLED.pattern + "|" + _PREFIXED.pattern, re.IGNO
 
 
 def _labelled(low: str) -> bool:
-    return any(w in low for w in _LABEL_WORDS) and _LABELLED.search(low) is not None
+    for word in _LABEL_WORDS:
+        if word in low:
+            return _LABELLED.search(low) is not None
+    return False
 
 
 def may_hold_secret(text: str, pos: int = 0) -> bool:

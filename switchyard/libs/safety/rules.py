@@ -3,6 +3,7 @@ textbook injection phrases, a handful of unambiguous abuse requests)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -182,7 +183,7 @@ _RULES: tuple[tuple[str, float, str, str, tuple[tuple[str, ...], ...]], ...] = (
         0.95,
         "explosive device instructions",
         r"\bhow\s+(?:do\s+i|to|can\s+i|would\s+i)\s+(?:make|build|assemble)\s+(?:a\s+)?(?:pipe\s+)?bomb\b",
-        (("how",), ("make", "build", "assemble"), ("bomb",)),
+        (("bomb",), ("how",), ("make", "build", "assemble")),
     ),
     (
         S4,
@@ -196,14 +197,14 @@ _RULES: tuple[tuple[str, float, str, str, tuple[tuple[str, ...], ...]], ...] = (
         0.95,
         "stated intent of suicide",
         r"\bi\s+(?:want|am\s+going|'m\s+going|plan|intend)\s+to\s+(?:kill\s+myself|end\s+my\s+life|commit\s+suicide)\b",
-        (("want", "going", "plan", "intend"), ("myself", "life", "suicide")),
+        (("myself", "life", "suicide"), ("want", "going", "plan", "intend")),
     ),
     (
         S2,
         0.95,
         "drug synthesis",
         r"\bhow\s+(?:do\s+i|to|can\s+i)\s+(?:make|cook|synthesi[sz]e)\s+(?:crystal\s+)?(?:meth|methamphetamine|fentanyl)\b",
-        (("how",), ("make", "cook", "synthesi"), ("meth", "fentanyl")),
+        (("meth", "fentanyl"), ("how",), ("make", "cook", "synthesi")),
     ),
 )
 
@@ -223,11 +224,22 @@ def could_match(text: str, categories: frozenset[str]) -> bool:
     if not text.isascii():
         return True
     low = text.lower()
-    for cat in categories:
-        for clauses in _NEEDS.get(cat, ()):
-            if all(any(word in low for word in clause) for clause in clauses):
-                return True
+    # Plain loops: this runs on every release of every answer, and generator expressions cost twice as much.
+    for clauses in _needs_of(categories):
+        for clause in clauses:
+            for word in clause:
+                if word in low:
+                    break
+            else:
+                break  # a clause with none of its words: this rule cannot match
+        else:
+            return True
     return False
+
+
+@functools.lru_cache(maxsize=64)
+def _needs_of(categories: frozenset[str]) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    return tuple(clauses for cat in sorted(categories) for clauses in _NEEDS.get(cat, ()))
 
 
 def phrase_hits(text: str) -> list[RuleHit]:
