@@ -126,21 +126,121 @@ def test_reports_value_not_label() -> None:
     assert text[m.start : m.end] == "Yk7mQ2zR9x!"
 
 
-def test_every_credential_the_patterns_find_here_passes_the_prefilter() -> None:
-    """find_secrets skips text with no label word, scheme, PEM header or long token run: each match
-    in this suite's examples must hold one, or the skip would hide a credential."""
+def _string_constants() -> list[str]:
     import ast
     from pathlib import Path
 
-    from switchyard.libs.safety.credentials import _MAYBE, SECRET_PATTERNS
+    out = []
+    for path in sorted(Path(__file__).parent.parent.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                out.append(node.value)
+    return out
+
+
+def test_every_credential_the_patterns_find_in_the_tests_passes_the_prefilter() -> None:
+    """find_secrets skips text the pre-filter rejects: each match in every test's strings must pass it, on
+    its own and in its text, as written and with its letters' case changed, or the skip would hide it."""
+    from switchyard.libs.safety.credentials import SECRET_PATTERNS, may_hold_secret
 
     checked = 0
-    for name in ("test_credentials.py", "test_redact.py", "test_rules.py"):
-        tree = ast.parse((Path(__file__).parent / name).read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                for sp in SECRET_PATTERNS:
-                    for m in sp.regex.finditer(node.value):
-                        checked += 1
-                        assert _MAYBE.search(m.group()), (sp.label, m.group())
-    assert checked > 50
+    for text in _string_constants():
+        for variant in {text, text.upper(), text.lower(), text.swapcase()}:
+            for sp in SECRET_PATTERNS:
+                for m in sp.regex.finditer(variant):
+                    checked += 1
+                    assert may_hold_secret(m.group()), (sp.label, m.group())
+                    assert may_hold_secret(variant, m.start()), (sp.label, m.group())
+    assert checked > 100
+
+
+def test_the_prefilter_never_changes_what_find_secrets_finds() -> None:
+    """The pre-filter against the patterns run on everything: test strings, their case variants, and text
+    generated from pieces of them (credentials cut, glued to labels, prose and other scripts' letters)."""
+    import random
+
+    from switchyard.libs.safety.credentials import _scan
+
+    rng = random.Random(7)
+    consts = [t for t in _string_constants() if t.strip()]
+    glue = [
+        " ",
+        ": ",
+        "=",
+        " is ",
+        "'",
+        '"',
+        "\n",
+        ".",
+        "-",
+        "_",
+        "/",
+        "://",
+        "@",
+        ";",
+        "?",
+        "&",
+        "\u212a",
+        "\u017f",
+        "\u0131",
+    ]
+    words = [
+        "password",
+        "token",
+        "key",
+        "secret",
+        "Bearer",
+        "api_key",
+        "mysql -u root -p",
+        "sshpass -p",
+        "the",
+        "twilio",
+    ]
+    texts = [v for t in consts for v in {t, t.upper(), t.lower(), t.swapcase()}]
+    for _ in range(3000):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            src = rng.choice(consts)
+            a = rng.randrange(len(src))
+            parts.append(rng.choice([src[a : a + rng.randint(1, 60)], rng.choice(words), rng.choice(glue)]))
+        text = "".join(parts)
+        texts.append(rng.choice([text, text.swapcase(), text.upper()]))
+    found = 0
+    for text in texts:
+        for pos in {0, len(text) // 3, max(0, len(text) - 20)}:
+            full = list(_scan(text, pos))
+            assert list(find_secrets(text, pos)) == full, (text, pos)
+            found += len(full)
+    assert found > 300  # the comparison saw many credentials, not only their absence
+
+
+def test_a_streams_hint_answers_as_the_prefilter_does() -> None:
+    """``SecretHint`` searches only the text it has not searched: on streams cut at random, with the start
+    moving on as the stream guard moves it, it says what ``may_hold_secret`` says of the whole window."""
+    import random
+
+    from switchyard.libs.safety.credentials import SecretHint, may_hold_secret
+
+    rng = random.Random(11)
+    consts = [t for t in _string_constants() if t.strip()]
+    consts += [t for t in consts if may_hold_secret(t)] * 3  # windows that pass, lose and regain it
+    yes = 0
+    for _ in range(300):
+        text = " ".join(rng.choice(consts) for _ in range(rng.randint(1, 5)))
+        text = rng.choice([text, text.swapcase()])
+        hint, n, pos = SecretHint(), 0, 0
+        while n < len(text):
+            n += rng.randint(1, 8)
+            pos = max(pos, n - 80 - rng.randint(0, 20))
+            expected = may_hold_secret(text[:n], pos)
+            assert hint(text[:n], pos) == expected, (text[:n], pos)
+            yes += expected
+    assert yes > 300
+
+
+def test_prefix_span_is_the_longest_prefix_match() -> None:
+    from re import _parser  # type: ignore[attr-defined]
+
+    from switchyard.libs.safety.credentials import _PREFIXED, PREFIX_SPAN
+
+    assert _parser.parse(_PREFIXED.pattern).getwidth()[1] == PREFIX_SPAN

@@ -57,3 +57,37 @@ def test_offsets_point_into_original() -> None:
 def test_private_key_block() -> None:
     text = "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nabc\n-----END RSA PRIVATE KEY-----\nbye"
     assert redact(text)[0] == "key:\n[secret redacted]\nbye"
+
+
+def test_skipping_text_without_digits_or_at_signs_finds_the_same_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import random
+
+    module = importlib.import_module("switchyard.libs.safety.redact")  # the package's `redact` is the function
+
+    rng = random.Random(5)
+    pieces = [
+        "Call ",
+        "+1 (555) 123-4567",
+        " or ",
+        "bob@example.com",
+        " card 4111 1111 1111 1111",
+        " SSN ",
+        "123-45-6789",
+        " ssn: 123456789",
+        " AB123456C",
+        " GB82WEST12345698765432",
+        " plain words ",
+        "\u0663\u0664",
+        "password: hunter22! ",
+    ]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(400)]
+    found = 0
+    for text in texts:
+        for pos in range(0, len(text), 3):
+            fast = module.find_pii(text, pos)
+            with monkeypatch.context() as m:
+                m.setattr(module, "_may_hold", lambda *_: (True, True))
+                assert fast == module.find_pii(text, pos), (text, pos)
+            found += len(fast)
+    assert found > 1000

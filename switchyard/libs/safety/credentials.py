@@ -164,20 +164,138 @@ class SecretMatch:
     end: int
 
 
-# Something every credential match contains: a label word, a scheme's "://", a PEM header, or a run of 12
-# token characters (every key format above is longer). Text without one holds no credential, and the
-# stream guard asks after every release: most releases skip the 35 patterns below (tested against
-# every pattern's examples in tests/safety/test_credentials.py).
-_MAYBE = re.compile(
-    r"(?i:pass|pwd|pin ?code|secret|key|token|credential|bearer|begin|://|mysql|mariadb|signature|twilio)"
-    r"|[A-Za-z0-9_\-+/=.]{12,}"
+# Something every credential match contains, lower-cased: a label's last word followed by its ":" / "=" / "is",
+# a scheme's "://", a PEM header, or a key format's fixed prefix. Text without one holds no credential, and the
+# stream guard asks after every release of every answer: nearly every release skips the patterns above.
+# Each entry is derived from the pattern it stands for (its match always contains the entry's text, case
+# folded), which tests/safety/test_credentials.py checks on every example and on generated text.
+_LABEL_WORDS = ("pass", "pwd", "code", "secret", "key", "token", "credential")  # in every label ending below
+_LABELLED = re.compile(
+    r"(?:password|passwd|passphrase|pass|pwd|code|secret|key|token|credentials?)[\"']?\s*(?:[:=]|is)"
 )
+_PREFIXES: tuple[str, ...] = (
+    "signature=",  # Azure SharedAccessSignature (its AccountKey= / SharedAccessKey= end a label above)
+    "twilio",
+    "bearer",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "://",  # connection strings (webhooks keep their host below)
+    "-----begin",
+    "b3blbnnzac1yzxktdje",
+    r"mii[a-z0-9+/]{2,3}iba",
+    "mhccaqeei",
+    "sk-",
+    "sk_(?:live|test)_",
+    "rk_(?:live|test)_",
+    "whsec_",
+    *(p + "[a-z0-9]{16}" for p in ("akia", "asia", "abia", "acca", "agpa", "aida", "aroa", "aipa", "anpa", "anva")),
+    "a3t[a-z0-9]{17}",
+    "gh[pousr]_",
+    "github_pat_",
+    "ghv1_",
+    "gl(?:pat|dt|rt|ptt|cbt|oas|ft|imt|agent|soat)-",
+    "gr1348941",
+    "xox[abposre]-",
+    "xapp-",
+    r"hooks\.slack\.com/",
+    "aiza",
+    "gocspx-",
+    r"ya29\.",
+    r"sg\.",
+    "sk[0-9a-f]{32}",
+    "npm_",
+    "pypi-age",
+    "hf_",
+    "api_org_",
+    "do[opr]_v1_",
+    "shp(?:at|ca|pa|ss)_",
+    r"\d{8}:",  # Telegram
+    r"\.[a-z0-9_\-]{6}\.[a-z0-9_\-]{27}",  # Discord bot token: its two dots and what lies between and after
+    "discord",
+    r"eyj[a-z0-9_\-]{8}",  # JSON Web Token
+)
+# The longest text one of the prefixes matches (tests check it against the regex engine's own figure).
+PREFIX_SPAN = 35
 
 
-def find_secrets(text: str, pos: int = 0) -> Iterator[SecretMatch]:
-    """Every credential value in ``text`` (overlaps allowed; callers resolve them)."""
-    if not _MAYBE.search(text, pos):
+def _by_first_char(alternatives: tuple[str, ...]) -> str:
+    """One alternation grouped by first character: the regex engine tries a single group per position
+    instead of every entry (3x faster on prose)."""
+    groups: dict[str, list[str]] = {}
+    for alt in alternatives:
+        head = alt[:2] if alt[0] == "\\" else alt[0]
+        groups.setdefault(head, []).append(alt[len(head) :])
+    out = []
+    for head, tails in groups.items():
+        if head == r"\d":
+            out += [head + t for t in tails]
+        else:
+            out.append(re.escape(head) if head in "-:" else head)
+            out[-1] += "(?:" + "|".join(tails) + ")"
+    return "|".join(out)
+
+
+_PREFIXED = re.compile(_by_first_char(_PREFIXES))
+# Other scripts: the same entries, case-insensitive as the patterns' labels are ("K" is a "k" to them).
+_HINT_ANY_CASE = re.compile(_LABELLED.pattern + "|" + _PREFIXED.pattern, re.IGNORECASE)
+
+
+def _labelled(low: str) -> bool:
+    for word in _LABEL_WORDS:
+        if word in low:
+            return _LABELLED.search(low) is not None
+    return False
+
+
+def may_hold_secret(text: str, pos: int = 0) -> bool:
+    """False only when no pattern can match in ``text`` from ``pos`` on (lookbehinds aside)."""
+    rest = text[pos:] if pos else text
+    if rest.isascii():
+        low = rest.lower()
+        return _labelled(low) or _PREFIXED.search(low) is not None
+    return _HINT_ANY_CASE.search(rest) is not None
+
+
+class SecretHint:
+    """``may_hold_secret`` for one stream, whose text only grows and whose ``pos`` only moves on: the prefixes
+    are looked for only in text not searched before (and the last ``PREFIX_SPAN`` characters before it)."""
+
+    def __init__(self) -> None:
+        self._seen = -1  # start of a prefix match found, -1: none known
+        self._from = -1  # no prefix match lies within text[_from:_to] (-1: nothing known)
+        self._to = -1
+
+    def __call__(self, text: str, pos: int = 0) -> bool:
+        rest = text[pos:] if pos else text
+        if not rest.isascii():
+            self._seen = self._from = -1
+            return _HINT_ANY_CASE.search(rest) is not None
+        low = rest.lower()
+        if _labelled(low) or self._seen >= pos:
+            return True
+        lo = pos
+        if self._seen < 0 and 0 <= self._from <= pos:
+            # A match within the new window that is not within the searched text ends after it.
+            lo = max(pos, self._to - PREFIX_SPAN + 1)
+        m = _PREFIXED.search(low, lo - pos)
+        if m is not None:
+            self._seen, self._from = pos + m.start(), -1
+            return True
+        self._seen, self._from, self._to = -1, pos, len(text)
+        return False
+
+
+def find_secrets(text: str, pos: int = 0, hint: SecretHint | None = None) -> Iterator[SecretMatch]:
+    """Every credential value in ``text`` (overlaps allowed; callers resolve them); a stream passes its
+    ``hint``, the same pre-filter with less to search each time."""
+    if not (hint(text, pos) if hint is not None else may_hold_secret(text, pos)):
         return
+    yield from _scan(text, pos)
+
+
+def _scan(text: str, pos: int) -> Iterator[SecretMatch]:
+    """``find_secrets`` without the pre-filter (tests hold the two equal)."""
     for sp in SECRET_PATTERNS:
         for m in sp.regex.finditer(text, pos):
             group = next((g for g in ("v", "v2") if g in m.re.groupindex and m.group(g)), None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from switchyard.libs.safety.credentials import find_secrets
+from switchyard.libs.safety.credentials import SecretHint, find_secrets
 
 EMAIL = "email"
 PHONE = "phone"
@@ -60,6 +60,7 @@ _CARD = re.compile(
 _SSN = re.compile(r"(?<![\d\-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d\-])")
 _SSN_LABELLED = re.compile(r"(?i:\b(?:ssn|social security(?: number| no\.?)?)\b)[\s#:]*(?P<v>\d{9})(?!\d)")
 _UK_NINO = re.compile(r"(?<![A-Za-z0-9])(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z]{2}\d{6}[A-D](?![A-Za-z0-9])")
+_DIGIT = re.compile(r"\d")
 _IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?:[A-Z0-9]{4}){2,7}[A-Z0-9]{1,4}(?![A-Za-z0-9])")
 
 
@@ -98,11 +99,41 @@ def _iban_ok(s: str) -> bool:
     return int("".join(str(int(c, 36)) for c in r)) % 97 == 1
 
 
-def find_pii(text: str, pos: int = 0) -> list[Redaction]:
-    """All redactable spans at or after ``pos`` (lookbehind may read before it), non-overlapping."""
+def find_pii(text: str, pos: int = 0, secret_hint: SecretHint | None = None) -> list[Redaction]:
+    """All redactable spans at or after ``pos`` (lookbehind may read before it), non-overlapping.
+    ``secret_hint``: a stream's (``find_secrets``), for a text that only grows and a ``pos`` that only moves on."""
     found: list[Redaction] = []
-    for s in find_secrets(text, max(0, pos - 80)):
+    for s in find_secrets(text, max(0, pos - 80), secret_hint):
         found.append(Redaction(SECRET, s.start, s.end))
+    digit, at = _may_hold(text, pos)
+    if digit:
+        _numbers(text, pos, found)
+    if at:
+        for m in _EMAIL.finditer(text, pos):
+            found.append(Redaction(EMAIL, *m.span()))
+    found = [r for r in found if r.start >= pos]
+    # Greedy by position; on overlap keep the higher-priority, then longer, span.
+    found.sort(key=lambda r: (r.start, _PRIORITY[r.kind], -(r.end - r.start)))
+    kept: list[Redaction] = []
+    for r in found:
+        if kept and r.start < kept[-1].end:
+            prev = kept[-1]
+            if (_PRIORITY[r.kind], -(r.end - r.start)) < (_PRIORITY[prev.kind], -(prev.end - prev.start)):
+                kept[-1] = r
+            continue
+        kept.append(r)
+    return kept
+
+
+def _may_hold(text: str, pos: int) -> tuple[bool, bool]:
+    """Whether ``text`` holds a digit, and an "@", from ``pos`` on. Every span but a secret's is kept only from
+    ``pos`` on and holds a digit there (an e-mail, an "@"): the stream guard asks after every word, and most
+    words of an answer have neither."""
+    return _DIGIT.search(text, pos) is not None, text.find("@", pos) >= 0
+
+
+def _numbers(text: str, pos: int, found: list[Redaction]) -> None:
+    """Cards, national ids and phones (each holds a digit), appended to ``found`` in ``find_pii``'s order."""
     for m in _CARD.finditer(text, pos):
         digits = re.sub(r"\D", "", m.group())
         if 13 <= len(digits) <= 19 and luhn_ok(digits) and _card_brand_ok(digits):
@@ -116,23 +147,9 @@ def find_pii(text: str, pos: int = 0) -> list[Redaction]:
     for m in _IBAN.finditer(text, pos):
         if _iban_ok(m.group()):
             found.append(Redaction(NATIONAL_ID, *m.span()))
-    for m in _EMAIL.finditer(text, pos):
-        found.append(Redaction(EMAIL, *m.span()))
     for m in _PHONE.finditer(text, pos):
         if 7 <= sum(c.isdigit() for c in m.group()) <= 15:
             found.append(Redaction(PHONE, *m.span()))
-    found = [r for r in found if r.start >= pos]
-    # Greedy by position; on overlap keep the higher-priority, then longer, span.
-    found.sort(key=lambda r: (r.start, _PRIORITY[r.kind], -(r.end - r.start)))
-    kept: list[Redaction] = []
-    for r in found:
-        if kept and r.start < kept[-1].end:
-            prev = kept[-1]
-            if (_PRIORITY[r.kind], -(r.end - r.start)) < (_PRIORITY[prev.kind], -(prev.end - prev.start)):
-                kept[-1] = r
-            continue
-        kept.append(r)
-    return kept
 
 
 def apply(text: str, spans: list[Redaction], offset: int = 0) -> str:

@@ -3,6 +3,7 @@ textbook injection phrases, a handful of unambiguous abuse requests)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -96,85 +97,149 @@ _PREV = (
 )
 _INSTR = r"(?:instructions?|prompts?|rules|directions|directives|guidelines|messages|context|constraints)"
 
-_PHRASES: tuple[tuple[str, float, str, re.Pattern[str]], ...] = tuple(
-    (cat, score, detail, re.compile(rx, re.IGNORECASE))
-    for cat, score, detail, rx in (
+# Each rule with what every match of it contains, as lower-case ASCII text: a tuple of clauses, each a tuple
+# of words of which at least one is in the match. The stream guard skips the rules on a released window
+# that fails a clause of every rule in force (``could_match``), instead of running them all on every word.
+# Derived from each pattern by hand and checked on text generated from the patterns (tests/safety/test_rules.py).
+_RULES: tuple[tuple[str, float, str, str, tuple[tuple[str, ...], ...]], ...] = (
+    (
+        PROMPT_INJECTION,
+        0.97,
+        "override of earlier instructions",
+        rf"\b(?:ignore|disregard|forget|override|bypass|skip)\b[\s,]+"
+        rf"(?:about |everything |what (?:was|you were) told )?{_PREV}\s+{_INSTR}",
         (
-            PROMPT_INJECTION,
-            0.97,
-            "override of earlier instructions",
-            rf"\b(?:ignore|disregard|forget|override|bypass|skip)\b[\s,]+"
-            rf"(?:about |everything |what (?:was|you were) told )?{_PREV}\s+{_INSTR}",
+            ("ignore", "disregard", "forget", "override", "bypass", "skip"),
+            ("previous", "prior", "above", "preceding", "earlier", "former", "original", "initial", "system"),
+            (
+                "instruction",
+                "prompt",
+                "rules",
+                "direction",
+                "directive",
+                "guideline",
+                "message",
+                "context",
+                "constraint",
+            ),
         ),
+    ),
+    (
+        PROMPT_INJECTION,
+        0.95,
+        "request for the system prompt",
+        r"\b(?:reveal|show|print|output|repeat|display|leak|tell me|give me|what (?:is|are))\b"
+        r"[^.?!\n]{0,30}"
+        r"\b(?:your|the)\s+(?:system|hidden|secret|initial|original)\s+(?:prompt|instructions?|message)",
         (
-            PROMPT_INJECTION,
-            0.95,
-            "request for the system prompt",
-            r"\b(?:reveal|show|print|output|repeat|display|leak|tell me|give me|what (?:is|are))\b"
-            r"[^.?!\n]{0,30}"
-            r"\b(?:your|the)\s+(?:system|hidden|secret|initial|original)\s+(?:prompt|instructions?|message)",
+            ("reveal", "show", "print", "output", "repeat", "display", "leak", "tell", "give", "what"),
+            ("your", "the"),
+            ("system", "hidden", "secret", "initial", "original"),
+            ("prompt", "instruction", "message"),
         ),
-        (
-            PROMPT_INJECTION,
-            0.95,
-            "chat-template control tokens",
-            r"<\|(?:im_start|im_end|system|start_header_id|eot_id)\|>|\[/?INST\]|<</?SYS>>",
-        ),
-        (
-            PROMPT_INJECTION,
-            0.9,
-            "injected instructions addressed to the AI",
-            r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*:"
-            r"|\b(?:note|attention|message)\s+to\s+(?:the\s+)?(?:ai|assistant|llm|language model|chatbot)\b",
-        ),
-        (
-            JAILBREAK,
-            0.97,
-            "DAN / do-anything-now persona",
-            r"\byou\s+are\s+(?:now\s+)?DAN\b|\bdo\s+anything\s+now\b|\bact\s+as\s+DAN\b",
-        ),
-        (
-            JAILBREAK,
-            0.95,
-            "developer/god mode",
-            r"\b(?:developer|god|jailbreak|unrestricted|evil)\s+mode\b[^.\n]{0,20}\b(?:enabled|activated|on)\b"
-            r"|\benable\s+(?:developer|god|jailbreak)\s+mode\b",
-        ),
-        (
-            JAILBREAK,
-            0.93,
-            "request to drop restrictions",
-            r"\b(?:you\s+(?:have|are\s+under)|with|there\s+are)\s+no\s+(?:rules|restrictions|guidelines|filters|limits|ethics)\b"
-            r"[^.\n]{0,40}\b(?:anymore|now|any\s*more)\b"
-            r"|\bwithout\s+(?:any\s+)?(?:ethical|moral|content)\s+(?:restrictions|guidelines|filters|limits)\b"
-            r"|\bpretend\s+(?:that\s+)?you\s+(?:have|are)\s+(?:no|not\s+bound|free\s+from|an?\s+unfiltered)",
-        ),
-        (
-            S9,
-            0.95,
-            "explosive device instructions",
-            r"\bhow\s+(?:do\s+i|to|can\s+i|would\s+i)\s+(?:make|build|assemble)\s+(?:a\s+)?(?:pipe\s+)?bomb\b",
-        ),
-        (
-            S4,
-            1.0,
-            "child sexual abuse material",
-            r"\b(?:child|kiddie|underage|minor)\s+porn\w*|\bcsam\b|\bsexual\s+(?:pictures|images|photos|videos)\s+of\s+(?:children|minors|kids)\b",
-        ),
-        (
-            S11,
-            0.95,
-            "stated intent of suicide",
-            r"\bi\s+(?:want|am\s+going|'m\s+going|plan|intend)\s+to\s+(?:kill\s+myself|end\s+my\s+life|commit\s+suicide)\b",
-        ),
-        (
-            S2,
-            0.95,
-            "drug synthesis",
-            r"\bhow\s+(?:do\s+i|to|can\s+i)\s+(?:make|cook|synthesi[sz]e)\s+(?:crystal\s+)?(?:meth|methamphetamine|fentanyl)\b",
-        ),
-    )
+    ),
+    (
+        PROMPT_INJECTION,
+        0.95,
+        "chat-template control tokens",
+        r"<\|(?:im_start|im_end|system|start_header_id|eot_id)\|>|\[/?INST\]|<</?SYS>>",
+        (("<|", "inst]", "sys>>"),),
+    ),
+    (
+        PROMPT_INJECTION,
+        0.9,
+        "injected instructions addressed to the AI",
+        r"\b(?:new|updated|real|actual)\s+(?:system\s+)?instructions?\s*:"
+        r"|\b(?:note|attention|message)\s+to\s+(?:the\s+)?(?:ai|assistant|llm|language model|chatbot)\b",
+        (("instruction", "note", "attention", "message"),),
+    ),
+    (
+        JAILBREAK,
+        0.97,
+        "DAN / do-anything-now persona",
+        r"\byou\s+are\s+(?:now\s+)?DAN\b|\bdo\s+anything\s+now\b|\bact\s+as\s+DAN\b",
+        (("dan", "anything"), ("you", "anything", "act")),
+    ),
+    (
+        JAILBREAK,
+        0.95,
+        "developer/god mode",
+        r"\b(?:developer|god|jailbreak|unrestricted|evil)\s+mode\b[^.\n]{0,20}\b(?:enabled|activated|on)\b"
+        r"|\benable\s+(?:developer|god|jailbreak)\s+mode\b",
+        (("mode",), ("developer", "god", "jailbreak", "unrestricted", "evil")),
+    ),
+    (
+        JAILBREAK,
+        0.93,
+        "request to drop restrictions",
+        r"\b(?:you\s+(?:have|are\s+under)|with|there\s+are)\s+no\s+(?:rules|restrictions|guidelines|filters|limits|ethics)\b"
+        r"[^.\n]{0,40}\b(?:anymore|now|any\s*more)\b"
+        r"|\bwithout\s+(?:any\s+)?(?:ethical|moral|content)\s+(?:restrictions|guidelines|filters|limits)\b"
+        r"|\bpretend\s+(?:that\s+)?you\s+(?:have|are)\s+(?:no|not\s+bound|free\s+from|an?\s+unfiltered)",
+        (("rules", "restriction", "guideline", "filter", "limit", "ethic", "pretend"),),
+    ),
+    (
+        S9,
+        0.95,
+        "explosive device instructions",
+        r"\bhow\s+(?:do\s+i|to|can\s+i|would\s+i)\s+(?:make|build|assemble)\s+(?:a\s+)?(?:pipe\s+)?bomb\b",
+        (("bomb",), ("how",), ("make", "build", "assemble")),
+    ),
+    (
+        S4,
+        1.0,
+        "child sexual abuse material",
+        r"\b(?:child|kiddie|underage|minor)\s+porn\w*|\bcsam\b|\bsexual\s+(?:pictures|images|photos|videos)\s+of\s+(?:children|minors|kids)\b",
+        (("porn", "csam", "sexual"),),
+    ),
+    (
+        S11,
+        0.95,
+        "stated intent of suicide",
+        r"\bi\s+(?:want|am\s+going|'m\s+going|plan|intend)\s+to\s+(?:kill\s+myself|end\s+my\s+life|commit\s+suicide)\b",
+        (("myself", "life", "suicide"), ("want", "going", "plan", "intend")),
+    ),
+    (
+        S2,
+        0.95,
+        "drug synthesis",
+        r"\bhow\s+(?:do\s+i|to|can\s+i)\s+(?:make|cook|synthesi[sz]e)\s+(?:crystal\s+)?(?:meth|methamphetamine|fentanyl)\b",
+        (("meth", "fentanyl"), ("how",), ("make", "cook", "synthesi")),
+    ),
 )
+
+_PHRASES: tuple[tuple[str, float, str, re.Pattern[str]], ...] = tuple(
+    (cat, score, detail, re.compile(rx, re.IGNORECASE)) for cat, score, detail, rx, _ in _RULES
+)
+_NEEDS: dict[str, tuple[tuple[tuple[str, ...], ...], ...]] = {}
+for _rule in _RULES:
+    _NEEDS[_rule[0]] = (*_NEEDS.get(_rule[0], ()), _rule[4])
+PHRASE_CATEGORIES = frozenset(_NEEDS)
+
+
+def could_match(text: str, categories: frozenset[str]) -> bool:
+    """False only when no phrase rule of ``categories`` can match ``text``, nor any other rule find anything
+    but secrets (hidden characters are outside ASCII): callers skip ``rule_hits`` then. True for other
+    scripts, where case folding and normalization widen what a rule reads."""
+    if not text.isascii():
+        return True
+    low = text.lower()
+    # Plain loops: this runs on every release of every answer, and generator expressions cost twice as much.
+    for clauses in _needs_of(categories):
+        for clause in clauses:
+            for word in clause:
+                if word in low:
+                    break
+            else:
+                break  # a clause with none of its words: this rule cannot match
+        else:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _needs_of(categories: frozenset[str]) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    return tuple(clauses for cat in sorted(categories) for clauses in _NEEDS.get(cat, ()))
 
 
 def phrase_hits(text: str) -> list[RuleHit]:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from switchyard.libs.safety.classifier import CHUNK_CHARS
-from switchyard.libs.safety.credentials import OPEN_SECRET
+from switchyard.libs.safety.credentials import OPEN_SECRET, SecretHint
 from switchyard.libs.safety.guard import InputGuard
 from switchyard.libs.safety.policy import SafetyPolicy
 from switchyard.libs.safety.redact import Redaction, apply, find_pii
-from switchyard.libs.safety.taxonomy import BLOCK, EMBEDDING, FLAG, Verdict, worst_first
+from switchyard.libs.safety.rules import PHRASE_CATEGORIES, could_match
+from switchyard.libs.safety.taxonomy import BLOCK, EMBEDDING, FLAG, SECRETS, Verdict, worst_first
 
 ReleasePolicy = Literal["stream", "judged"]
 
@@ -34,8 +35,8 @@ _BOUNDARY = re.compile(r"[.!?;:][\"')\]]*\s+|\n\s*")
 # A cut right after "555 " or "(555) " could split a phone or card number across releases.
 _DIGITISH = frozenset("0123456789()+-")
 # Rules see the released text with a little context before it: a phrase rule completed by this release
-# starts at most this far back (the longest, with single spaces, spans under 80 characters). Each release
-# rescans its context, so the window is per-token work: 200 characters cost 1.5x the guard's time.
+# starts at most this far back (the longest, with single spaces, spans under 80 characters). The window is
+# read only when it holds the words some rule in force needs (`rules.could_match`).
 _CONTEXT_CHARS = 96
 # Text without sentence ends (code, lists) is still judged once this much has piled up.
 _JUDGE_EVERY_CHARS = 240
@@ -90,6 +91,11 @@ class StreamGuard:
         self.policy = policy or (guard.policy if guard else SafetyPolicy())
         self.guard = guard or InputGuard(self.policy, use_embeddings=False)
         self._rules = InputGuard(self.policy, use_embeddings=False)
+        # The phrase rules whose verdicts count on an answer: a window none of them could match is not read.
+        # Where secrets count on answers too (a tenant's policy), every window is.
+        self._rule_categories = frozenset(c for c in PHRASE_CATEGORIES if self.policy.applies(c, "model"))
+        self._rules_every_window = self.policy.applies(SECRETS, "model")
+        self._secret_hint = SecretHint()
         self.release = release
         self.judge_inline = judge_inline
         # Sentences are judged after the question they answer: "give 5 ml every 6 hours" is care after
@@ -236,7 +242,7 @@ class StreamGuard:
         cut = self._cut
         if p <= cut or self.blocked is not None:
             return Release("", self.blocked)
-        spans = find_pii(self.full_text, cut)
+        spans = find_pii(self.full_text, cut, self._secret_hint)
         if not final:
             # The cut rules keep spans whole; this also holds back a span that touches the end of
             # the text so far (a private key still arriving, an e-mail whose domain may go on).
@@ -246,13 +252,15 @@ class StreamGuard:
                     p = s.start
         if p <= cut:
             return Release("")
-        # Rules are exact and cheap: they run on every release, before anything leaves.
-        verdicts = self._rules.check(self.full_text[max(0, cut - _CONTEXT_CHARS) : p], source="model")
-        self.flags += [v for v in verdicts if v.action == FLAG]
-        blocks = [v for v in verdicts if v.action == BLOCK]
-        if blocks:
-            self.blocked = max(blocks, key=lambda v: v.score)
-            return Release("", self.blocked)
+        # Rules are exact: they judge every release, before anything leaves.
+        window = self.full_text[max(0, cut - _CONTEXT_CHARS) : p]
+        if self._rules_every_window or could_match(window, self._rule_categories):
+            verdicts = self._rules.check(window, source="model")
+            self.flags += [v for v in verdicts if v.action == FLAG]
+            blocks = [v for v in verdicts if v.action == BLOCK]
+            if blocks:
+                self.blocked = max(blocks, key=lambda v: v.score)
+                return Release("", self.blocked)
         ready = [s for s in spans if s.end <= p]
         text = apply(self.full_text[cut:p], ready, offset=cut)
         self._cut = p
