@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     screen.escalate(["warm up"])
     results: dict[str, object] = {"isa": args.isa, "dtype": clf.embedder.dtype, "batch": args.batch, "sets": {}}
     for name, texts in answer_sets().items():
+        texts = texts[: args.max_answers or None]
         sents, tokens = sentences(texts)
         pieces = split_texts(sents)[0]
         passes = [pieces[i : i + args.batch] for i in range(0, len(pieces), args.batch)]
@@ -112,6 +113,7 @@ def main() -> None:
         "--batch", type=int, default=64, help="sentences per classifier pass (safety_out's max_batch_texts)"
     )
     ap.add_argument("--isa", default="native", choices=["native", "avx2"])
+    ap.add_argument("--max-answers", type=int, default=0, help="the first N answers of each set (0: all)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     if args.isa == "avx2" and os.environ.get("ATEN_CPU_CAPABILITY") != "avx2":

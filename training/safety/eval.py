@@ -461,7 +461,7 @@ def main() -> None:
     )
     ap.add_argument("--calibration", type=Path, default=None, help="judge with this calibration file's bars")
     ap.add_argument(
-        "--no-screen", action="store_true", help="answers: the classifier reads every chunk (no first stage)"
+        "--screen", action="store_true", help="answers: through the first stage (safety_out's `screen` setting)"
     )
     ap.add_argument("--ood-part", default="test", choices=["test", "calib", "all"], help="out-of-distribution sets")
     args = ap.parse_args()
@@ -475,8 +475,8 @@ def main() -> None:
     else:
         cal = read_calibration(args.calibration) if args.calibration else shipped_calibration()
     policy = SafetyPolicy.calibrated(cal)
-    # The answer side is judged as safety_out judges it: through the first stage unless --no-screen.
-    screen = None if clf is None or args.no_screen else screen_for(clf)
+    # The answer side is judged as safety_out judges it: through the first stage where its setting is on.
+    screen = screen_for(clf) if clf is not None and args.screen else None
     guard = InputGuard(policy, use_embeddings=clf is not None, classifier=clf, screen=screen)
     if clf is not None and cal.classifier != clf.version:
         print(f"WARNING: the bars were calibrated for {cal.classifier}, not {clf.version}: rerun with --calibrate")

@@ -19,8 +19,10 @@ class SafetyOutSettings(ServiceSettings):
     # `python -m training.safety.eval --calibrate` writes; docs/safety.md).
     calibration: Path | None = None
     # Score every answer chunk with the first stage (a distilled n-gram model, microseconds a chunk) and send
-    # only those it cannot clear to the classifier; off: the classifier reads every chunk (docs/safety.md).
-    screen: bool = True
+    # only those it cannot clear to the classifier (1.4-1.5x less classifier CPU per token). Off by default:
+    # one harmful S11 passage of the eval lost its flag with it (docs/safety.md); off, the classifier reads
+    # every chunk.
+    screen: bool = False
     # Judge each answer sentence after the end of the user's question. Off by default: after an unrelated
     # benign question, harmful answers are stopped far less often (docs/safety.md), which is what a
     # jailbreak would exploit; on, a dosing step after a question about a child's fever passes.

@@ -1,4 +1,4 @@
-"""safety_out's `screen` setting: on by default, and off gives the classifier reading every answer chunk."""
+"""safety_out's `screen` setting: off by default (the classifier reads every answer chunk), on by a switch."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from switchyard.libs.safety.guard import calibrated_guard
 from switchyard.services.safety_out.settings import SafetyOutSettings
 
 
-def test_the_screen_is_on_by_default_and_an_environment_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert SafetyOutSettings().screen is True
-    monkeypatch.setenv("SWITCHYARD_SAFETY_OUT_SCREEN", "0")
+def test_the_screen_is_off_by_default_and_an_environment_switch_turns_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
     assert SafetyOutSettings().screen is False
+    monkeypatch.setenv("SWITCHYARD_SAFETY_OUT_SCREEN", "1")
+    assert SafetyOutSettings().screen is True
 
 
 def test_off_the_classifier_reads_every_answer_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
