@@ -14,7 +14,16 @@ from switchyard.services.gateway.messages.encoder import MessageEncoder
 from switchyard.services.gateway.runs.relay import Frame, SseResponse, sse
 from switchyard.services.gateway.simple_chat.encoder import ChatEncoder
 
-TEXTS = ["Hi", "", ' "quoted" \\ back', "line\nbreak\r\ttab", "\x00\x1f\x7f", "\u2028\u2029\x85", "é 漢字 🦜", "</script>"]
+TEXTS = [
+    "Hi",
+    "",
+    ' "quoted" \\ back',
+    "line\nbreak\r\ttab",
+    "\x00\x1f\x7f",
+    "\u2028\u2029\x85",
+    "é 漢字 🦜",
+    "</script>",
+]
 
 
 def stream(texts: list[str]) -> list[ChatEvent]:
