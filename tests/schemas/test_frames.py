@@ -13,6 +13,7 @@ from switchyard.schemas.frames import (
     encode_step_frame,
     encode_text,
     join_step,
+    text_event,
 )
 
 
@@ -56,3 +57,14 @@ def test_frames_carry_their_tokens_logprobs_when_asked_and_stay_short_when_not()
     assert decode_event("r1", encode_text("delta", "Hel")).logprobs is None
     with pytest.raises(FrameError):  # entries are validated before they reach a client
         decode_event("r1", b'["delta", "Hel", [{"token": 5}]]')
+
+
+def test_a_text_event_is_the_object_model_construct_makes() -> None:
+    made = text_event("r1", "thinking", 'a "quoted" é\n')
+    expected = ChatEvent.model_construct(rid="r1", type="thinking", text='a "quoted" é\n')
+    assert made == expected
+    assert list(made.__dict__.items()) == list(expected.__dict__.items())
+    assert made.model_fields_set == expected.model_fields_set
+    assert made.model_dump_json() == expected.model_dump_json()
+    made.model_fields_set.add("usage")  # each event owns its set: no other event sees the change
+    assert text_event("r2", "delta", "x").model_fields_set == {"rid", "type", "text"}

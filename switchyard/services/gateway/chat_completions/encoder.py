@@ -9,9 +9,11 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ErrorCode, TokenLogprob, Usage
-from switchyard.services.gateway.runs.relay import Encoder, sse
+from switchyard.services.gateway.runs.relay import Encoder, Frame, json_str, json_template, sse
 from switchyard.services.gateway.tool_calls import parse_calls
 
+# Stands for a delta's text in its chunk's template: a string no model writes.
+_SLOT = "\x00switchyard-text\x00"
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "blocked": "content_filter", "error": "stop"}
 
 
@@ -71,17 +73,24 @@ class ChunkEncoder(Encoder):
         # Whether an answer's log probabilities came with its text chunks (then not again at its end).
         self.lp_streamed = [False] * answers
         self.usages: list[Usage] = []
+        # A text delta's chunk per answer, around its text: built once, not per token.
+        self.delta_json = [json_template(self.chunk({"content": _SLOT}, index=i), _SLOT) for i in range(answers)]
 
-    def choice(
+    def chunk(
         self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, index: int = 0
-    ) -> ServerSentEvent:
+    ) -> dict[str, Any]:
         chunk: dict[str, Any] = {
             **self.base,
             "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
         }
         if self.include_usage:
             chunk["usage"] = None
-        return sse(chunk)
+        return chunk
+
+    def choice(
+        self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, index: int = 0
+    ) -> ServerSentEvent:
+        return sse(self.chunk(delta, finish, logprobs, index))
 
     def opening(self) -> list[ServerSentEvent]:
         return [self.choice({"role": "assistant", "content": ""}, index=i) for i in range(self.answers)]
@@ -94,7 +103,8 @@ class ChunkEncoder(Encoder):
             if event.logprobs is not None:  # the text's own tokens: output safety released them unchanged
                 self.lp_streamed[index] = True
                 return [self.choice({"content": event.text}, None, entries_json(event.logprobs), index=index)]
-            return [self.choice({"content": event.text}, index=index)]
+            before, after = self.delta_json[index]
+            return [Frame(before + json_str(event.text) + after)]
         if event.type == "thinking":
             # The field vLLM and DeepSeek use; SDK clients read it from the delta's extra fields.
             return [self.choice({"reasoning_content": event.text}, index=index)]

@@ -39,11 +39,39 @@ _json = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
 
 
+class Frame(ServerSentEvent):
+    """An event whose data is one line (compact JSON never holds a raw line break): its bytes are what
+    `ServerSentEvent.encode` makes of it, joined directly instead of through its per-line split and buffer."""
+
+    def __init__(self, data: str, event: str | None = None, id: str | None = None) -> None:
+        super().__init__(data, event=event, id=id, sep="\n")
+
+    def encode(self) -> bytes:
+        head = "" if self.id is None else f"id: {self.id}\n"
+        if self.event is not None:
+            head += f"event: {self.event}\n"
+        return f"{head}data: {self.data}\n\n".encode()
+
+
 def sse(data: Any, event: str | None = None, id: int | None = None) -> ServerSentEvent:
     """One event; `data` is compact JSON (UTF-8 as it is, keys in order) unless it is already a string
     (OpenAI's `[DONE]`). One encode per frame, by msgspec: a delta's whole cost here is a few µs."""
     payload = data if isinstance(data, str) else _json(data).decode()
-    return ServerSentEvent(payload, event=event, id=None if id is None else str(id), sep="\n")
+    if "\n" in payload or "\r" in payload:  # only a string given as it is can hold one: one data line each
+        return ServerSentEvent(payload, event=event, id=None if id is None else str(id), sep="\n")
+    return Frame(payload, event=event, id=None if id is None else str(id))
+
+
+def json_template(data: Any, slot: str) -> tuple[str, str]:
+    """The JSON of `data` around the one string value equal to `slot`, as (before, after): a frame that
+    differs from another only in that string is `before + json(text) + after`, the same bytes as encoding
+    it whole, without building and walking its dict per token."""
+    before, after = _json(data).decode().split(_json(slot).decode())
+    return before, after
+
+
+def json_str(text: str) -> str:
+    return _json(text).decode()
 
 
 class Encoder:
@@ -138,8 +166,24 @@ async def encoded(batches: AsyncIterator[Batch], encoder: Encoder) -> AsyncItera
         yield b"".join(e.encode() for e in closing)
 
 
+class SseResponse(EventSourceResponse):
+    """sse-starlette's response, without the cancel scope it opens around every write to bound it by
+    `send_timeout`: none is set here, so that scope never fires, and opening one costs about as much as
+    encoding the token's frame."""
+
+    async def _send_with_timeout(self, send: Any, message: Any) -> None:
+        if self.send_timeout is not None:
+            await super()._send_with_timeout(send, message)
+            return
+        try:
+            await send(message)
+        except BaseException:
+            self._send_interrupted = True
+            raise
+
+
 def sse_response(gw: Gateway, batches: AsyncIterator[Batch], encoder: Encoder) -> EventSourceResponse:
-    return EventSourceResponse(
+    return SseResponse(
         encoded(batches, encoder),
         headers=SSE_HEADERS,
         ping=gw.settings.keepalive_s,
