@@ -4,6 +4,7 @@ stays quiet on the placeholders that documentation and questions use."""
 import pytest
 
 from switchyard.libs.safety.credentials import find_secrets
+from tests.safety.strings import string_constants
 
 # Fake values with the real shape; none of them is a live credential.
 POSITIVE = [
@@ -126,25 +127,13 @@ def test_reports_value_not_label() -> None:
     assert text[m.start : m.end] == "Yk7mQ2zR9x!"
 
 
-def _string_constants() -> list[str]:
-    import ast
-    from pathlib import Path
-
-    out = []
-    for path in sorted(Path(__file__).parent.parent.rglob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                out.append(node.value)
-    return out
-
-
 def test_every_credential_the_patterns_find_in_the_tests_passes_the_prefilter() -> None:
     """find_secrets skips text the pre-filter rejects: each match in every test's strings must pass it, on
     its own and in its text, as written and with its letters' case changed, or the skip would hide it."""
     from switchyard.libs.safety.credentials import SECRET_PATTERNS, may_hold_secret
 
     checked = 0
-    for text in _string_constants():
+    for text in string_constants():
         for variant in {text, text.upper(), text.lower(), text.swapcase()}:
             for sp in SECRET_PATTERNS:
                 for m in sp.regex.finditer(variant):
@@ -162,7 +151,7 @@ def test_the_prefilter_never_changes_what_find_secrets_finds() -> None:
     from switchyard.libs.safety.credentials import _scan
 
     rng = random.Random(7)
-    consts = [t for t in _string_constants() if t.strip()]
+    consts = [t for t in string_constants() if t.strip()]
     glue = [
         " ",
         ": ",
@@ -222,7 +211,7 @@ def test_a_streams_hint_answers_as_the_prefilter_does() -> None:
     from switchyard.libs.safety.credentials import SecretHint, may_hold_secret
 
     rng = random.Random(11)
-    consts = [t for t in _string_constants() if t.strip()]
+    consts = [t for t in string_constants() if t.strip()]
     consts += [t for t in consts if may_hold_secret(t)] * 3  # windows that pass, lose and regain it
     yes = 0
     for _ in range(300):

@@ -17,6 +17,7 @@ from switchyard.libs.safety import (
     worst_action,
     worst_first,
 )
+from tests.safety.strings import string_constants
 
 RULES = InputGuard(use_embeddings=False)
 
@@ -181,7 +182,7 @@ def test_every_match_of_a_phrase_rule_holds_a_word_of_each_of_its_clauses(index:
     rx = rules._PHRASES[index][3]
     rng = random.Random(index)
     texts = [_matching_text(rx, rng) for _ in range(1000)]
-    texts += [t for t in _test_strings() if t.isascii()]
+    texts += [t for t in string_constants() if t.isascii()]
     matched = 0
     for text in texts:
         for m in rx.finditer(text):
@@ -190,18 +191,6 @@ def test_every_match_of_a_phrase_rule_holds_a_word_of_each_of_its_clauses(index:
             assert all(any(w in low for w in clause) for clause in clauses), (m.group(), clauses)
             assert rules.could_match(text, frozenset({cat}))
     assert matched > 100
-
-
-def _test_strings() -> list[str]:
-    import ast
-    from pathlib import Path
-
-    out = []
-    for path in sorted(Path(__file__).parent.parent.rglob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                out.append(node.value)
-    return out
 
 
 def test_could_match_is_true_off_ascii_and_false_on_plain_prose() -> None:
