@@ -97,11 +97,16 @@ async def bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
     await b.drain()
 
 
-async def tools_stage(nats_server: NatsServer) -> tuple[Bus, Tools]:
+@pytest.fixture
+async def tools(nats_server: NatsServer) -> AsyncIterator[Tools]:
+    """A tools stage answering `tools.mcp.call`, gone after the test even when it fails (a stage left behind
+    would answer the next module's calls on the shared server)."""
     b = await connect(nats_server, "tools")
-    tools = Tools()
-    await b.subscribe(subjects.TOOLS_MCP_CALL, McpToolRun, tools.run, queue="tools")
-    return b, tools
+    t = Tools()
+    await b.subscribe(subjects.TOOLS_MCP_CALL, McpToolRun, t.run, queue="tools")
+    await b.flush()  # the server knows the subscription before inference's first call
+    yield t
+    await b.drain()
 
 
 def work(**extra: Any) -> Work:
@@ -146,9 +151,8 @@ async def answer(
 
 
 async def test_a_forced_call_runs_and_the_model_answers_from_its_result(
-    nats_server: NatsServer, bus: Bus, tokenizer: Tokenizer
+    nats_server: NatsServer, bus: Bus, tokenizer: Tokenizer, tools: Tools
 ) -> None:
-    tb, tools = await tools_stage(nats_server)
     # The forced call's opening is the prefill: the model writes the rest of it.
     model = Model(['A-100"}}</tool_call>', "There are 42 units."])
     finish, out = await answer(bus, tokenizer, work(), model)
@@ -161,13 +165,11 @@ async def test_a_forced_call_runs_and_the_model_answers_from_its_result(
     # The call was forced once: now the model chooses (a grammar that admits prose).
     assert model.params[1].constraint is not None and '"mode": "auto"' in model.params[1].constraint.spec
     assert [r.call.server for r in out.ran] == ["inventory"]
-    await tb.drain()
 
 
 async def test_rounds_are_bounded_and_a_repeated_call_is_not_run_again(
-    nats_server: NatsServer, bus: Bus, tokenizer: Tokenizer
+    nats_server: NatsServer, bus: Bus, tokenizer: Tokenizer, tools: Tools
 ) -> None:
-    tb, tools = await tools_stage(nats_server)
     model = Model(['A-1"}}</tool_call>', call("A-1"), "Done."])
     finish, out = await answer(bus, tokenizer, work(), model)
     assert finish == "stop" and len(tools.runs) == 1 and model.shown == ["Done."]
@@ -178,20 +180,17 @@ async def test_rounds_are_bounded_and_a_repeated_call_is_not_run_again(
     finish, out = await answer(bus, tokenizer, work(mcp_rounds=2), model)
     assert [r.arguments["sku"] for r in tools.runs[1:]] == ["A-1", "A-2"] and [r.round for r in out.ran] == [0, 1]
     assert len(model.prompts) == 3 and model.params[2].constraint is None and model.shown == ["Done."]
-    await tb.drain()
 
 
 async def test_prose_is_released_and_a_cut_call_is_not_run(
-    nats_server: NatsServer, bus: Bus, tokenizer: Tokenizer
+    nats_server: NatsServer, bus: Bus, tokenizer: Tokenizer, tools: Tools
 ) -> None:
-    tb, tools = await tools_stage(nats_server)
     model = Model(["Just prose."])
     finish, out = await answer(bus, tokenizer, work(tool_choice="auto"), model)
     assert finish == "stop" and model.shown == ["Just prose."] and not out.ran and not out.prompt
     cut = Model(['A-1", "more'], finish="length")
     finish, out = await answer(bus, tokenizer, work(), cut)
     assert finish == "length" and not tools.runs and not out.ran
-    await tb.drain()
 
 
 async def test_a_tools_stage_that_does_not_answer_costs_one_error_and_the_model_goes_on(
