@@ -10,6 +10,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from switchyard.schemas import ChatEvent, Usage
 from switchyard.services.gateway.chat_completions.encoder import ChunkEncoder
+from switchyard.services.gateway.completions.encoder import TextChunkEncoder
 from switchyard.services.gateway.messages.encoder import MessageEncoder
 from switchyard.services.gateway.runs.relay import Frame, SseResponse, sse
 from switchyard.services.gateway.simple_chat.encoder import ChatEncoder
@@ -46,6 +47,30 @@ class WholeChunks(ChunkEncoder):
         return super().encode(index, seq, event)
 
 
+class WholeTextChunks(TextChunkEncoder):
+    """Every delta's `text_completion` chunk built and encoded whole, as before the template."""
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        if event.type == "delta":
+            return [self.chunk(index, event.text)]
+        return super().encode(index, seq, event)
+
+
+class WholeMessageEvents(MessageEncoder):
+    """Every `content_block_delta` of text built and encoded whole, as before the template."""
+
+    def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
+        if event.type == "delta" and not self.tool_names:
+            out = self.blocks.switch("text")
+            data = {
+                "type": "content_block_delta",
+                "index": self.blocks.index,
+                "delta": {"type": "text_delta", "text": event.text},
+            }
+            return [*out, sse(data, event="content_block_delta")]
+        return super().encode(index, seq, event)
+
+
 def written(encoder: Any, answers: list[list[ChatEvent]], *, direct: bool) -> bytes:
     frames = [*encoder.opening()]
     for index, events in enumerate(answers):
@@ -68,6 +93,25 @@ def test_a_delta_chunk_from_its_template_is_the_whole_chunks_bytes(
     assert fast == whole
     # the opening, thinking, deltas and finish of each answer, then the usage chunk and [DONE]
     assert fast.count(b"\n\n") == (3 + len(TEXTS)) * answers + usage + 1
+
+
+@pytest.mark.parametrize("answers", [1, 2])
+def test_a_text_completion_delta_from_its_template_is_the_whole_chunks_bytes(answers: int) -> None:
+    runs = [stream(TEXTS), stream(TEXTS[::-1])][:answers]
+    args = ("rid-1", 'model "x"', ["say it"], answers, True, True, "fp_1")
+    fast = written(TextChunkEncoder(*args), runs, direct=True)
+    assert fast == written(WholeTextChunks(*args), runs, direct=False)
+    assert fast.count(b'"text":"\\u0000\\u001f') == answers  # the control characters escaped, once per answer
+
+
+def test_a_message_text_delta_from_its_template_is_the_whole_events_bytes() -> None:
+    # thinking, then text, then thinking again and text: each text block has its own index
+    events = stream(TEXTS)
+    events = [*events[:-1], ChatEvent(rid="r", type="thinking", text="again"), *events[1:]]
+    fast = written(MessageEncoder("r", "m", input_tokens=4), [events], direct=True)
+    whole = written(WholeMessageEvents("r", "m", input_tokens=4), [events], direct=False)
+    assert fast == whole
+    assert b'"index":1,"delta":{"type":"text_delta"' in fast and b'"index":3,"delta":{"type":"text_delta"' in fast
 
 
 @pytest.mark.parametrize("encoder", [lambda: MessageEncoder("r", "m", input_tokens=4), ChatEncoder])

@@ -9,11 +9,9 @@ from typing import Any
 from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, ErrorCode, TokenLogprob, Usage
-from switchyard.services.gateway.runs.relay import Encoder, Frame, json_str, json_template, sse
+from switchyard.services.gateway.runs.relay import TEXT_SLOT, Encoder, Frame, json_str, json_template, sse
 from switchyard.services.gateway.tool_calls import parse_calls
 
-# Stands for a delta's text in its chunk's template: a string no model writes.
-_SLOT = "\x00switchyard-text\x00"
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop", "blocked": "content_filter", "error": "stop"}
 
 
@@ -74,7 +72,7 @@ class ChunkEncoder(Encoder):
         self.lp_streamed = [False] * answers
         self.usages: list[Usage] = []
         # A text delta's chunk per answer, around its text: built once, not per token.
-        self.delta_json = [json_template(self.chunk({"content": _SLOT}, index=i), _SLOT) for i in range(answers)]
+        self.delta_json = [json_template(self.chunk({"content": TEXT_SLOT}, index=i)) for i in range(answers)]
 
     def chunk(
         self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, index: int = 0

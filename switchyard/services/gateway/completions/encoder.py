@@ -10,7 +10,7 @@ from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, TokenLogprob, Usage
 from switchyard.services.gateway.chat_completions.encoder import FINISH
-from switchyard.services.gateway.runs.relay import Encoder, sse
+from switchyard.services.gateway.runs.relay import TEXT_SLOT, Encoder, Frame, json_str, json_template, sse
 
 
 def legacy_logprobs(tokens: list[TokenLogprob] | None, offset: int) -> dict[str, Any] | None:
@@ -60,6 +60,8 @@ class TextChunkEncoder(Encoder):
         }
         self.prompts, self.n, self.echo, self.include_usage = prompts, n, echo, include_usage
         self.usages: dict[int, Usage] = {}
+        # A text delta's chunk per answer, around its text: built once, not per token.
+        self.delta_json: dict[int, tuple[str, str]] = {}
 
     def chunk(self, index: int, text: str, logprobs: Any = None, finish: str | None = None) -> ServerSentEvent:
         choice = {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
@@ -72,7 +74,12 @@ class TextChunkEncoder(Encoder):
 
     def encode(self, index: int, seq: int, event: ChatEvent) -> list[ServerSentEvent]:
         if event.type == "delta":
-            return [self.chunk(index, event.text)]
+            template = self.delta_json.get(index)
+            if template is None:
+                choice = {"text": TEXT_SLOT, "index": index, "logprobs": None, "finish_reason": None}
+                template = self.delta_json[index] = json_template({**self.base, "choices": [choice]})
+            before, after = template
+            return [Frame(before + json_str(event.text) + after)]
         if event.type == "done":
             self.usages[index] = event.usage or Usage()
             out = []

@@ -12,7 +12,7 @@ from sse_starlette import ServerSentEvent
 
 from switchyard.schemas import ChatEvent, Usage
 from switchyard.services.gateway.messages.tools import tool_use_block
-from switchyard.services.gateway.runs.relay import Encoder, sse
+from switchyard.services.gateway.runs.relay import TEXT_SLOT, Encoder, Frame, json_str, json_template, sse
 from switchyard.services.gateway.tool_calls import parse_call
 
 STOP = {"stop": "end_turn", "length": "max_tokens", "cancelled": "end_turn", "blocked": "refusal", "error": "end_turn"}
@@ -84,6 +84,8 @@ class MessageEncoder(Encoder):
         # With client tools the answer may turn out to be a call: its text is held until it is complete.
         self.held: list[str] = []
         self.blocks = _Blocks()
+        # A text delta's event per content block, around its text: built once, not per token.
+        self.delta_json: dict[int, tuple[str, str]] = {}
 
     def opening(self) -> list[ServerSentEvent]:
         message: dict[str, Any] = {
@@ -107,8 +109,14 @@ class MessageEncoder(Encoder):
             self.held.append(event.text)
             return []
         if event.type == "delta":
-            delta = {"type": "text_delta", "text": event.text}
-            return [*blocks.switch("text"), _event("content_block_delta", index=blocks.index, delta=delta)]
+            out = blocks.switch("text")
+            template = self.delta_json.get(blocks.index)
+            if template is None:
+                delta = {"type": "text_delta", "text": TEXT_SLOT}
+                data = {"type": "content_block_delta", "index": blocks.index, "delta": delta}
+                template = self.delta_json[blocks.index] = json_template(data)
+            before, after = template
+            return [*out, Frame(before + json_str(event.text) + after, event="content_block_delta")]
         if event.type == "done":
             return self._done(event)
         if event.type == "error" and event.error is not None:

@@ -62,7 +62,11 @@ def sse(data: Any, event: str | None = None, id: int | None = None) -> ServerSen
     return Frame(payload, event=event, id=None if id is None else str(id))
 
 
-def json_template(data: Any, slot: str) -> tuple[str, str]:
+# Stands for a delta's text in a chunk's template: a string no model writes.
+TEXT_SLOT = "\x00switchyard-text\x00"
+
+
+def json_template(data: Any, slot: str = TEXT_SLOT) -> tuple[str, str]:
     """The JSON of `data` around the one string value equal to `slot`, as (before, after): a frame that
     differs from another only in that string is `before + json(text) + after`, the same bytes as encoding
     it whole, without building and walking its dict per token."""
