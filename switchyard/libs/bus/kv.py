@@ -148,11 +148,13 @@ class CasKV:
     async def put_if(self, key: str, value: bytes, revision: int) -> bool:
         """Write `value` if the entry is still at `revision` (0: if there is none yet); False if another
         writer changed it first."""
+        return await self.swap(key, value, revision) is not None
+
+    async def swap(self, key: str, value: bytes, revision: int) -> int | None:
+        """`put_if` that returns the entry's new revision, or None where another writer changed it first."""
         try:
             if revision == 0:
-                await self._kv.create(key, value)
-            else:
-                await self._kv.update(key, value, last=revision)
+                return int(await self._kv.create(key, value))
+            return int(await self._kv.update(key, value, last=revision))
         except nats.js.errors.KeyWrongLastSequenceError:
-            return False
-        return True
+            return None

@@ -23,6 +23,7 @@ from switchyard.libs.bus import Bus
 from switchyard.libs.bus.kv import CasKV
 
 log = structlog.get_logger()
+MAX_KNOWN_TENANTS = 10_000
 
 
 class Limits(Protocol):
@@ -100,6 +101,11 @@ class Limiter:
         # A bucket electing a new leader (a node died) would hold each call for nats-py's 5 s; the
         # limiter gives up sooner and lets the request through, as when the store is down.
         self.timeout_s = timeout_s
+        # Per tenant, the state this gateway last wrote and the revision it got: the next commit writes
+        # against that revision without reading the entry first. Another gateway's write in between fails
+        # the compare-and-set, and only then is the entry read (at many streams the entry holds every
+        # lease, and reading it back after each of our own writes cost a round trip and a decode a request).
+        self._known: dict[str, tuple[_State, int]] = {}
 
     @classmethod
     async def open(cls, bus: Bus, bucket: str) -> Limiter:
@@ -114,9 +120,6 @@ class Limiter:
         state = _State.load(value)
         state.refill(limits, now)
         return state, revision
-
-    async def _write(self, tenant: str, state: _State, revision: int) -> bool:
-        return await self.kv.put_if(_key(tenant), state.dump(), revision)
 
     async def _backoff(self, attempt: int) -> None:
         await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
@@ -180,11 +183,21 @@ class Limiter:
     async def _commit(self, tenant: str, limits: Limits, ops: list[_Op]) -> list[Refusal | None]:
         for attempt in range(self.attempts):
             now = _now_ms()
-            state, revision = await self._read(tenant, limits, now)
+            known = self._known.pop(tenant, None)
+            if known is not None:
+                state, revision = known
+                state.refill(limits, now)
+            else:
+                state, revision = await self._read(tenant, limits, now)
             results = [self._apply(state, limits, op, now) for op in ops]
-            if await self._write(tenant, state, revision):
+            written = await self.kv.swap(_key(tenant), state.dump(), revision)
+            if written is not None:
+                self._known[tenant] = (state, written)
+                while len(self._known) > MAX_KNOWN_TENANTS:
+                    self._known.pop(next(iter(self._known)))
                 return results
-            await self._backoff(attempt)
+            if known is None:  # a stale copy of ours is no contention: read the entry at once
+                await self._backoff(attempt)
         log.warning("rate limit contention: admitting without a lease", tenant=tenant)
         return [None] * len(ops)
 

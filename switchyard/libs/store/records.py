@@ -32,6 +32,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     delete,
     or_,
     select,
@@ -176,8 +177,8 @@ class RecordStore:
             else:
                 span_rows.extend(s.model_dump() for s in item.spans)
         async with self.engine.begin() as conn:
-            for rid, stages in by_rid.items():
-                await self._merge(conn, rid, stages)
+            if by_rid:
+                await self._merge(conn, by_rid)
             if span_rows:
                 await conn.execute(insert_ignore(conn, spans, ["trace_id", "span_id"]), span_rows)
             for fb in ratings:
@@ -189,30 +190,36 @@ class RecordStore:
                     row,
                 )
 
-    async def _merge(self, conn: AsyncConnection, rid: str, stages: list[StageRecord]) -> None:
+    async def _merge(self, conn: AsyncConnection, by_rid: dict[str, list[StageRecord]]) -> None:
+        """Merge every request of a batch in three statements, whatever the number of requests: a
+        statement costs a round trip to the driver, and a request's records arrive spread over batches."""
         now = now_ms()
-        # Insert-then-lock: the row exists before FOR UPDATE, so two logger replicas merging the same
+        # Sorted: two logger replicas lock the rows of overlapping batches in the same order (no deadlock).
+        rids = sorted(by_rid)
+        # Insert-then-lock: the rows exist before FOR UPDATE, so two logger replicas merging the same
         # rid serialize on PostgreSQL instead of overwriting each other (SQLite has one writer anyway).
         await conn.execute(
-            insert_ignore(conn, requests, ["rid"]).values(rid=rid, created_ms=now, updated_ms=now, record={})
+            insert_ignore(conn, requests, ["rid"]),
+            [{"rid": rid, "created_ms": now, "updated_ms": now, "record": {}} for rid in rids],
         )
-        row = (
-            await conn.execute(
-                select(requests.c.record, requests.c.text_purged).where(requests.c.rid == rid).with_for_update()
-            )
-        ).first()
-        record: dict[str, Any] = dict(row[0]) if row and row[0] else {}
-        purged = bool(row[1]) if row else False
-        for stage in stages:
-            record = merge_stage(record, stage)
-        # Scrubbed before it is written: an opted-out tenant's text never reaches the disk, and a stage
-        # record redelivered after the retention purge does not bring the text back.
-        summary = summarize(record)
-        if purged or summary["tenant"] in self.no_raw_text:
-            record = scrub(record)
-        await conn.execute(
-            update(requests).where(requests.c.rid == rid).values(record=record, updated_ms=now, **summary)
+        c = requests.c
+        found = await conn.execute(
+            select(c.rid, c.record, c.text_purged).where(c.rid.in_(rids)).order_by(c.rid).with_for_update()
         )
+        held = {rid: (record, purged) for rid, record, purged in found}
+        rows: list[dict[str, Any]] = []
+        for rid in rids:
+            stored, purged = held.get(rid, (None, False))
+            record: dict[str, Any] = dict(stored) if stored else {}
+            for stage in by_rid[rid]:
+                record = merge_stage(record, stage)
+            # Scrubbed before it is written: an opted-out tenant's text never reaches the disk, and a stage
+            # record redelivered after the retention purge does not bring the text back.
+            summary = summarize(record)
+            if purged or summary["tenant"] in self.no_raw_text:
+                record = scrub(record)
+            rows.append({"match_rid": rid, "record": record, "updated_ms": now, **summary})
+        await conn.execute(update(requests).where(c.rid == bindparam("match_rid")), rows)
 
     async def get(self, rid: str, tenant: str | None = None) -> tuple[RequestSummary, dict[str, Any]] | None:
         """The request `rid`; with `tenant`, only that tenant's (another tenant's is None, as a missing one)."""

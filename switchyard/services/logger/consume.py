@@ -108,22 +108,28 @@ class LogConsumer:
                 await p.msg.ack()
 
     def _consumer_spans(self, batch: list[Parsed]) -> list[trace.Span]:
-        """One span per stage record, a child of the request's trace: the logger joins each trace."""
-        out: list[trace.Span] = []
+        """One span per request in the batch, a child of the trace of its first stage record there: the
+        logger joins each trace once per write, not once per record (each span it makes comes back to it
+        as a span to store, so a span per record cost as much as the records)."""
+        by_rid: dict[str, list[Parsed]] = {}
         for p in batch:
-            if not isinstance(p.item, StageRecord):
-                continue  # never for spans (a feedback loop) nor feedback
-            ctx = H.extract_trace(p.msg.headers)
+            if isinstance(p.item, StageRecord):  # never for spans (a feedback loop) nor feedback
+                by_rid.setdefault(p.item.rid, []).append(p)
+        out: list[trace.Span] = []
+        for rid, records in by_rid.items():
+            first = records[0].msg
             out.append(
                 self.bus.tracer.start_span(
-                    f"store {p.msg.subject}",
-                    context=ctx,
+                    f"store {subjects.LOG_STREAM}",
+                    context=H.extract_trace(first.headers),
                     kind=SpanKind.CONSUMER,
                     attributes={
                         "messaging.system": "nats",
                         "messaging.operation.type": "process",
-                        "messaging.destination.name": p.msg.subject,
-                        "switchyard.rid": p.item.rid,
+                        "messaging.destination.name": subjects.LOG_STREAM,
+                        "messaging.batch.message_count": len(records),
+                        "switchyard.subjects": [r.msg.subject for r in records],
+                        "switchyard.rid": rid,
                         "switchyard.service": self.bus.service,
                         "switchyard.batch_size": len(batch),
                     },

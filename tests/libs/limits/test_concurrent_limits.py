@@ -68,3 +68,33 @@ async def test_32_writes_at_once_pass_at_most_the_per_minute_limit(buses: tuple[
     # The bucket refills a third of a request a second while they run: 21 at most.
     assert 20 <= len(passed) <= 21
     assert all(r.limit == "requests_per_minute" and r.retry_after_s > 0 for r in refused)
+
+
+async def test_a_gateway_writes_on_its_own_last_revision_and_still_sees_another_gateways_leases(
+    buses: tuple[Bus, Bus],
+) -> None:
+    bucket = f"lim_{uuid.uuid4().hex[:8]}"
+    one, two = await Limiter.open(buses[0], bucket), await Limiter.open(buses[1], bucket)
+    limits = TierLimits(requests_per_minute=100, tokens_per_minute=1000, concurrent_streams=3)
+    reads = 0
+    real_get = one.kv.get
+
+    async def counted_get(key: str) -> tuple[bytes | None, int]:
+        nonlocal reads
+        reads += 1
+        return await real_get(key)
+
+    one.kv.get = counted_get  # type: ignore[method-assign]
+    assert await one.admit("acme", "r1", limits, lease_s=60) is None
+    await one.settle("acme", "r1", 5, limits)
+    assert await one.admit("acme", "r2", limits, lease_s=60) is None
+    assert reads == 1  # after its first read, one wrote on the revision its own last write returned
+    # Another gateway takes two leases: one's copy is stale, its compare-and-set fails, and it reads them.
+    assert await two.admit("acme", "r3", limits, lease_s=60) is None
+    assert await two.admit("acme", "r4", limits, lease_s=60) is None
+    refusal = await one.admit("acme", "r5", limits, lease_s=60)
+    assert refusal is not None and refusal.limit == "concurrent_streams"
+    assert reads == 2
+    # Settling r3 on one (it was taken on two) frees its lease for both.
+    await one.settle("acme", "r3", 5, limits)
+    assert await two.admit("acme", "r6", limits, lease_s=60) is None

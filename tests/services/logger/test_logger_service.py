@@ -235,9 +235,7 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
             return False
         names = {s.name for s in got.spans}
         return (
-            got.record.get("status") == "complete"
-            and "feedback" in got.record
-            and any(n.startswith("store log.") for n in names)
+            got.record.get("status") == "complete" and "feedback" in got.record and any(n == "store LOG" for n in names)
         )
 
     await wait_for(complete)
@@ -258,6 +256,13 @@ async def test_merged_record_and_trace_over_the_bus(nats_server: NatsServer, tmp
     # Counted over the whole store: a span made while storing a span batch would start a trace of its own.
     store = logger.store()
     await _all_spans_stored(logger, client)
+    # One store span per request and batch, not one per record: together they name each record once.
+    got = await client.request(subjects.ADMIN_REQUEST_GET, RequestQuery(rid=rid), RequestRecordReply)
+    consumer = [s for s in got.spans if s.service == "logger"]
+    assert all(s.name == "store LOG" for s in consumer)
+    assert sum(s.attributes["messaging.batch.message_count"] for s in consumer) == len(records)
+    stored = sorted(x for s in consumer for x in s.attributes["switchyard.subjects"])
+    assert stored == sorted(subjects.log_stage(r.stage) for r in records)
     before = await _span_count(store)
     await _all_spans_stored(logger, client)
     assert await _span_count(store) == before
