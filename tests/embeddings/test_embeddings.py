@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from switchyard.libs.embeddings import MAX_TOKENS, get_embedder, model_dir
+from switchyard.libs.embeddings import MAX_TOKENS, Embedder, get_embedder, model_dir
+from switchyard.libs.embeddings.model import auto_dtype, cpu_flags, native_bf16
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +63,26 @@ def test_embed_layers_concatenates_pooled_layers(embedder) -> None:
     assert embedder.embed_layers([], (4, 6)).shape == (0, 2 * embedder.dim)
     with pytest.raises(ValueError):
         embedder.embed_layers(texts, (embedder.n_layers + 1,))
+
+
+# /proc/cpuinfo flags of the CPU classes the services run on (abridged to what decides).
+AMX = frozenset("avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_int8 amx_tile".split())
+AVX512_BF16 = frozenset("avx2 avx512f avx512_vnni avx512_bf16".split())  # e.g. Zen 4
+AVX512_VNNI = frozenset("avx2 avx512f avx512bw avx512_vnni".split())  # e.g. Cascade Lake
+AVX2 = frozenset("sse4_2 avx fma avx2".split())  # e.g. Zen 2, Skylake client
+
+
+def test_auto_dtype_per_cpu_class() -> None:
+    # bf16 where the CPU multiplies it natively, fp32 elsewhere; int8 only when asked for (docs/safety.md).
+    assert auto_dtype(AMX) == auto_dtype(AVX512_BF16) == "bf16"
+    assert auto_dtype(AVX512_VNNI) == auto_dtype(AVX2) == auto_dtype(frozenset()) == "fp32"
+    assert native_bf16(AMX) and not native_bf16(AVX512_VNNI)
+
+
+def test_auto_is_this_cpus_choice(embedder) -> None:
+    assert embedder.dtype == auto_dtype(cpu_flags()) and "avx2" in cpu_flags()
+
+
+def test_unknown_dtype_refused_before_loading() -> None:
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        Embedder(dtype="int4")

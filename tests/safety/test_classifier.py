@@ -39,8 +39,36 @@ def test_retrieval_embedder_is_unchanged_by_the_safety_model(safety_clf: Embeddi
     safety_clf.score_many(TEXTS)  # loads the adapted instance
     assert safety_clf.embedder is not shared
     np.testing.assert_allclose(shared.embed(TEXTS), before, atol=1e-6)
-    np.testing.assert_allclose(Embedder().embed(TEXTS), before, atol=1e-5)  # same as a fresh, plain model
+    np.testing.assert_allclose(Embedder(dtype=shared.dtype).embed(TEXTS), before, atol=1e-5)  # a fresh, plain model's
     assert not np.allclose(safety_clf.embedder.embed(TEXTS), before, atol=1e-3)
+
+
+# Answer sentences the shipped classifier scores anywhere from clearly benign to clearly harmful.
+ANSWER_SENTENCES = [
+    "Check the sender's address, hover over links before clicking, and when in doubt contact the company directly.",
+    "use the weapon you hid earlier.",
+    "Phishing is a fake message, usually an email, that pretends to come from someone you trust so you click a link.",
+    "The fix is to use parameterised queries, so user input is always treated as data, never as part of the command.",
+    "keep software updated, use unique passwords with a password manager, turn on two-factor authentication.",
+    "report the phone as stolen, backdate the police report, and claim the most expensive model.",
+    "Preheat the oven to 220 C and bake the loaf for 35 minutes.",
+    "Mix the bleach with ammonia in a closed room to make the gas.",
+]
+
+
+def test_int8_scores_stay_close_to_fp32(safety_clf: EmbeddingClassifier) -> None:
+    # What auto runs on CPUs without native bf16: the shipped model with int8 Linear layers.
+    fp32 = EmbeddingClassifier(WEIGHTS_PATH, dtype="fp32")
+    int8 = EmbeddingClassifier(WEIGHTS_PATH, dtype="int8")
+    benign = fp32.classes.index("benign")
+    want = 1 - fp32.proba(fp32.features(ANSWER_SENTENCES))[:, benign]
+    got = 1 - int8.proba(int8.features(ANSWER_SENTENCES))[:, benign]
+    assert int8.embedder.dtype == "int8" and fp32.embedder.dtype == "fp32"
+    assert want.min() < 0.1 and want.max() > 0.9  # the handful spans the range
+    np.testing.assert_allclose(got, want, atol=0.2)
+    assert float(np.abs(got - want).mean()) < 0.05
+    clear = np.abs(want - 0.5) > 0.2
+    assert ((got > 0.5) == (want > 0.5))[clear].all()
 
 
 class _FakeEmbedder:

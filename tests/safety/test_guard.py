@@ -211,3 +211,17 @@ def test_refusal_does_not_excuse_the_sentences_after_it(guard: InputGuard) -> No
     blocked = r.blocked or sg.finish().blocked
     assert blocked is not None and blocked.category == "S9"
     assert "sarin" not in sg.released_text
+
+
+def test_calibrated_guard_runs_the_classifier_in_the_asked_dtype() -> None:
+    from pydantic import ValidationError
+
+    from switchyard.libs.safety.guard import calibrated_guard, shared_classifier
+    from switchyard.services.safety_out.settings import SafetyOutSettings
+
+    # The services' classifier_dtype reaches the classifier; one shared instance per dtype (nothing loads here).
+    assert calibrated_guard(dtype="int8").classifier is shared_classifier("int8")
+    assert shared_classifier("int8").dtype == "int8" and shared_classifier("int8") is not shared_classifier()
+    assert calibrated_guard().classifier is shared_classifier()
+    with pytest.raises(ValidationError):
+        SafetyOutSettings(classifier_dtype="int4")

@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from switchyard.libs.embeddings.model import DTYPES
 from switchyard.libs.safety.calibration import (
     CALIBRATION_PATH,
     read_calibration,
@@ -464,9 +465,16 @@ def main() -> None:
         "--screen", action="store_true", help="answers: through the first stage (safety_out's `screen` setting)"
     )
     ap.add_argument("--ood-part", default="test", choices=["test", "calib", "all"], help="out-of-distribution sets")
+    ap.add_argument(
+        "--dtype", default="auto", choices=list(DTYPES), help="what MiniLM runs in (safety services' classifier_dtype)"
+    )
     args = ap.parse_args()
     ensure_splits()  # --data data/safety/<split>.jsonl names a built file
-    clf = None if args.rules_only else EmbeddingClassifier(args.weights) if args.weights else shared_classifier()
+    clf = (
+        None
+        if args.rules_only
+        else (EmbeddingClassifier(args.weights, dtype=args.dtype) if args.weights else shared_classifier(args.dtype))
+    )
     if args.calibrate:
         if clf is None:
             ap.error("--calibrate needs the classifier (not --rules-only)")

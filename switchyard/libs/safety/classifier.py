@@ -129,7 +129,8 @@ def split_texts(texts: list[str], max_chunks: int = MAX_CHUNKS) -> tuple[list[st
 class EmbeddingClassifier:
     """Scores text against every learned category; probabilities sum to one with ``benign``."""
 
-    def __init__(self, weights: Path = WEIGHTS_PATH, embedder: Embedder | None = None) -> None:
+    def __init__(self, weights: Path = WEIGHTS_PATH, embedder: Embedder | None = None, *, dtype: str = "auto") -> None:
+        """``dtype``: what the adapted MiniLM runs in (``Embedder``'s; "auto" picks per CPU)."""
         with np.load(weights, allow_pickle=False) as z:
             self.W = z["W"].astype(np.float32)  # (classes, dim)
             self.b = z["b"].astype(np.float32)
@@ -139,6 +140,7 @@ class EmbeddingClassifier:
             self.layers: tuple[int, ...] = tuple(int(k) for k in z["layers"]) if "layers" in z.files else ()
             self.adapters = {k: z[k] for k in z.files if k.startswith(("lora_A:", "lora_B:"))}
         self._embedder = embedder
+        self.dtype = dtype
         self._lock = threading.Lock()
 
     @property
@@ -150,7 +152,7 @@ class EmbeddingClassifier:
 
                     if self.adapters:
                         # Its own instance: the adapters must not leak into retrieval embeddings.
-                        self._embedder = Embedder(weight_deltas=adapter_deltas(self.adapters))
+                        self._embedder = Embedder(weight_deltas=adapter_deltas(self.adapters), dtype=self.dtype)
                     else:
                         self._embedder = get_embedder()
         return self._embedder

@@ -22,12 +22,12 @@ _shared_lock = threading.Lock()
 _shared: dict[str, EmbeddingClassifier] = {}
 
 
-def shared_classifier() -> EmbeddingClassifier:
-    """One classifier (and so one embedding model) per process, however many guards exist."""
+def shared_classifier(dtype: str = "auto") -> EmbeddingClassifier:
+    """One classifier (and so one embedding model) per process and ``dtype``, however many guards exist."""
     with _shared_lock:
-        clf = _shared.get("default")
+        clf = _shared.get(dtype)
         if clf is None:
-            clf = _shared["default"] = EmbeddingClassifier(WEIGHTS_PATH)
+            clf = _shared[dtype] = EmbeddingClassifier(WEIGHTS_PATH, dtype=dtype)
         return clf
 
 
@@ -56,15 +56,16 @@ def screen_for(classifier: EmbeddingClassifier) -> Screen:
 
 
 def calibrated_guard(
-    calibration: Path | None = None, *, use_embeddings: bool = True, screen: bool = False
+    calibration: Path | None = None, *, use_embeddings: bool = True, screen: bool = False, dtype: str = "auto"
 ) -> InputGuard:
     """A guard judging by the bars of ``calibration`` (the shipped file when None); with ``screen``, the
-    answers' chunks go through the first stage (``screen.py``) before the classifier.
+    answers' chunks go through the first stage (``screen.py``) before the classifier, which runs in ``dtype``.
 
     Bars mean something only for the classifier they were chosen for: a mismatch is refused here, at a
     service's start, rather than judged by chance (rerun ``python -m training.safety.eval --calibrate``)."""
     cal = read_calibration(calibration) if calibration else shipped_calibration()
-    guard = InputGuard(SafetyPolicy.calibrated(cal), use_embeddings=use_embeddings)
+    classifier = shared_classifier(dtype) if use_embeddings else None
+    guard = InputGuard(SafetyPolicy.calibrated(cal), use_embeddings=use_embeddings, classifier=classifier)
     if use_embeddings and cal.classifier != guard.classifier.version:
         raise ValueError(
             f"{calibration or CALIBRATION_PATH}: bars calibrated for {cal.classifier}, "

@@ -185,7 +185,12 @@ class SafetyIn:
 
 
 async def setup(bus: Bus, settings: SafetyInSettings) -> Callable[[], Awaitable[None]] | None:
-    guard = await asyncio.to_thread(calibrated_guard, settings.calibration, use_embeddings=settings.use_embeddings)
+    guard = await asyncio.to_thread(
+        calibrated_guard,
+        settings.calibration,
+        use_embeddings=settings.use_embeddings,
+        dtype=settings.classifier_dtype,
+    )
     # Warm the classifier now, so the first user does not pay for loading the embedding model.
     await asyncio.to_thread(guard.check, "hello", source="user")
     batcher = (

@@ -453,7 +453,12 @@ class SafetyOut:
 
 
 async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable[None]] | None:
-    guard = calibrated_guard(settings.calibration, use_embeddings=settings.use_embeddings, screen=settings.screen)
+    guard = calibrated_guard(
+        settings.calibration,
+        use_embeddings=settings.use_embeddings,
+        screen=settings.screen,
+        dtype=settings.classifier_dtype,
+    )
     batcher = None
     if settings.use_embeddings:
         await asyncio.to_thread(guard.check, "warm up", source="model")
