@@ -124,7 +124,9 @@ async def test_the_batcher_sends_only_escalated_chunks_to_the_classifier() -> No
         alone = clf.score_many(texts)
         for e, (row,), want in zip(escalated, got, alone, strict=True):
             if e:
-                assert all(abs(row[c] - want[c]) < 1e-4 for c in want)
+                # The batcher's passes group texts as they arrive: in bf16 another pass's padding moves a
+                # score by up to about 0.02 (docs/benchmarks.md, the classifier's precision), never more.
+                assert all(abs(row[c] - want[c]) < 0.05 for c in want)
             else:
                 assert row[BENIGN] == 1.0 and max(v for c, v in row.items() if c != BENIGN) == 0.0
         # Without a screen (the off switch), every chunk is read.
