@@ -1,12 +1,12 @@
 """The step loop's thread chooser: fed step times, it goes wide only while wide steps are faster."""
 
-from switchyard.libs.engine.threads import StepThreads
+from switchyard.libs.engine.threads import StepThreads, runnable_exceeds_cores
 
 NARROW_S, FAST_WIDE_S, SLOW_WIDE_S = 0.010, 0.007, 0.100
 
 
 def chooser(**kw) -> StepThreads:
-    opts = dict(wide_batch=4, cores=2, probe_steps=4, first_probe_after=3, reprobe_steps=10)
+    opts = dict(wide_batch=4, cores=2, probe_steps=4, first_probe_after=3, reprobe_steps=10, box_busy=lambda: False)
     opts.update(kw)
     return StepThreads(**opts)  # type: ignore[arg-type]
 
@@ -51,6 +51,19 @@ def test_it_goes_narrow_at_once_when_the_box_gets_busy_and_probes_wide_again_lat
     assert c.choose(1) == 1  # ... and the next step is narrow
     picks = [step(c, 1, FAST_WIDE_S) for _ in range(30)]  # the box is quiet again
     assert picks[:10] == [1] * 10 and picks[10:14] == [2] * 4 and picks[14:] == [2] * 16
+
+
+def test_it_does_not_probe_while_the_box_has_more_runnable_threads_than_cores():
+    busy = [True]
+    c = chooser(box_busy=lambda: busy[0])
+    assert [step(c, 1, FAST_WIDE_S) for _ in range(30)] == [1] * 30
+    busy[0] = False
+    picks = [step(c, 1, FAST_WIDE_S) for _ in range(8)]
+    assert picks[:3] == [1, 1, 1] and picks[3:] == [2] * 5
+
+
+def test_the_box_load_reads_as_a_yes_or_no():
+    assert runnable_exceeds_cores(cores=1 << 20) is False
 
 
 def test_batches_are_measured_apart_and_large_ones_stay_narrow():

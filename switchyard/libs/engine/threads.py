@@ -6,12 +6,15 @@ member and the step takes several times longer (docs/benchmarks.md, "Measurement
 choices" and "One stream ... wide steps"). Whether it is free changes with the box's load and the
 pipeline's bursts, so `StepThreads` measures instead of guessing: it times decode steps per (thread
 count, batch bucket), goes narrow as soon as wide steps are not faster, and probes wide again now and
-then, less often each time a probe loses. Its clock is the step times it is fed, so it is deterministic.
+then, less often each time a probe loses. A probe is skipped while more threads are runnable on the box
+than it has cores (/proc/loadavg), where it would cost one step many times a narrow one's and lose.
+Its clock is the step times it is fed, so with `box_busy` given it is deterministic.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -39,6 +42,16 @@ def step_threads(requested: int, batch: int, wide_batch: int) -> int:
     if batch <= wide_batch:
         return os.cpu_count() or 1
     return engine_threads()
+
+
+def runnable_exceeds_cores(cores: int | None = None) -> bool:
+    """Whether more threads are runnable now than the box has cores (ours included); False where unknown."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return running > (cores or os.cpu_count() or 1)
 
 
 @dataclass
@@ -76,6 +89,7 @@ class StepThreads:
         margin: float = 0.05,
         abort_ratio: float = 2.0,
         alpha: float = 0.25,
+        box_busy: Callable[[], bool] | None = None,
     ) -> None:
         self.requested = requested
         self.wide_batch = wide_batch
@@ -90,6 +104,7 @@ class StepThreads:
         self.margin = margin
         self.abort_ratio = abort_ratio
         self.alpha = alpha
+        self.box_busy = box_busy or (lambda: runnable_exceeds_cores(cores))
         self._buckets: dict[int, _Bucket] = {}
         self.wide_steps = 0  # steps run wide (probes included), for the metrics
 
@@ -121,7 +136,10 @@ class StepThreads:
             if b.mode == "narrow":
                 b.since += 1
                 if b.since >= b.interval:
-                    b.mode, b.probe = "probe", []
+                    if self.box_busy():
+                        b.since = 0  # another process holds a core: wide would only wait for it
+                    else:
+                        b.mode, b.probe = "probe", []
             return
         if threads != self.wide or b.narrow is None:
             return
