@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.report import machine, write_section
 from switchyard.libs.engine import EngineConfig, EngineSettings, SamplingParams, create_engine
-from switchyard.libs.engine.engine import engine_threads
+from switchyard.libs.engine.threads import engine_threads
 from switchyard.libs.tokenizer import load_tokenizer
 
 MARK_BEGIN = "<!-- engine_bench:begin -->"

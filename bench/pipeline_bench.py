@@ -135,7 +135,7 @@ async def engine_alone(job: dict[str, Any]) -> dict[str, Any]:
     """The inference service's engine, built as its setup builds it from the same settings, fed the
     prompts the context stage renders for these texts (checked against the records afterwards)."""
     from switchyard.libs.engine import SamplingParams, create_engine
-    from switchyard.libs.engine.engine import engine_threads
+    from switchyard.libs.engine.threads import engine_threads
     from switchyard.services.inference.settings import InferenceSettings
 
     s = InferenceSettings()

@@ -7,7 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from switchyard.libs.engine import EngineConfig, EngineSettings
-from switchyard.libs.engine.engine import _lower_priority, engine_threads, step_threads
+from switchyard.libs.engine.engine import _lower_priority
+from switchyard.libs.engine.threads import engine_threads, step_threads
 
 
 def test_the_environment_fills_what_the_config_leaves_unset(monkeypatch):

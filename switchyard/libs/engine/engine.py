@@ -8,6 +8,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from switchyard.libs.engine.request import Request, TextStream
 from switchyard.libs.engine.runner import ModelRunner
 from switchyard.libs.engine.sampler import sample
 from switchyard.libs.engine.scheduler import ScheduledSeq, Scheduler
+from switchyard.libs.engine.threads import StepThreads, engine_threads
 from switchyard.libs.engine.types import (
     Constraint,
     EngineConfig,
@@ -41,33 +43,6 @@ if TYPE_CHECKING:
     from switchyard.libs.engine.grammar import Grammars
 
 log = logging.getLogger(__name__)
-
-
-def engine_threads(requested: int = 0) -> int:
-    """Intra-op threads for a busy step loop: `requested` (EngineConfig.threads), else cores - 1.
-
-    With another busy process on the cores, an OpenMP team waits at every op for a member the
-    kernel has descheduled, while one thread degrades gracefully (docs/benchmarks.md, "Measurements
-    behind the code's choices"). So leave one core to the rest of the pipeline unless told otherwise.
-    """
-    if requested > 0:
-        return requested
-    return max(1, (os.cpu_count() or 2) - 1)
-
-
-def step_threads(requested: int, batch: int, wide_batch: int) -> int:
-    """Intra-op threads for one step of `batch` sequences.
-
-    A small batch leaves the pipeline little to do per step (its work grows with the tokens a step
-    makes), so the step takes every core; the step thread runs niced (`_lower_priority`), so what the
-    pipeline does need preempts it at once instead of queueing behind it. A larger batch keeps a core
-    free, as `engine_threads` says. `requested` > 0 fixes the count whatever the batch.
-    """
-    if requested > 0:
-        return requested
-    if batch <= wide_batch:
-        return os.cpu_count() or 1
-    return engine_threads()
 
 
 def _lower_priority(nice: int) -> None:
@@ -345,7 +320,9 @@ class NativeEngine:
     def _loop(self) -> None:
         assert self.scheduler is not None
         torch.set_grad_enabled(False)
-        threads = engine_threads(self.config.threads)
+        c = self.config
+        chooser = StepThreads(c.threads, c.wide_step_batch, c.adaptive_threads)
+        threads = chooser.initial()
         torch.set_num_threads(threads)
         # Invariant at the top of each iteration: every cancel and new request that arrived
         # before the previous step ended is applied before the next batch is formed.
@@ -360,12 +337,16 @@ class NativeEngine:
                 self._wake.wait(0.01)
                 self._wake.clear()
                 continue
-            wanted = step_threads(self.config.threads, len(seqs), self.config.wide_step_batch)
+            wanted = chooser.choose(len(seqs))
             if wanted != threads:
                 threads = wanted
                 torch.set_num_threads(threads)
             try:
+                started = time.perf_counter()
                 self._step(seqs)
+                decode = all(s.num_new_tokens == 1 for s in seqs)
+                chooser.record(len(seqs), threads, time.perf_counter() - started, decode)
+                self._m.wide_steps = chooser.wide_steps
             except Exception:
                 log.exception("engine step failed")
                 for s in seqs:

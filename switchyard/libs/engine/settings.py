@@ -16,10 +16,12 @@ from switchyard.libs.tokenizer import TokenizerSettings
 
 
 class EngineSettings(TokenizerSettings):
-    # SWITCHYARD_ENGINE_THREADS: torch intra-op threads of the step loop; 0 => every core for a step of at
-    # most SWITCHYARD_ENGINE_WIDE_STEP_BATCH sequences, cores - 1 for a larger one.
+    # SWITCHYARD_ENGINE_THREADS: torch intra-op threads of the step loop; 0 => cores - 1 for a step of more
+    # than SWITCHYARD_ENGINE_WIDE_STEP_BATCH sequences; a smaller one takes every core while that measures
+    # faster (SWITCHYARD_ENGINE_ADAPTIVE_THREADS, default on), or always (off).
     engine_threads: int = 0
     engine_wide_step_batch: int | None = None
+    engine_adaptive_threads: bool | None = None
     # SWITCHYARD_ENGINE_STEP_NICE: niceness of the step thread, so the pipeline's processes preempt it.
     engine_step_nice: int | None = None
     # SWITCHYARD_KERNEL_ISA: 'auto' | 'avx512' (no AMX tiles) | 'avx2' (no AVX-512 VNNI either); see EngineConfig.
@@ -61,6 +63,9 @@ class EngineSettings(TokenizerSettings):
             wide_step_batch=config.wide_step_batch
             if self.engine_wide_step_batch is None
             else self.engine_wide_step_batch,
+            adaptive_threads=config.adaptive_threads
+            if self.engine_adaptive_threads is None
+            else self.engine_adaptive_threads,
             step_nice=config.step_nice if self.engine_step_nice is None else self.engine_step_nice,
             kv_cache_bytes=(
                 self.kv_cache_bytes if config.kv_cache_bytes == default.kv_cache_bytes else config.kv_cache_bytes

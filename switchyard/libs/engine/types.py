@@ -145,10 +145,13 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     cache_dir: str | None = None  # converted-weights cache; None => ./var/cache/engine
     max_model_len: int = 8192
-    threads: int = 0  # torch intra-op threads of the step loop; 0 => follow the batch (wide_step_batch)
-    # With `threads` 0: a step of at most this many sequences takes every core, a larger one cores - 1.
-    # 0 (every step leaves a core to the pipeline) until a quiet machine has measured 1 against it.
-    wide_step_batch: int = 0
+    threads: int = 0  # torch intra-op threads of the step loop; 0 => follow the batch and the load (below)
+    # With `threads` 0: a step of more than this many sequences leaves a core to the pipeline (cores - 1);
+    # a smaller one may take every core (0: never). Small batches leave the pipeline little to do per step.
+    wide_step_batch: int = 4
+    # With `threads` 0: whether such a step takes every core only while the engine measures that wide
+    # steps beat narrow ones (threads.py: they lose by 10x when another process holds a core), or always.
+    adaptive_threads: bool = True
     # Niceness of the step thread and its OpenMP team: the pipeline's processes preempt it (0: unchanged).
     step_nice: int = 5
     kv_cache_bytes: int = 1 << 30  # KV budget when num_blocks is 0
@@ -189,6 +192,7 @@ class EngineMetrics:
     max_batch_size_seen: int = 0
     steps: int = 0
     generated_tokens: int = 0
+    wide_steps: int = 0  # steps that ran on every core (EngineConfig.wide_step_batch)
 
 
 @runtime_checkable

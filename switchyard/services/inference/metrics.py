@@ -126,6 +126,8 @@ class EngineState(Collector):
             ("last_batch_size", "switchyard_engine_batch_size", "Sequences in the last engine step"),
             ("max_batch_size_seen", "switchyard_engine_max_batch_size", "Largest batch stepped so far"),
             ("generated_tokens", "switchyard_engine_generated_tokens", "Output tokens generated"),
+            ("steps", "switchyard_engine_steps", "Engine steps run"),
+            ("wide_steps", "switchyard_engine_wide_steps", "Engine steps run on every core"),
         ]
         for field, name, doc in gauges:
             yield GaugeMetricFamily(name, doc, value=float(getattr(m, field)))
