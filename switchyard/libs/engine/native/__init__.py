@@ -50,6 +50,9 @@ def build_dir() -> Path:
 def _key() -> str:
     h = hashlib.sha256(b"".join(p.read_bytes() for p in (SOURCE, ROWS, AMX, LAYER_OPS, SIMD, DECODE_STACK, OPS)))
     h.update(torch.__version__.encode())
+    # torch's build file names the sources by path: two checkouts sharing one folder would each find the
+    # other's paths there and rebuild on every load.
+    h.update(str(SOURCE.parent.resolve()).encode())
     return h.hexdigest()[:16]
 
 
