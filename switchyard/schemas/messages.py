@@ -221,7 +221,7 @@ class WorkAccepted(BaseModel):
 
 
 class ChatEvent(BaseModel):
-    """What the gateway relays to the client on `chat.events.<rid>`."""
+    """What the gateway relays to the client: from `chat.steps.<gateway>.*` (text and end) and `chat.events.<rid>.direct`."""
 
     rid: str
     # `holder` is for the gateway only, never relayed: the stage and replica that now hold the
