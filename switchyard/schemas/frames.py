@@ -6,8 +6,15 @@ Two hops carry an answer as it is written:
   message per engine step, a JSON array of `StepFrame`s `[rid, seq, kind, text, tokens]`, one for every
   stream of that checker the step made text for; a stream ends with one `RawChunk` object (finished,
   with usage, error or logprobs) on the same subject, after its last frame.
-- `chat.events.<rid>` (safety_out → gateway): `[kind, text]` (`TextFrame`) for `delta` and `thinking`
-  events; every other event (`tool`, `holder`, `done`, `error`) stays a `ChatEvent` object.
+- `chat.steps.<gateway>.<checker>` (safety_out replica `checker` → gateway replica `gateway`, the one
+  `Work.relay` names): one message per pass of the checker, a JSON array of `ChatFrame`s `[rid, kind,
+  text]`, one for every piece of text it released for that gateway's streams in the pass, in order; a
+  stream's `done` or `error` is one `ChatEvent` object on the same subject, after its last frame. Each
+  piece also goes, as a `TextFrame` (and the end as its `ChatEvent`), to `chat.events.<rid>.kept`, which
+  only the resume capture reads.
+- `chat.events.<rid>.direct` (any stage → gateway): every other stage's events (`tool`, `holder`, `prompt`,
+  an `error`) as `ChatEvent` objects; and, for a request that names no relaying gateway, safety_out's text
+  as `[kind, text]` (`TextFrame`) and its end.
 
 Every other message is a pydantic model in JSON; a frame message is a JSON array instead, so one look at
 the first byte tells them apart.
@@ -45,6 +52,15 @@ class StepFrame(msgspec.Struct, array_like=True, frozen=True):
     logprobs: list[dict[str, Any]] | None = None  # the frame's tokens' `TokenLogprob` items, when asked for
 
 
+class ChatFrame(msgspec.Struct, array_like=True, frozen=True):
+    """One stream's released text (or thinking) in a `chat.steps` message."""
+
+    rid: str
+    kind: TextKind
+    text: str
+    logprobs: list[dict[str, Any]] | None = None  # as `TextFrame.logprobs`
+
+
 class TextFrame(msgspec.Struct, array_like=True, frozen=True):
     """A `delta` or `thinking` event on `chat.events.<rid>`."""
 
@@ -57,6 +73,7 @@ class TextFrame(msgspec.Struct, array_like=True, frozen=True):
 _encode = msgspec.json.Encoder().encode
 _steps = msgspec.json.Decoder(list[StepFrame])
 _text = msgspec.json.Decoder(TextFrame)
+_chat_steps = msgspec.json.Decoder(list[ChatFrame])
 
 
 class FrameError(ValueError):
@@ -80,6 +97,11 @@ def join_step(frames: list[bytes]) -> bytes:
 
 def encode_text(kind: TextKind, text: str, logprobs: list[dict[str, Any]] | None = None) -> bytes:
     return _encode((kind, text) if logprobs is None else TextFrame(kind, text, logprobs))
+
+
+def encode_chat_frame(rid: str, kind: TextKind, text: str, logprobs: list[dict[str, Any]] | None = None) -> bytes:
+    """One stream's released text, to be joined with the pass's others by `join_step`."""
+    return _encode((rid, kind, text) if logprobs is None else ChatFrame(rid, kind, text, logprobs))
 
 
 def decode_step(data: bytes) -> list[StepFrame] | RawChunk:
@@ -123,3 +145,21 @@ def decode_event(rid: str, data: bytes) -> ChatEvent:
         return ChatEvent.model_validate_json(data)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
         raise FrameError(f"not a chat event: {e}") from e
+
+
+def chat_frame_event(frame: ChatFrame) -> ChatEvent:
+    """A `chat.steps` frame as the gateway handles it, as `decode_event` makes one from a `TextFrame`."""
+    if frame.logprobs is not None:
+        lps = [TokenLogprob.model_validate(x) for x in frame.logprobs]
+        return ChatEvent.model_construct(rid=frame.rid, type=frame.kind, text=frame.text, logprobs=lps)
+    return text_event(frame.rid, frame.kind, frame.text)
+
+
+def decode_chat_step(data: bytes) -> list[ChatFrame] | ChatEvent:
+    """A `chat.steps` message: a pass's frames, or one stream's end."""
+    try:
+        if data[:1] == b"[":
+            return _chat_steps.decode(data)
+        return ChatEvent.model_validate_json(data)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
+        raise FrameError(f"not a chat step message: {e}") from e

@@ -161,6 +161,9 @@ class Work(BaseModel):
     # The request plan (switchyard/libs/plan.py): set by the gateway before context renders; read, never rewritten.
     plan: RequestPlan | None = None
     created_ms: int = 0
+    # The gateway replica relaying the answer: safety_out sends it the text on `chat.steps.<relay>.<self>`,
+    # one message per pass for all its streams. None (an older sender, a test): on `chat.events.<rid>.direct`.
+    relay: str | None = None
     # False for replays and evaluations: the answer is logged but no conversation changes.
     persist: bool = True
     # OpenAI-style function tools the client defines (the model may call them; the client runs them),
@@ -218,7 +221,7 @@ class WorkAccepted(BaseModel):
 
 
 class ChatEvent(BaseModel):
-    """What the gateway relays to the client on `chat.events.<rid>`."""
+    """What the gateway relays to the client: from `chat.steps.<gateway>.*` (text and end) and `chat.events.<rid>.direct`."""
 
     rid: str
     # `holder` is for the gateway only, never relayed: the stage and replica that now hold the

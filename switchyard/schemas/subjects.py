@@ -120,12 +120,16 @@ CHAT_EVENTS_STREAM = "CHAT_EVENTS"
 
 def template(subject: str) -> str:
     """`subject` with its variable part named instead of given, for low-cardinality span names:
-    `chat.events.{rid}`, not the rid itself."""
+    `chat.events.{rid}.direct`, not the rid itself."""
     parts = subject.split(".")
+    if parts[:2] == ["chat", "events"] and len(parts) == 4:
+        return f"chat.events.{{rid}}.{parts[3]}"
     if parts[0] in ("stream", "chat") and len(parts) == 3:
         return f"{parts[0]}.{parts[1]}.{{rid}}"
     if parts[:2] == ["stream", "steps"] and len(parts) == 4:
         return "stream.steps.{checker}.{producer}"
+    if parts[:2] == ["chat", "steps"] and len(parts) == 4:
+        return "chat.steps.{gateway}.{checker}"
     if parts[0] == "infer" and len(parts) == 3 and parts[1] != "heartbeat":
         return f"infer.{parts[1]}.{{replica}}"
     return subject
@@ -161,7 +165,31 @@ def stream_steps_to(checker: str) -> str:
 
 
 def chat_events(rid: str) -> str:
-    return f"chat.events.{token(rid)}"
+    """Events of `rid` that the relaying gateway hears on the rid's own subscription: every stage's tool,
+    holder, prompt and error events, and the answer itself when the request names no relaying replica."""
+    return f"chat.events.{token(rid)}.direct"
+
+
+def chat_events_kept(rid: str) -> str:
+    """A copy of what safety_out sent the relaying gateway on `chat_steps`, for `CHAT_EVENTS` to keep:
+    nobody subscribes to it, so it costs the gateway nothing."""
+    return f"chat.events.{token(rid)}.kept"
+
+
+def chat_events_of(rid: str) -> str:
+    """Both of the above, in the order the server took them: what resuming replays (its event ids)."""
+    return f"chat.events.{token(rid)}.*"
+
+
+def chat_steps(gateway: str, checker: str) -> str:
+    """safety_out replica `checker`'s passes for the streams gateway replica `gateway` relays: one message
+    per pass (switchyard/schemas/frames.py). One publisher per subject, so its order is the pass order."""
+    return f"chat.steps.{token(gateway)}.{token(checker)}"
+
+
+def chat_steps_to(gateway: str) -> str:
+    """Every safety_out replica's passes for gateway replica `gateway`: its one subscription for them."""
+    return f"chat.steps.{token(gateway)}.*"
 
 
 def chat_owner(rid: str) -> str:

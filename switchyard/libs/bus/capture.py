@@ -46,10 +46,10 @@ async def last_headers(bus: Bus, stream: str, subject: str) -> dict[str, str] | 
 async def follow(
     bus: Bus, stream: str, subject: str, decode: Callable[[bytes], M], idle_s: float
 ) -> AsyncGenerator[M | None, None]:
-    """Every kept message of `subject` from the first, then live ones; None after `idle_s` of quiet.
+    """Every kept message of `subject` (a wildcard: of every subject it matches, in the order kept) from the first, then live ones; None after `idle_s` of quiet.
     Messages that do not decode are skipped. The caller decides when to stop iterating."""
     sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
-    joiner = Joiner()
+    joiners: dict[str, Joiner] = {}  # parts are consecutive per subject, not across a wildcard's subjects
     try:
         while True:
             try:
@@ -58,7 +58,7 @@ async def follow(
                 yield None
                 continue
             try:
-                data = joiner.add(msg.data, msg.headers)
+                data = joiners.setdefault(msg.subject, Joiner()).add(msg.data, msg.headers)
                 if data is None:
                     continue
                 item = decode(data)

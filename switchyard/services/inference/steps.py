@@ -1,36 +1,20 @@
 """One message per engine step for each checker, instead of one per stream per step.
 
 An engine step wakes every stream it made tokens for in the same turn of the event loop; each stream's
-handler adds its frame here and returns at once. The first addition schedules a flush, which runs once
-every woken stream has had its turn: it sends each checker (safety_out replica) the frames of its
-streams as one message (`stream.steps.<checker>.<producer>`, switchyard/schemas/frames.py). A stream's
-end goes through here too, after its last frame, so it never overtakes it.
+frame goes to the outbox (switchyard/libs/bus/outbox.py), which sends each checker (safety_out replica)
+the frames of its streams as one message (`stream.steps.<checker>.<producer>`, switchyard/schemas/frames.py).
+A stream's end goes through it too, after its last frame, so it never overtakes it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 from typing import Any
 
-import structlog
-
-from switchyard.libs.bus import Bus
-from switchyard.schemas import RawChunk
-from switchyard.schemas.frames import TextKind, encode_step_frame, join_step
-
-log = structlog.get_logger()
+from switchyard.libs.bus.outbox import Outbox
+from switchyard.schemas.frames import TextKind, encode_step_frame
 
 
-class StepOutbox:
-    def __init__(self, bus: Bus):
-        self.bus = bus
-        # Per subject, in the order they were added: encoded frames and the ends of streams.
-        self._pending: dict[str, list[bytes | RawChunk]] = {}
-        self._flusher: asyncio.Task[None] | None = None
-        # Done once the next round of sends (what is pending now, and what is added before it starts) is out.
-        self._next_round: asyncio.Future[None] | None = None
-
+class StepOutbox(Outbox):
     def frame(
         self,
         subject: str,
@@ -41,59 +25,4 @@ class StepOutbox:
         tokens: int,
         logprobs: list[dict[str, Any]] | None = None,
     ) -> None:
-        self._add(subject, encode_step_frame(rid, seq, kind, text, tokens, logprobs))
-
-    def end(self, subject: str, chunk: RawChunk) -> asyncio.Future[None]:
-        """The stream's last message, sent after every frame added before it; the future is done once it is
-        handed to the bus (or its round failed, which is logged)."""
-        self._add(subject, chunk)
-        if self._next_round is None:
-            self._next_round = asyncio.get_running_loop().create_future()
-        return self._next_round
-
-    def _add(self, subject: str, item: bytes | RawChunk) -> None:
-        items = self._pending.get(subject)
-        if items is None:
-            self._pending[subject] = items = []
-        items.append(item)
-        if self._flusher is None:
-            # A context of its own: the message is every stream's, not the one that happened to come first.
-            self._flusher = asyncio.create_task(self._flush(), context=contextvars.Context())
-
-    async def _flush(self) -> None:
-        try:
-            # One more turn of the loop: a stream whose handler needed one more hop joins this step's message.
-            await asyncio.sleep(0)
-            # One flusher at a time, until nothing is left: the order things were added is the order sent.
-            while self._pending:
-                pending, self._pending = self._pending, {}
-                done, self._next_round = self._next_round, None
-                try:
-                    for subject, items in pending.items():
-                        await self._send(subject, items)
-                except Exception:
-                    log.exception("step frames not sent")
-                finally:
-                    if done is not None:
-                        done.set_result(None)
-        finally:
-            self._flusher = None
-
-    async def _send(self, subject: str, items: list[bytes | RawChunk]) -> None:
-        limit = self.bus.max_frame_bytes
-        batch: list[bytes] = []
-        size = 2
-        for item in items:
-            if isinstance(item, RawChunk):
-                if batch:
-                    await self.bus.publish_frame(subject, join_step(batch))
-                    batch, size = [], 2
-                await self.bus.publish(subject, item, rid=item.rid)  # split into parts when over the limit
-                continue
-            if batch and size + len(item) + 1 > limit:
-                await self.bus.publish_frame(subject, join_step(batch))
-                batch, size = [], 2
-            batch.append(item)
-            size += len(item) + 1
-        if batch:
-            await self.bus.publish_frame(subject, join_step(batch))
+        self.add(subject, encode_step_frame(rid, seq, kind, text, tokens, logprobs))

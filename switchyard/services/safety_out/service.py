@@ -7,8 +7,10 @@ and hands each stream its frames in one pass; each stream's own task (made at th
 request's context) handles them in order. Each delta goes out as soon as redaction allows (a word of
 look-behind, see `StreamGuard`); finished sentences are judged off the token path by a classifier
 pass shared with every other stream of this replica, and a block stops the stream where it is.
-Under the tenant's `judged` policy a sentence is shown only once judged. The turn is saved before
-`done` is sent, so a reload right after `done` shows the whole thread.
+Under the tenant's `judged` policy a sentence is shown only once judged. What is shown goes to the
+gateway replica relaying the request (`Work.relay`) as one message per pass for all of its streams
+(`chat.steps.<gateway>.<this>`), each stream's end after its text, and to `chat.events.<rid>.kept` for
+resuming. The turn is saved before `done` is sent, so a reload right after `done` shows the whole thread.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import structlog
 
 from switchyard.libs.bus import Bus, BusError, Liveness, current_context
 from switchyard.libs.bus.headers import now_ms
+from switchyard.libs.bus.outbox import Outbox
 from switchyard.libs.bus.retry import request_until
 from switchyard.libs.safety import InputGuard, StreamGuard
 from switchyard.libs.safety.batcher import ScoreBatcher
@@ -51,7 +54,7 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas.frames import StepFrame, TextKind, decode_step, encode_text
+from switchyard.schemas.frames import StepFrame, TextKind, decode_step, encode_chat_frame, encode_text
 from switchyard.services.safety_out.settings import SafetyOutSettings
 
 log = structlog.get_logger()
@@ -82,7 +85,11 @@ class Stream:
     inbox: list[StepFrame | RawChunk] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     reader: asyncio.Task[None] | None = None
-    events_subject: str = ""  # chat.events.<rid>, built once: every released word goes there
+    # Built once: every released word goes to `events_subject` (chat.events.<rid>.kept, kept for resuming,
+    # or .direct when the request names no relaying gateway) and, when it does, in this replica's next
+    # message to it on `steps_subject` (chat.steps.<gateway>.<this>).
+    events_subject: str = ""
+    steps_subject: str = ""
     watchdog: asyncio.Task[None] | None = None
     # Log probabilities go out with their own text: each answer frame's (characters, entries) in order,
     # and released text held until it covers whole frames. Off when not asked for, and from the first
@@ -106,6 +113,8 @@ class SafetyOut:
         # One classifier pass for the sentences of every stream that are waiting (None: rules only).
         self.batcher = batcher
         self.streams: dict[str, Stream] = {}
+        # The relaying gateways' text: one message per pass for each (switchyard/libs/bus/outbox.py).
+        self.outbox = Outbox(bus)
         # The inference replica feeding a stream that went quiet is asked whether it still lives.
         self.liveness = Liveness(
             bus,
@@ -133,7 +142,8 @@ class SafetyOut:
             thinking=self._guard(work, guard),
             started_ms=now_ms(),
             t0=time.perf_counter(),
-            events_subject=subjects.chat_events(work.rid),
+            events_subject=subjects.chat_events_kept(work.rid) if work.relay else subjects.chat_events(work.rid),
+            steps_subject=subjects.chat_steps(work.relay, self.bus.replica) if work.relay else "",
             lp_on=work.sampling.logprobs is not None,
         )
 
@@ -175,14 +185,27 @@ class SafetyOut:
             st.admitted = True
             for kind, text, lps in st.held:
                 if not st.closed:
-                    await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
+                    await self._relay(st, kind, text, lps)
             st.held.clear()
 
     async def _show(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None = None) -> None:
         if st.admitted:
-            await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
+            await self._relay(st, kind, text, lps)
         else:
             st.held.append((kind, text, lps))
+
+    async def _relay(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None) -> None:
+        await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
+        if st.steps_subject:
+            self.outbox.add(st.steps_subject, encode_chat_frame(st.work.rid, kind, text, lps))
+
+    async def _end_event(self, st: Stream, event: ChatEvent) -> None:
+        """The stream's `done` or `error`: to the relaying gateway after the stream's last text, and kept."""
+        if not st.steps_subject:
+            await self.bus.emit(event)
+            return
+        await self.bus.publish(st.events_subject, event, rid=event.rid)
+        await self.outbox.end(st.steps_subject, event)
 
     @staticmethod
     def _with_logprobs(st: Stream, rel: Release) -> tuple[str, list[dict[str, Any]] | None]:
@@ -397,9 +420,10 @@ class SafetyOut:
                 error = error or ErrorInfo.of(ErrorCode.unavailable, f"the answer could not be saved: {e.message}")
                 status = "error"
         if error is not None:
-            await self.bus.emit(ChatEvent(rid=work.rid, type="error", error=error, usage=usage))
+            await self._end_event(st, ChatEvent(rid=work.rid, type="error", error=error, usage=usage))
         else:
-            await self.bus.emit(
+            await self._end_event(
+                st,
                 ChatEvent(
                     rid=work.rid,
                     type="done",
@@ -407,7 +431,7 @@ class SafetyOut:
                     finish_reason=finish,  # type: ignore[arg-type]
                     model=work.route.model if work.route else None,
                     logprobs=logprobs,
-                )
+                ),
             )
         self.streams.pop(work.rid, None)
         self.bus.release(work.rid)

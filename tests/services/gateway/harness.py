@@ -41,6 +41,7 @@ from switchyard.schemas import (
     WorkAccepted,
     subjects,
 )
+from switchyard.schemas.frames import encode_chat_frame, encode_text, join_step
 from switchyard.services.gateway.app import create_app
 from switchyard.services.gateway.runs.resume import ensure_events_stream
 from switchyard.services.gateway.settings import GatewaySettings, TierLimits
@@ -64,6 +65,26 @@ class Responder:
 
     async def emit(self, rid: str, **kw: object) -> None:
         await self.bus.emit(ChatEvent.model_validate({"rid": rid, **kw}))
+
+    async def relay(self, work: Work, *events: dict[str, object]) -> None:
+        """Text and the end as safety_out sends them to the gateway replica the work names: one `chat.steps`
+        message for the text of one pass, the end after it; each also kept on `chat.events.<rid>.kept`."""
+        assert work.relay, "the gateway names itself as the relay"
+        steps, kept = subjects.chat_steps(work.relay, "harness"), subjects.chat_events_kept(work.rid)
+        frames = []
+        for kw in events:
+            event = ChatEvent.model_validate({"rid": work.rid, **kw})
+            if event.type in ("delta", "thinking"):
+                await self.bus.publish_frame(kept, encode_text(event.type, event.text))
+                frames.append(encode_chat_frame(work.rid, event.type, event.text))
+                continue
+            if frames:
+                await self.bus.publish_frame(steps, join_step(frames))
+                frames = []
+            await self.bus.publish(kept, event, rid=work.rid)
+            await self.bus.publish(steps, event, rid=work.rid)
+        if frames:
+            await self.bus.publish_frame(steps, join_step(frames))
 
     async def take(self, work: Work) -> None:
         await self.bus.ack(WorkAccepted(rid=work.rid, replica="harness"))  # as a stage acks the hand-over
@@ -99,9 +120,9 @@ class Responder:
             return
         if text.startswith("slow"):
             for i in range(6):
-                await self.emit(rid, type="delta", text=f"s{i} ")
+                await self.relay(work, {"type": "delta", "text": f"s{i} "})
                 await asyncio.sleep(0.3)
-            await self.emit(rid, type="done", finish_reason="stop", usage=USAGE.model_dump())
+            await self.relay(work, {"type": "done", "finish_reason": "stop", "usage": USAGE.model_dump()})
             return
         if text.startswith("call"):  # the answer is a call of the client's function
             call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
@@ -118,10 +139,14 @@ class Responder:
         await self.emit(
             rid, type="prompt", usage={"prompt_tokens": USAGE.prompt_tokens}, system_fingerprint=FINGERPRINT
         )
-        await self.emit(rid, type="thinking", text="thinking...")
-        await self.emit(rid, type="delta", text="Hel")
-        await self.emit(rid, type="delta", text="lo")
-        await self.emit(rid, type="done", finish_reason="stop", usage=USAGE.model_dump(), model=work.model)
+        # The answer as safety_out relays it: one pass's text, then the end.
+        await self.relay(
+            work,
+            {"type": "thinking", "text": "thinking..."},
+            {"type": "delta", "text": "Hel"},
+            {"type": "delta", "text": "lo"},
+            {"type": "done", "finish_reason": "stop", "usage": USAGE.model_dump(), "model": work.model},
+        )
 
     async def on_cancel(self, notice: CancelNotice) -> None:
         self.cancels.append(notice)

@@ -2,8 +2,10 @@
 
 A memory-backed JetStream stream captures `chat.events.>` for a few minutes, so any replica can replay a
 request's events in order and follow the rest live. Sequence numbers are positions among the rid's
-messages, the same ids the relaying replica gave them (it numbers events in the order the server
-delivered them). The relaying replica's own copy stays the fast path; this is the fallback.
+messages on `chat.events.<rid>.*`: `.direct` (every stage's own events, which the relaying replica hears
+on the rid's subscription) and `.kept` (safety_out's copy of the text and end it sent the relaying replica
+in its `chat.steps` pass messages), the same ids the relaying replica gave them: it numbers events in the
+order they reach it, and safety_out sends each stream's text and end to both in the same order. The relaying replica's own copy stays the fast path; this is the fallback.
 
 Where a reader resumes is checked before anything is sent: `Last-Event-ID` (or `?after=`) is the id of an
 event the client received, an integer from -1 (from the start); one past the stream's last event is a 400,
@@ -87,7 +89,7 @@ async def kept_events(
     deadline = time.monotonic() + timeout_s
     seq = -1
     events = follow(
-        bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_events(rid), functools.partial(decode_event, rid), idle_s
+        bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_events_of(rid), functools.partial(decode_event, rid), idle_s
     )
     try:
         async for event in events:

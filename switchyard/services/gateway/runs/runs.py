@@ -1,7 +1,10 @@
 """The gateway's runs (`gw.runs`): admitting, launching, ending and closing each `Run` (run.py).
 
-A run subscribes to `chat.events.<rid>` before the work is published (so no event is lost). Every way a
-launched run ends goes through `Runs._end`. When the last reader leaves before the end, the run is
+A run subscribes to `chat.events.<rid>.direct` (every stage's own events) before the work is published
+(so no event is lost); its answer's text and end come on this replica's one subscription to
+`chat.steps.<this>.*`, one message per pass of each safety_out replica for all the runs it relays here
+(`Work.relay` names this replica), made with the first run. Every way a launched run ends goes through
+`Runs._end`. When the last reader leaves before the end, the run is
 cancelled (after an optional grace period) so inference stops decoding for nobody.
 """
 
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import time
 import uuid
@@ -37,7 +41,7 @@ from switchyard.schemas import (
     WorkAccepted,
     subjects,
 )
-from switchyard.schemas.frames import decode_event
+from switchyard.schemas.frames import ChatFrame, chat_frame_event, decode_chat_step, decode_event
 from switchyard.services.gateway.errors import ApiError, status_of
 from switchyard.services.gateway.metrics import Metrics
 from switchyard.services.gateway.runs.run import CLIENT_STOPS, TERMINAL, Phase, Rerun, Run
@@ -61,6 +65,8 @@ class Runs:
             probe_s=settings.liveness_probe_s,
         )
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._steps_sub: Any = None
+        self._steps_made = asyncio.Lock()
         self._bus_lost: asyncio.TimerHandle | None = None
         self._bus_up = asyncio.Event()
         self._bus_up.set()
@@ -143,6 +149,10 @@ class Runs:
         async def on_event(event: ChatEvent) -> None:
             await self._receive(run, event)
 
+        if self._steps_sub is None:
+            # Made in a context of its own: it serves every run, not the request that happened to come first.
+            await asyncio.create_task(self._hear_steps(), context=contextvars.Context())
+        work.relay = self.bus.replica
         run.sub = await self.bus.watch_frames(
             subjects.chat_events(run.rid), functools.partial(decode_event, run.rid), on_event
         )
@@ -167,27 +177,52 @@ class Runs:
 
     # ---- events ----------------------------------------------------------------------------
 
-    async def _receive(self, run: Run, event: ChatEvent) -> None:
-        if not run.live:
+    async def _hear_steps(self) -> None:
+        async with self._steps_made:
+            if self._steps_sub is None:
+                subject = subjects.chat_steps_to(self.bus.replica)
+                self._steps_sub = await self.bus.watch_frames(subject, decode_chat_step, self._on_step)
+
+    async def _on_step(self, step: list[ChatFrame] | ChatEvent) -> None:
+        """One safety_out pass's text for the runs relayed here (or one run's end): each to its run."""
+        by_rid = self.by_rid
+        if isinstance(step, ChatEvent):
+            run = by_rid.get(step.rid)
+            if run is not None:
+                # Ending settles the run's limits in their store: the other runs' text does not wait for it.
+                self._spawn(self._receive(run, step))
             return
+        for frame in step:
+            run = by_rid.get(frame.rid)
+            if run is not None:
+                self._take(run, chat_frame_event(frame))  # text never ends a run
+
+    async def _receive(self, run: Run, event: ChatEvent) -> None:
+        if self._take(run, event):
+            await self._end(run, event)
+
+    def _take(self, run: Run, event: ChatEvent) -> bool:
+        """Everything an event does to a live run but ending it: True when it ends the run."""
+        if not run.live:
+            return False
         if event.type == "holder":
             run.holder.took(event.stage or "", event.replica or "")
-            return
+            return False
         run.holder.heard()
         if event.type == "prompt":  # what the engine knows on starting; the protocols' encoders read it
             run.prompt_tokens = event.usage.prompt_tokens if event.usage is not None else None
             run.system_fingerprint = event.system_fingerprint
-            return
+            return False
         if run.cancel_reason in CLIENT_STOPS and event.type in ("delta", "thinking"):
-            return  # in flight behind the client's Stop: it is not shown, so it is not saved either
+            return False  # in flight behind the client's Stop: it is not shown, so it is not saved either
         if run.first_token_s is None and event.type in ("delta", "thinking") and event.text:
             # Relayed to the client as it arrives; a tool result, a refusal or an error is no first token.
             run.first_token_s = time.perf_counter() - run.t0
             self.metrics.ttft.labels(run.api).observe(run.first_token_s)
         if event.type in TERMINAL:
-            await self._end(run, event)
-        else:
-            run.push(event)
+            return True
+        run.push(event)
+        return False
 
     async def _run_hooks(self, run: Run) -> None:
         for hook in run.on_finish:
@@ -408,6 +443,10 @@ class Runs:
     async def close(self) -> None:
         """Shutdown: cancel what still runs so inference frees it, and record it."""
         await self.liveness.close()
+        if self._steps_sub is not None:
+            with contextlib.suppress(Exception):
+                await self._steps_sub.unsubscribe()
+            self._steps_sub = None
         for run in list(self.by_rid.values()):
             if run.live:
                 await self.cancel(run, "gateway_shutdown")
