@@ -103,22 +103,17 @@ class Context:
 
     async def _parts_checked(self, work: Work) -> tuple[PromptParts, TenantSafety, list[str]]:
         """`_parts`, and the ids of the memory items left out because input safety's rules catch them."""
-        memory_q = self.knowledge.memories(work.tenant, work.user)
-        settings_q = self.knowledge.tenant_settings(work.tenant)
+        inputs = self.knowledge.prompt_inputs(work.tenant, work.user, work.chat_id)
         if work.chat_id:
-            turns, chat_files, memory, (instructions, safety) = await asyncio.gather(
-                self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES),
-                self.knowledge.chat_files(work.tenant, work.chat_id),
-                memory_q,
-                settings_q,
+            turns, (memory, instructions, safety, chat_files) = await asyncio.gather(
+                self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES), inputs
             )
             # A stored conversation's turns, then what the client sent with this message (a Responses API
             # request chained by previous_response_id may carry earlier items of its own).
             client_system, client_history = group_client_messages(work.messages)
             history = turns_to_history(turns) + client_history
         else:
-            memory, (instructions, safety) = await asyncio.gather(memory_q, settings_q)
-            chat_files = []
+            memory, instructions, safety, chat_files = await inputs
             client_system, history = group_client_messages(work.messages)
         newest = memory[-self.memory_items :] if self.memory_items else []
         memory, withheld = await self.memory_rules.usable(newest, safety)
@@ -328,6 +323,7 @@ async def setup(
 
     async def cleanup() -> None:
         await live.close()
+        knowledge.close()
         await engine.dispose()
 
     return cleanup
