@@ -134,10 +134,21 @@ class InputGuard:
         """``check_many`` whose classifier pass is shared with every other caller of ``batcher``.
 
         The rules read every text; the classifier only the first ``max_scored`` (all when None)."""
+        scored = self.scored_texts(texts, max_scored)
+        scores = await batcher.score_many(scored) if scored else []
+        return self.check_many_scored(texts, scores, source=source, max_scored=max_scored)
+
+    def scored_texts(self, texts: list[str], max_scored: int | None = None) -> list[str]:
+        """What the classifier reads of ``texts`` (the first ``max_scored`` that are not blank), normalized:
+        the same for every guard on one classifier, whatever its policy, so one pass serves any of them."""
+        return [normalize(texts[i]) for i in self._scored(texts)[:max_scored]]
+
+    def check_many_scored(
+        self, texts: list[str], scores: list[dict[str, float]], *, source: str = "user", max_scored: int | None = None
+    ) -> list[list[Verdict]]:
+        """``check_many_batched`` with the classifier's scores of ``scored_texts(texts, max_scored)`` at hand."""
         out, todo = self._start(texts, source)
-        todo = todo[:max_scored]
-        scores = await batcher.score_many([normalize(texts[i]) for i in todo]) if todo else []
-        return self._with_scores(texts, out, todo, scores, source)
+        return self._with_scores(texts, out, todo[:max_scored], scores, source)
 
     def screens(self, source: str) -> Screen | None:
         """The screen that may clear chunks of text from ``source`` before the classifier reads them:
@@ -187,8 +198,10 @@ class InputGuard:
     def _start(self, texts: list[str], source: str) -> tuple[list[list[Verdict]], list[int]]:
         _check_source(source)
         out: list[list[Verdict]] = [self._rule_verdicts(t, source) for t in texts]
-        todo = [i for i, t in enumerate(texts) if t.strip()] if self.use_embeddings else []
-        return out, todo
+        return out, self._scored(texts)
+
+    def _scored(self, texts: list[str]) -> list[int]:
+        return [i for i, t in enumerate(texts) if t.strip()] if self.use_embeddings else []
 
     def _with_scores(
         self, texts: list[str], out: list[list[Verdict]], todo: list[int], scores: list[dict[str, float]], source: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import MetaData, Table, event, inspect, text
+from sqlalchemy import Engine, MetaData, Table, create_engine, event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 
@@ -20,19 +20,34 @@ def database_url(configured: str | None, data_dir: str, name: str) -> str:
 def make_engine(url: str) -> AsyncEngine:
     if url.startswith("postgresql://"):
         url = "postgresql+asyncpg://" + url.removeprefix("postgresql://")
-    engine = create_async_engine(url, pool_pre_ping=True)
+    # A server's connection can go stale (a restart, an idle timeout); a SQLite file's cannot, and the
+    # ping would cost every checkout a round trip to the database's thread.
+    engine = create_async_engine(url, pool_pre_ping=not url.startswith("sqlite"))
     if engine.dialect.name == "sqlite":
-
-        @event.listens_for(engine.sync_engine, "connect")
-        def _pragmas(conn, _record):  # type: ignore[no-untyped-def]
-            # WAL lets readers (the console) proceed while a writer holds the file.
-            cur = conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA busy_timeout=5000")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def _sqlite_pragmas(conn: Any, _record: Any) -> None:
+    # WAL lets readers (the console) proceed while a writer holds the file.
+    cur = conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def sqlite_reader(engine: AsyncEngine) -> Engine | None:
+    """For a SQLite file, a synchronous engine on the same file, for reads run whole on a worker thread:
+    through aiosqlite every statement is four hand-offs between the event loop and the connection's
+    thread (cursor, execute, fetch, close), each a GIL switch. None for any other database."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    # A connection moves between the executor's threads, used by one at a time (the pool hands it out once).
+    reader = create_engine(url.set(drivername="sqlite"), connect_args={"check_same_thread": False})
+    event.listen(reader, "connect", _sqlite_pragmas)
+    return reader
 
 
 async def create_all(engine: AsyncEngine, metadata: MetaData) -> None:

@@ -4,13 +4,29 @@ user where it applies)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, String, Table, Text, delete, func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    Select,
+    String,
+    Table,
+    Text,
+    delete,
+    func,
+    select,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from switchyard.libs.store.db import create_all
+from switchyard.libs.store.db import create_all, sqlite_reader
 from switchyard.libs.store.sql import insert_ignore, now_ms, upsert
 from switchyard.schemas import FileInfo, Instructions, MemoryItem, SafetyPolicyEntry, TenantSafety
 
@@ -78,6 +94,7 @@ def _file_info(row: Any, chars: int) -> FileInfo:
 class KnowledgeStore:
     def __init__(self, engine: AsyncEngine):
         self.engine = engine
+        self.reader = sqlite_reader(engine)
 
     async def init(self) -> None:
         await create_all(self.engine, metadata)
@@ -98,10 +115,8 @@ class KnowledgeStore:
 
     async def memories(self, tenant: str, user: str) -> list[MemoryItem]:
         """Oldest first: a new fact appends to the rendered list instead of reshuffling it."""
-        q = select(memory).where(memory.c.tenant == tenant, memory.c.user == user).order_by(memory.c.seq)
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(q)).all()
-        return [MemoryItem(id=r.id, text=r.text, created_ms=r.created_ms, source_rid=r.source_rid) for r in rows]
+            return await _memories(conn, tenant, user)
 
     async def forget(self, tenant: str, user: str, item_id: str) -> bool:
         async with self.engine.begin() as conn:
@@ -153,10 +168,8 @@ class KnowledgeStore:
 
     async def chat_files(self, tenant: str, chat_id: str) -> list[tuple[FileInfo, str]]:
         """Files attached to one conversation with their text, in upload order (a stable prompt)."""
-        q = select(files).where(files.c.tenant == tenant, files.c.chat_id == chat_id).order_by(files.c.seq)
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(q)).all()
-        return [(_file_info(r, len(r.text)), r.text) for r in rows]
+            return await _chat_files(conn, tenant, chat_id)
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         async with self.engine.begin() as conn:
@@ -210,14 +223,72 @@ class KnowledgeStore:
     async def tenant_settings(self, tenant: str) -> tuple[Instructions, TenantSafety]:
         """What every request of the tenant needs (instructions and safety policy), on one connection."""
         async with self.engine.connect() as conn:
-            text_row = (await conn.execute(select(instructions).where(instructions.c.tenant == tenant))).first()
-            policy_row = (
-                await conn.execute(select(safety_policies.c.policy).where(safety_policies.c.tenant == tenant))
-            ).first()
-        ins = (
-            Instructions(tenant=tenant)
-            if text_row is None
-            else Instructions(tenant=tenant, text=text_row.text, updated_ms=text_row.updated_ms)
-        )
-        policy = TenantSafety() if policy_row is None else TenantSafety.from_stored(policy_row.policy)
-        return ins, policy
+            return await _tenant_settings(conn, tenant)
+
+    async def prompt_inputs(self, tenant: str, user: str, chat_id: str | None) -> PromptInputs:
+        """What every prompt reads from this store (`memories`, `tenant_settings` and, for a stored
+        conversation, `chat_files`), in one go: on a SQLite file, one hand-off to a worker thread for
+        all of it (`sqlite_reader`); elsewhere, one connection."""
+        if self.reader is not None:
+            return await asyncio.to_thread(self._prompt_inputs_now, tenant, user, chat_id)
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(_prompt_inputs, tenant, user, chat_id)
+
+    def _prompt_inputs_now(self, tenant: str, user: str, chat_id: str | None) -> PromptInputs:
+        assert self.reader is not None
+        with self.reader.connect() as conn:
+            return _prompt_inputs(conn, tenant, user, chat_id)
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.dispose()
+
+
+PromptInputs = tuple[list[MemoryItem], Instructions, TenantSafety, list[tuple[FileInfo, str]]]
+
+
+def _prompt_inputs(conn: Connection, tenant: str, user: str, chat_id: str | None) -> PromptInputs:
+    items = _memory_items(conn.execute(_memories_q(tenant, user)).all())
+    ins, policy = _settings(conn, tenant)
+    chat = _file_texts(conn.execute(_chat_files_q(tenant, chat_id)).all()) if chat_id else []
+    return items, ins, policy, chat
+
+
+def _memories_q(tenant: str, user: str) -> Select[Any]:
+    return select(memory).where(memory.c.tenant == tenant, memory.c.user == user).order_by(memory.c.seq)
+
+
+def _memory_items(rows: Sequence[Any]) -> list[MemoryItem]:
+    return [MemoryItem(id=r.id, text=r.text, created_ms=r.created_ms, source_rid=r.source_rid) for r in rows]
+
+
+async def _memories(conn: AsyncConnection, tenant: str, user: str) -> list[MemoryItem]:
+    return _memory_items((await conn.execute(_memories_q(tenant, user))).all())
+
+
+def _chat_files_q(tenant: str, chat_id: str) -> Select[Any]:
+    return select(files).where(files.c.tenant == tenant, files.c.chat_id == chat_id).order_by(files.c.seq)
+
+
+def _file_texts(rows: Sequence[Any]) -> list[tuple[FileInfo, str]]:
+    return [(_file_info(r, len(r.text)), r.text) for r in rows]
+
+
+async def _chat_files(conn: AsyncConnection, tenant: str, chat_id: str) -> list[tuple[FileInfo, str]]:
+    return _file_texts((await conn.execute(_chat_files_q(tenant, chat_id))).all())
+
+
+async def _tenant_settings(conn: AsyncConnection, tenant: str) -> tuple[Instructions, TenantSafety]:
+    return await conn.run_sync(_settings, tenant)
+
+
+def _settings(conn: Connection, tenant: str) -> tuple[Instructions, TenantSafety]:
+    text_row = conn.execute(select(instructions).where(instructions.c.tenant == tenant)).first()
+    policy_row = conn.execute(select(safety_policies.c.policy).where(safety_policies.c.tenant == tenant)).first()
+    ins = (
+        Instructions(tenant=tenant)
+        if text_row is None
+        else Instructions(tenant=tenant, text=text_row.text, updated_ms=text_row.updated_ms)
+    )
+    policy = TenantSafety() if policy_row is None else TenantSafety.from_stored(policy_row.policy)
+    return ins, policy

@@ -66,6 +66,18 @@ class PromptParts:
     # False: no assistant header after the last message (vLLM's `add_generation_prompt`).
     add_generation_prompt: bool = True
 
+    def chars(self, file_chars: int) -> int:
+        """About how many characters the rendered prompt holds (each file counted up to `file_chars`, a tool
+        spec by its fields' length): what rendering and counting it costs scales with this."""
+        texts = [self.user_text, self.instructions, self.client_system, self.prefill or ""]
+        texts += [m.content for turn in self.history for m in turn]
+        texts += [m.text for m in self.memory]
+        return (
+            sum(map(len, texts))
+            + sum(min(len(text), file_chars) for _, text in self.files)
+            + sum(len(str(t)) for t in self.tools)
+        )
+
 
 @dataclass
 class Rendered:

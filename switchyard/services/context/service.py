@@ -57,6 +57,9 @@ log = structlog.get_logger()
 
 # Turns that go back into a prompt: an errored turn has no answer worth repeating.
 HISTORY_STATUSES = ("complete", "stopped")
+# Prompts up to this many characters are rendered on the event loop (at most about a millisecond's work),
+# longer ones on a worker thread.
+INLINE_RENDER_CHARS = 2000
 
 
 def not_found(chat_id: str) -> BusError:
@@ -103,22 +106,17 @@ class Context:
 
     async def _parts_checked(self, work: Work) -> tuple[PromptParts, TenantSafety, list[str]]:
         """`_parts`, and the ids of the memory items left out because input safety's rules catch them."""
-        memory_q = self.knowledge.memories(work.tenant, work.user)
-        settings_q = self.knowledge.tenant_settings(work.tenant)
+        inputs = self.knowledge.prompt_inputs(work.tenant, work.user, work.chat_id)
         if work.chat_id:
-            turns, chat_files, memory, (instructions, safety) = await asyncio.gather(
-                self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES),
-                self.knowledge.chat_files(work.tenant, work.chat_id),
-                memory_q,
-                settings_q,
+            turns, (memory, instructions, safety, chat_files) = await asyncio.gather(
+                self.conversations.history(work.tenant, work.chat_id, HISTORY_STATUSES), inputs
             )
             # A stored conversation's turns, then what the client sent with this message (a Responses API
             # request chained by previous_response_id may carry earlier items of its own).
             client_system, client_history = group_client_messages(work.messages)
             history = turns_to_history(turns) + client_history
         else:
-            memory, (instructions, safety) = await asyncio.gather(memory_q, settings_q)
-            chat_files = []
+            memory, instructions, safety, chat_files = await inputs
             client_system, history = group_client_messages(work.messages)
         newest = memory[-self.memory_items :] if self.memory_items else []
         memory, withheld = await self.memory_rules.usable(newest, safety)
@@ -184,11 +182,17 @@ class Context:
         parts, safety, withheld = await self._parts_checked(work)
         kwargs, after = template_inputs(p, renderer.template.template)
         try:
-            # Rendering and counting are CPU work; keep the loop free for other requests meanwhile.
-            r, file_verdicts = await asyncio.gather(
-                asyncio.to_thread(renderer.render, parts, p.max_tokens, p.prompt_budget, kwargs, after),
-                self.file_checks.check(parts.files, safety),
-            )
+            if parts.chars(renderer.file_chars) <= INLINE_RENDER_CHARS:
+                # A short prompt renders in about a tenth of a millisecond: less than the hand-off to a
+                # thread and back, which at one stream is on the path to the first byte.
+                r = renderer.render(parts, p.max_tokens, p.prompt_budget, kwargs, after)
+                file_verdicts = await self.file_checks.check(parts.files, safety)
+            else:
+                # Rendering and counting a long prompt is CPU work; keep the loop free for other requests meanwhile.
+                r, file_verdicts = await asyncio.gather(
+                    asyncio.to_thread(renderer.render, parts, p.max_tokens, p.prompt_budget, kwargs, after),
+                    self.file_checks.check(parts.files, safety),
+                )
         except PromptTooLong as e:
             raise BusError(ErrorCode.payload_too_large, str(e)) from e
         except TemplateError as e:  # the model's template refused these messages (roles out of order, ...)
@@ -328,6 +332,7 @@ async def setup(
 
     async def cleanup() -> None:
         await live.close()
+        knowledge.close()
         await engine.dispose()
 
     return cleanup

@@ -16,7 +16,7 @@ from switchyard.libs.bus import Bus, BusError
 from switchyard.libs.bus.headers import now_ms
 from switchyard.libs.early import EarlyPasses
 from switchyard.libs.safety import InputGuard, Verdict, worst_action
-from switchyard.libs.safety.batcher import ScoreBatcher
+from switchyard.libs.safety.batcher import ScoreBatcher, Scores
 from switchyard.libs.safety.guard import calibrated_guard
 from switchyard.libs.safety.taxonomy import HARM_CATEGORIES, action_rank, worst_first
 from switchyard.libs.safety.tenant import TenantGuards
@@ -127,27 +127,27 @@ class SafetyIn:
         self.rules = TenantGuards(InputGuard(use_embeddings=False))
         self.batcher = batcher
         self.max_scored = max_scored
-        # Classifier passes started from context's early copy of the request (`subjects.EARLY`).
-        self.early: EarlyPasses[list[list[Verdict]]] = EarlyPasses()
+        # Classifier scores started from context's early copy of the request (`subjects.EARLY`). Scores, not
+        # verdicts: the early copy is older than context's reading of the tenant's policy (`Work.safety`),
+        # and every tenant's guard reads the same classifier, so the pass serves whatever the policy is.
+        self.early: EarlyPasses[list[Scores]] = EarlyPasses()
 
     async def start_early(self, work: Work) -> None:
         """The classifier's pass on what the client wrote, started while context and the router work."""
         if self.batcher is None:
             return
-        guard, texts, batcher = self.guards.for_tenant(work.safety), client_texts(work), self.batcher
-        self.early.start(
-            work.rid,
-            (id(guard), tuple(texts)),
-            lambda: guard.check_many_batched(texts, batcher, source="user", max_scored=self.max_scored),
-        )
+        texts, batcher = client_texts(work), self.batcher
+        scored = self.guards.base.scored_texts(texts, self.max_scored)
+        if scored:
+            self.early.start(work.rid, tuple(texts), lambda: batcher.score_many(scored))
 
     async def check(self, work: Work) -> InputDecision:
         t0, started = time.perf_counter(), now_ms()
         guard = self.guards.for_tenant(work.safety)
         texts = client_texts(work)
-        early = self.early.take(work.rid, (id(guard), tuple(texts)))
+        early = self.early.take(work.rid, tuple(texts))
         if early is not None:
-            judged = list(await early)
+            judged = guard.check_many_scored(texts, await early, source="user", max_scored=self.max_scored)
         elif self.batcher is not None:
             judged = await guard.check_many_batched(texts, self.batcher, source="user", max_scored=self.max_scored)
         else:

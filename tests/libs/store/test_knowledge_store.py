@@ -75,3 +75,27 @@ async def test_safety_policy_upsert_and_read_with_instructions(engine: AsyncEngi
     assert instructions.text == "Be brief." and policy == second
     instructions, policy = await store.tenant_settings("other")
     assert instructions.text == "" and policy == TenantSafety()
+
+
+async def test_prompt_inputs_read_what_was_just_written(engine: AsyncEngine) -> None:
+    """A prompt's reads in one go (on SQLite through a second, synchronous engine on the same file) see
+    every write made before them, as the separate reads do."""
+    store = KnowledgeStore(engine)
+    await store.init()
+    try:
+        items, instructions, policy, files = await store.prompt_inputs("acme", "alice", "c1")
+        assert (items, instructions.text, policy, files) == ([], "", TenantSafety(), [])
+        await store.remember("acme", "alice", "likes tea")
+        await store.set_instructions("acme", "Be brief.")
+        strict = TenantSafety.model_validate({"thresholds": {"S6": {"block_at": None}}})
+        await store.set_safety_policy("acme", strict)
+        await store.add_file("acme", "alice", "notes.txt", "hello world", chat_id="c1")
+        items, instructions, policy, files = await store.prompt_inputs("acme", "alice", "c1")
+        assert [m.text for m in items] == [m.text for m in await store.memories("acme", "alice")] == ["likes tea"]
+        assert (instructions, policy) == await store.tenant_settings("acme")
+        assert instructions.text == "Be brief." and policy == strict
+        assert files == await store.chat_files("acme", "c1") and [t for _, t in files] == ["hello world"]
+        # No conversation: its files are not read; another user's memory is not theirs.
+        assert await store.prompt_inputs("acme", "bob", None) == ([], instructions, policy, [])
+    finally:
+        store.close()
