@@ -5,8 +5,9 @@ core is free: when another process holds it, the OpenMP team waits at every op f
 member and the step takes several times longer (docs/benchmarks.md, "Measurements behind the code's
 choices" and "One stream ... wide steps"). Whether it is free changes with the box's load and the
 pipeline's bursts, so `StepThreads` measures instead of guessing: it times decode steps per (thread
-count, batch bucket), goes narrow as soon as wide steps are not faster, and probes wide again now and
-then, less often each time a probe loses. A probe is skipped while more threads are runnable on the box
+count, batch bucket), goes narrow once wide steps stop being faster (a run of slow ones: a lone slow
+step is the pipeline's own burst), and probes wide again now and then, less often each time a probe
+loses. A probe is skipped while more threads are runnable on the box
 than it has cores (/proc/loadavg), where it would cost one step many times a narrow one's and lose.
 Its clock is the step times it is fed, so with `box_busy` given it is deterministic.
 """
@@ -14,6 +15,7 @@ Its clock is the step times it is fed, so with `box_busy` given it is determinis
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -64,6 +66,7 @@ class _Bucket:
     since: int = 0  # narrow samples since the last probe
     interval: int = 0  # narrow samples between probes (doubles each time a probe loses)
     probe: list[float] = field(default_factory=list)
+    slow: int = 0  # wide steps in a row slower than the bar (a probe's abort bar, or wide mode's)
 
 
 class StepThreads:
@@ -88,6 +91,7 @@ class StepThreads:
         max_reprobe_steps: int = 4096,
         margin: float = 0.05,
         abort_ratio: float = 2.0,
+        slow_run: int = 3,
         alpha: float = 0.25,
         box_busy: Callable[[], bool] | None = None,
     ) -> None:
@@ -103,6 +107,9 @@ class StepThreads:
         self.max_reprobe_steps = max_reprobe_steps
         self.margin = margin
         self.abort_ratio = abort_ratio
+        # One slow step is usually the pipeline's burst (a sentence's classifier pass preempting a team
+        # member), which a narrow step would have met too; another process holding a core slows every step.
+        self.slow_run = slow_run
         self.alpha = alpha
         self.box_busy = box_busy or (lambda: runnable_exceeds_cores(cores))
         self._buckets: dict[int, _Bucket] = {}
@@ -145,20 +152,22 @@ class StepThreads:
             return
         if b.mode == "probe":
             b.probe.append(seconds)
-            if seconds > b.narrow * self.abort_ratio:  # a descheduled team member: give up at once
+            b.slow = b.slow + 1 if seconds > b.narrow * self.abort_ratio else 0
+            if b.slow >= self.slow_run:  # a team member descheduled step after step: give up now
                 self._lose(b)
             elif len(b.probe) >= self.probe_steps:
-                b.wide = sum(b.probe) / len(b.probe)
+                b.wide = statistics.median(b.probe)  # a lone burst in the probe does not decide it
                 if b.wide < b.narrow * (1 - self.margin):
-                    b.mode, b.interval = "wide", self.reprobe_steps
+                    b.mode, b.interval, b.slow = "wide", self.reprobe_steps, 0
                 else:
                     self._lose(b)
         elif b.mode == "wide":
             b.wide = seconds if b.wide is None else b.wide + self.alpha * (seconds - b.wide)
+            b.slow = b.slow + 1 if seconds > b.narrow * (1 + self.margin) else 0
             # The narrow estimate is as old as the last probe; a busier box slows narrow steps too,
             # and after the switch they are measured afresh before wide is probed again.
-            if b.wide > b.narrow * (1 + self.margin):
-                b.mode, b.since, b.interval = "narrow", 0, self.reprobe_steps
+            if b.slow >= self.slow_run:
+                b.mode, b.since, b.interval, b.slow = "narrow", 0, self.reprobe_steps, 0
 
     def estimates(self, batch: int) -> tuple[float | None, float | None, str]:
         """(narrow, wide, mode) of `batch`'s bucket: seconds per decode step, for tests and logs."""
@@ -167,7 +176,7 @@ class StepThreads:
 
     def _lose(self, b: _Bucket) -> None:
         b.wide = sum(b.probe) / len(b.probe)
-        b.mode, b.since = "narrow", 0
+        b.mode, b.since, b.slow = "narrow", 0, 0
         b.interval = min(self.max_reprobe_steps, max(self.reprobe_steps, b.interval * 2))
 
     def _bucket(self, batch: int) -> _Bucket:
