@@ -138,21 +138,24 @@ def decode_event(rid: str, data: bytes) -> ChatEvent:
     try:
         if data[:1] == b"[":
             frame = _text.decode(data)
-            if frame.logprobs is not None:  # validated: they are relayed to the client as they are
-                lps = [TokenLogprob.model_validate(x) for x in frame.logprobs]
-                return ChatEvent.model_construct(rid=rid, type=frame.kind, text=frame.text, logprobs=lps)
-            return text_event(rid, frame.kind, frame.text)
+            return released_event(rid, frame.kind, frame.text, frame.logprobs)
         return ChatEvent.model_validate_json(data)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
         raise FrameError(f"not a chat event: {e}") from e
 
 
+def released_event(rid: str, kind: TextKind, text: str, logprobs: list[dict[str, Any]] | None) -> ChatEvent:
+    """Released text as the gateway handles it; its log probabilities are validated, since they are relayed
+    to the client as they are."""
+    if logprobs is not None:
+        lps = [TokenLogprob.model_validate(x) for x in logprobs]
+        return ChatEvent.model_construct(rid=rid, type=kind, text=text, logprobs=lps)
+    return text_event(rid, kind, text)
+
+
 def chat_frame_event(frame: ChatFrame) -> ChatEvent:
     """A `chat.steps` frame as the gateway handles it, as `decode_event` makes one from a `TextFrame`."""
-    if frame.logprobs is not None:
-        lps = [TokenLogprob.model_validate(x) for x in frame.logprobs]
-        return ChatEvent.model_construct(rid=frame.rid, type=frame.kind, text=frame.text, logprobs=lps)
-    return text_event(frame.rid, frame.kind, frame.text)
+    return released_event(frame.rid, frame.kind, frame.text, frame.logprobs)
 
 
 def decode_chat_step(data: bytes) -> list[ChatFrame] | ChatEvent:
