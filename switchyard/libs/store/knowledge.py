@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -16,7 +15,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    Select,
     String,
     Table,
     Text,
@@ -24,7 +22,7 @@ from sqlalchemy import (
     func,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from switchyard.libs.store.db import create_all, sqlite_reader
 from switchyard.libs.store.sql import insert_ignore, now_ms, upsert
@@ -116,7 +114,7 @@ class KnowledgeStore:
     async def memories(self, tenant: str, user: str) -> list[MemoryItem]:
         """Oldest first: a new fact appends to the rendered list instead of reshuffling it."""
         async with self.engine.connect() as conn:
-            return await _memories(conn, tenant, user)
+            return await conn.run_sync(_memories, tenant, user)
 
     async def forget(self, tenant: str, user: str, item_id: str) -> bool:
         async with self.engine.begin() as conn:
@@ -169,7 +167,7 @@ class KnowledgeStore:
     async def chat_files(self, tenant: str, chat_id: str) -> list[tuple[FileInfo, str]]:
         """Files attached to one conversation with their text, in upload order (a stable prompt)."""
         async with self.engine.connect() as conn:
-            return await _chat_files(conn, tenant, chat_id)
+            return await conn.run_sync(_chat_files, tenant, chat_id)
 
     async def delete_file(self, tenant: str, file_id: str) -> bool:
         async with self.engine.begin() as conn:
@@ -223,7 +221,7 @@ class KnowledgeStore:
     async def tenant_settings(self, tenant: str) -> tuple[Instructions, TenantSafety]:
         """What every request of the tenant needs (instructions and safety policy), on one connection."""
         async with self.engine.connect() as conn:
-            return await _tenant_settings(conn, tenant)
+            return await conn.run_sync(_settings, tenant)
 
     async def prompt_inputs(self, tenant: str, user: str, chat_id: str | None) -> PromptInputs:
         """What every prompt reads from this store (`memories`, `tenant_settings` and, for a stored
@@ -248,38 +246,19 @@ PromptInputs = tuple[list[MemoryItem], Instructions, TenantSafety, list[tuple[Fi
 
 
 def _prompt_inputs(conn: Connection, tenant: str, user: str, chat_id: str | None) -> PromptInputs:
-    items = _memory_items(conn.execute(_memories_q(tenant, user)).all())
+    items = _memories(conn, tenant, user)
     ins, policy = _settings(conn, tenant)
-    chat = _file_texts(conn.execute(_chat_files_q(tenant, chat_id)).all()) if chat_id else []
-    return items, ins, policy, chat
+    return items, ins, policy, _chat_files(conn, tenant, chat_id) if chat_id else []
 
 
-def _memories_q(tenant: str, user: str) -> Select[Any]:
-    return select(memory).where(memory.c.tenant == tenant, memory.c.user == user).order_by(memory.c.seq)
+def _memories(conn: Connection, tenant: str, user: str) -> list[MemoryItem]:
+    q = select(memory).where(memory.c.tenant == tenant, memory.c.user == user).order_by(memory.c.seq)
+    return [MemoryItem(id=r.id, text=r.text, created_ms=r.created_ms, source_rid=r.source_rid) for r in conn.execute(q)]
 
 
-def _memory_items(rows: Sequence[Any]) -> list[MemoryItem]:
-    return [MemoryItem(id=r.id, text=r.text, created_ms=r.created_ms, source_rid=r.source_rid) for r in rows]
-
-
-async def _memories(conn: AsyncConnection, tenant: str, user: str) -> list[MemoryItem]:
-    return _memory_items((await conn.execute(_memories_q(tenant, user))).all())
-
-
-def _chat_files_q(tenant: str, chat_id: str) -> Select[Any]:
-    return select(files).where(files.c.tenant == tenant, files.c.chat_id == chat_id).order_by(files.c.seq)
-
-
-def _file_texts(rows: Sequence[Any]) -> list[tuple[FileInfo, str]]:
-    return [(_file_info(r, len(r.text)), r.text) for r in rows]
-
-
-async def _chat_files(conn: AsyncConnection, tenant: str, chat_id: str) -> list[tuple[FileInfo, str]]:
-    return _file_texts((await conn.execute(_chat_files_q(tenant, chat_id))).all())
-
-
-async def _tenant_settings(conn: AsyncConnection, tenant: str) -> tuple[Instructions, TenantSafety]:
-    return await conn.run_sync(_settings, tenant)
+def _chat_files(conn: Connection, tenant: str, chat_id: str) -> list[tuple[FileInfo, str]]:
+    q = select(files).where(files.c.tenant == tenant, files.c.chat_id == chat_id).order_by(files.c.seq)
+    return [(_file_info(r, len(r.text)), r.text) for r in conn.execute(q)]
 
 
 def _settings(conn: Connection, tenant: str) -> tuple[Instructions, TenantSafety]:
