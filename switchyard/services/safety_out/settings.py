@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from switchyard.libs.bus import ServiceSettings
+from switchyard.libs.embeddings.model import Dtype
 
 
 class SafetyOutSettings(ServiceSettings):
@@ -44,10 +44,9 @@ class SafetyOutSettings(ServiceSettings):
     # torch threads: on a shared 2-core machine the engine keeps its core (docs/benchmarks.md).
     classifier_nice: int = 10
     classifier_threads: int = 1
-    # What the classifier's MiniLM runs in. auto: bf16 where the CPU multiplies it natively (AVX-512 BF16,
-    # AMX), fp32 elsewhere. int8 costs less CPU than fp32 on CPUs without native bf16, but moves scores
-    # enough to lose blocks on the safety eval (docs/safety.md, "Precision at run time").
-    classifier_dtype: Literal["auto", "fp32", "bf16", "int8"] = "auto"
+    # What the classifier's MiniLM runs in (libs/embeddings/model.py, `auto_dtype`; int8 loses blocks on the
+    # safety eval: docs/safety.md, "Precision at run time").
+    classifier_dtype: Dtype = "auto"
     # A stream quiet this long has its inference replica asked whether it lives; a dead one ends the
     # stream with `unavailable` at once (partial answer kept), not at the deadline.
     producer_idle_s: float = 1.0

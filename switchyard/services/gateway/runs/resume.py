@@ -5,7 +5,8 @@ request's events in order and follow the rest live. Sequence numbers are positio
 messages on `chat.events.<rid>.*`: `.direct` (every stage's own events, which the relaying replica hears
 on the rid's subscription) and `.kept` (safety_out's copy of the text and end it sent the relaying replica
 in its `chat.steps` pass messages), the same ids the relaying replica gave them: it numbers events in the
-order they reach it, and safety_out sends each stream's text and end to both in the same order. The relaying replica's own copy stays the fast path; this is the fallback.
+order they reach it, and safety_out sends each stream's text and end to both in the same order. The
+relaying replica's own copy stays the fast path; this is the fallback.
 
 Where a reader resumes is checked before anything is sent: `Last-Event-ID` (or `?after=`) is the id of an
 event the client received, an integer from -1 (from the start); one past the stream's last event is a 400,
