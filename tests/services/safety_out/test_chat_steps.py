@@ -38,10 +38,7 @@ from switchyard.schemas.frames import (
     join_step,
 )
 from switchyard.services.gateway.runs.resume import ensure_events_stream, kept_events
-from switchyard.services.safety_in.service import setup as setup_safety_in
-from switchyard.services.safety_in.settings import SafetyInSettings
-from switchyard.services.safety_out.service import setup
-from switchyard.services.safety_out.settings import SafetyOutSettings
+from tests.services.safety_out.checkers import checking_stages
 from tests.wait import wait_for
 
 GATEWAY = "gw-a"
@@ -110,29 +107,21 @@ class Stack:
 
 @pytest.fixture(scope="module")
 async def stack(nats_server: NatsServer) -> AsyncIterator[Stack]:
-    service = await Bus.connect(nats_server.url, "safety_out", "s1", setup_tracing("safety_out"))
-    await service.ensure_log_stream()
-    cleanup = await setup(service, SafetyOutSettings())
-    judge = await Bus.connect(nats_server.url, "safety_in", "j1", setup_tracing("safety_in"))
-    judge_cleanup = await setup_safety_in(judge, SafetyInSettings())
-    peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
+    async with checking_stages(nats_server):
+        peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
 
-    async def save(req: SaveTurn) -> SaveTurnAck:
-        return SaveTurnAck(turn_id=req.turn.id)
+        async def save(req: SaveTurn) -> SaveTurnAck:
+            return SaveTurnAck(turn_id=req.turn.id)
 
-    await peer.subscribe(subjects.SAVE_TURN, SaveTurn, save, queue="context")
-    gateway = await Bus.connect(nats_server.url, "gateway", GATEWAY, setup_tracing("gateway"))
-    await ensure_events_stream(gateway, 120, 64 << 20)
-    relay = Relay()
-    relay.steps_sub = await gateway.watch_frames(subjects.chat_steps_to(GATEWAY), decode_chat_step, relay.on_step)
-    await gateway.flush()
-    await peer.flush()
-    yield Stack(peer, gateway, relay)
-    for c in (cleanup, judge_cleanup):
-        if c is not None:
-            await c()
-    for bus in (service, judge, gateway):
-        await bus.close()
+        await peer.subscribe(subjects.SAVE_TURN, SaveTurn, save, queue="context")
+        gateway = await Bus.connect(nats_server.url, "gateway", GATEWAY, setup_tracing("gateway"))
+        await ensure_events_stream(gateway, 120, 64 << 20)
+        relay = Relay()
+        relay.steps_sub = await gateway.watch_frames(subjects.chat_steps_to(GATEWAY), decode_chat_step, relay.on_step)
+        await gateway.flush()
+        await peer.flush()
+        yield Stack(peer, gateway, relay)
+    await gateway.close()
     await peer.drain()
 
 

@@ -30,10 +30,7 @@ from switchyard.schemas import (
     subjects,
 )
 from switchyard.schemas.frames import decode_event, encode_step_frame, join_step
-from switchyard.services.safety_in.service import setup as setup_safety_in
-from switchyard.services.safety_in.settings import SafetyInSettings
-from switchyard.services.safety_out.service import setup
-from switchyard.services.safety_out.settings import SafetyOutSettings
+from tests.services.safety_out.checkers import checking_stages
 
 
 @dataclass
@@ -119,20 +116,11 @@ class Rig:
 
 @pytest.fixture(scope="module")
 async def rig(nats_server: NatsServer) -> AsyncIterator[Rig]:
-    service = await Bus.connect(nats_server.url, "safety_out", "s1", setup_tracing("safety_out"))
-    await service.ensure_log_stream()
-    cleanup = await setup(service, SafetyOutSettings())
-    judge = await Bus.connect(nats_server.url, "safety_in", "j1", setup_tracing("safety_in"))
-    judge_cleanup = await setup_safety_in(judge, SafetyInSettings())
-    peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
-    rig = Rig(peer, {})
-    await rig.start_saving()
-    yield rig
-    for c in (cleanup, judge_cleanup):
-        if c is not None:
-            await c()
-    await service.close()
-    await judge.close()
+    async with checking_stages(nats_server):
+        peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
+        rig = Rig(peer, {})
+        await rig.start_saving()
+        yield rig
     await peer.drain()
 
 
