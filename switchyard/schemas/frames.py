@@ -31,9 +31,10 @@ the stream.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
+from pydantic import BaseModel
 
 from switchyard.schemas.messages import ChatEvent, RawChunk, TokenLogprob
 
@@ -74,6 +75,8 @@ _encode = msgspec.json.Encoder().encode
 _steps = msgspec.json.Decoder(list[StepFrame])
 _text = msgspec.json.Decoder(TextFrame)
 _chat_steps = msgspec.json.Decoder(list[ChatFrame])
+F = TypeVar("F")
+E = TypeVar("E", bound=BaseModel)
 
 
 class FrameError(ValueError):
@@ -106,12 +109,17 @@ def encode_chat_frame(rid: str, kind: TextKind, text: str, logprobs: list[dict[s
 
 def decode_step(data: bytes) -> list[StepFrame] | RawChunk:
     """A step message (its streams' frames) or a stream's end."""
+    return _frames_or_end(data, _steps, RawChunk, "a step message")
+
+
+def _frames_or_end(data: bytes, frames: msgspec.json.Decoder[list[F]], end: type[E], what: str) -> list[F] | E:
+    """A pass message (a JSON array of frames) or a stream's end (a JSON object), told apart by the first byte."""
     try:
         if data[:1] == b"[":
-            return _steps.decode(data)
-        return RawChunk.model_validate_json(data)
+            return frames.decode(data)
+        return end.model_validate_json(data)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
-        raise FrameError(f"not a step message: {e}") from e
+        raise FrameError(f"not {what}: {e}") from e
 
 
 # Every field's value in a `ChatEvent` that sets none of them (all immutable: None or ""), in field order.
@@ -160,9 +168,4 @@ def chat_frame_event(frame: ChatFrame) -> ChatEvent:
 
 def decode_chat_step(data: bytes) -> list[ChatFrame] | ChatEvent:
     """A `chat.steps` message: a pass's frames, or one stream's end."""
-    try:
-        if data[:1] == b"[":
-            return _chat_steps.decode(data)
-        return ChatEvent.model_validate_json(data)
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
-        raise FrameError(f"not a chat step message: {e}") from e
+    return _frames_or_end(data, _chat_steps, ChatEvent, "a chat step message")
