@@ -139,3 +139,30 @@ async def test_a_stop_string_ends_the_answer_before_it() -> None:
     # The same request id starts at the same sentence: the answer is the text up to its first full stop.
     assert "." in whole and text == whole[: whole.index(".")], (text, whole)
     assert chunks[-1].finished and chunks[-1].finish_reason == "stop"
+
+
+async def test_a_cancel_for_a_finished_request_leaves_the_engine_serving() -> None:
+    # A late cancel (the consumer hangs up after the last token) reaches an idle engine; the next
+    # request must still be served, not wait forever behind a loop that stopped.
+    engine = sim()
+    await engine.start()
+    try:
+        await run(engine, "done", 4)
+        engine.cancel("done")
+        await wait_for(lambda: not engine._wake.is_set(), what="the engine idle again", interval=0.001)
+        chunks = await asyncio.wait_for(run(engine, "next", 4), 5)
+    finally:
+        await engine.stop()
+    assert chunks[-1].finish_reason == "length"
+
+
+async def test_a_loop_that_stops_ends_what_it_held_with_an_error() -> None:
+    engine = sim(tpot_ms=50.0)
+    await engine.start()
+    held = asyncio.create_task(run(engine, "held", 100))
+    await wait_for(lambda: engine.metrics().running == 1, what="the request stepping", interval=0.001)
+    await engine.stop()
+    chunks = await asyncio.wait_for(held, 5)
+    assert chunks[-1].finished and chunks[-1].finish_reason == "error"
+    after = await asyncio.wait_for(run(engine, "after", 4), 5)
+    assert after[-1].finish_reason == "error"

@@ -31,6 +31,8 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import structlog
+
 from switchyard.libs.engine.sim_text import SENTENCES
 from switchyard.libs.engine.types import (
     EngineConfig,
@@ -43,6 +45,8 @@ from switchyard.libs.engine.types import (
 )
 from switchyard.libs.tokenizer import load_tokenizer
 from switchyard.libs.tokenizer.paths import default_model_path
+
+log = structlog.get_logger()
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,16 @@ class SimEngine:
                 self._ids.append(tok)
                 self._pieces.append(self.tokenizer.decode([tok]))
         self._task = asyncio.create_task(self._loop())
+        self._task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        # A loop that is gone ends what it held with an error instead of leaving its callers waiting.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("sim engine loop failed", error=repr(task.exception()))
+        for seq in [*self._running.values(), *self._waiting]:
+            seq.queue.put_nowait(StreamChunk(seq.request_id, "", [], finished=True, finish_reason="error"))
+        self._running.clear()
+        self._waiting.clear()
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -127,7 +141,7 @@ class SimEngine:
         self, request_id: str, prompt: str | list[int], params: SamplingParams
     ) -> AsyncIterator[StreamChunk]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids or len(ids) >= self.max_model_len or self._task is None:
+        if not ids or len(ids) >= self.max_model_len or self._task is None or self._task.done():
             yield StreamChunk(request_id, "", [], finished=True, finish_reason="error")
             return
         now = time.monotonic()
@@ -183,6 +197,9 @@ class SimEngine:
             if not self._running and not self._waiting:
                 self._wake.clear()
                 await self._wake.wait()
+                # Woken by a newcomer, or by a cancel for a request already gone: look again.
+                self._step_cancels(time.monotonic())
+                continue
             if self._running:
                 ready = sum(1 for s in self._waiting if s.ready_at <= time.monotonic())
                 await asyncio.sleep(self.timing.step_s(len(self._running) + ready))
@@ -197,7 +214,8 @@ class SimEngine:
                         pass
             self._step(time.monotonic())
 
-    def _step(self, now: float) -> None:
+    def _step_cancels(self, now: float) -> None:
+        """End every cancelled request still here; forget cancels for requests already gone."""
         for rid in self._cancelled:
             seq = self._running.pop(rid, None) or next((s for s in self._waiting if s.request_id == rid), None)
             if seq is not None:
@@ -205,6 +223,9 @@ class SimEngine:
                     self._waiting.remove(seq)
                 seq.queue.put_nowait(self._last(seq, now, "cancelled", []))
         self._cancelled.clear()
+
+    def _step(self, now: float) -> None:
+        self._step_cancels(now)
         joined = [s for s in self._waiting if s.ready_at <= now]
         for seq in joined:
             self._waiting.remove(seq)
