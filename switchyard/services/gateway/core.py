@@ -375,7 +375,6 @@ async def start_run(
                 persist=persist,
                 parallel_tool_calls=parallel_tool_calls,
             )
-            await gw.runs.publish_early(work)
             if chat_id is not None:
                 await open_conversation(gw, key, chat_id)
         if gw.settings.resume_stream:

@@ -198,8 +198,6 @@ async def rerun(gw: Gateway, key: ApiKey, rid: str, req: ReplayRequest) -> Repla
     rerun = Rerun(of=rid, mode=req.mode, overrides=overrides, by=key.id)
     run = gw.runs.begin(work.rid, "replay", ROUTE, work.tenant, key.id, None, rerun)
     async with gw.runs.starting(run):
-        if subject == subjects.CONTEXT:  # a replay that skips context is past where early passes help
-            await gw.runs.publish_early(work)
         await gw.runs.launch(run, work, subject)
     events = [event async for _, event in run.follow()]
     final, error, status = run.last, run.error, run.client_status

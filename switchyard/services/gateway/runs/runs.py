@@ -170,6 +170,8 @@ class Runs:
         # The server must know the subscription before the work goes out, or the first events could be lost.
         await self.bus.flush()
         with run.activate():
+            if subject == subjects.CONTEXT:
+                await self.publish_early(work)
             # Acked at once by a replica; nobody listening fails the request now, not at its deadline.
             await self.bus.request(
                 subject,
