@@ -1,9 +1,8 @@
 """Model passes started before the request reaches the stage that needs them.
 
-The gateway publishes each admitted request's `Work` on `subjects.EARLY` before it sends it to context;
-safety_in and tools start their model pass on the user's text from it (the classifier's, the planner's
-embeddings), so the pass runs while the request travels to context and context and the router do their
-part, instead of after. When the request itself arrives,
+Context publishes each request's `Work` on `subjects.EARLY` as it takes it; safety_in and tools start
+their model pass on the user's text from it (the classifier's, the planner's embeddings), so the pass
+runs while context and the router do their part instead of after. When the request itself arrives,
 the stage takes the pass it started, if it was started on exactly the same input (`key`), else runs its
 own: an early pass changes when a result is computed, never what it is. A pass nobody takes (the
 request was refused, or went to another replica) is dropped after `ttl_s`.

@@ -18,9 +18,9 @@ SAFETY_IN = "pipeline.safety_in"
 ROUTE = "pipeline.route"
 TOOLS = "pipeline.tools"
 SAFETY_OUT = "pipeline.safety_out"  # request/reply: the streaming handshake
-# plain, queue groups `safety_in` and `tools`: the gateway publishes each admitted `Work` before it sends it to
-# context, so those stages start their model passes on the user's text early (switchyard/libs/early.py). Not
-# under `pipeline.`: nothing answers it and nothing is reported to the client from it.
+# plain, queue groups `safety_in` and `tools`: context publishes each `Work` as it takes it, so those stages
+# start their model passes on the user's text early (switchyard/libs/early.py). Not under `pipeline.`: nothing
+# answers it and nothing is reported to the client from it.
 EARLY = "early.work"
 
 TOOLS_SPECS = "tools.specs"  # request/reply: the server-side tools, for GET /v1/tools

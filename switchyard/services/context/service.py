@@ -314,7 +314,13 @@ async def setup(
     )
     ctx = Context(conversations, knowledge, models.default_renderer, settings.prompt_memory_items, models=models)
 
-    await bus.stage(subjects.CONTEXT, ctx.assemble)
+    async def assemble(work: Work) -> Forward:
+        # safety_in and tools start their model passes on the user's text now, not when the request reaches them.
+        if settings.early_passes:
+            await bus.publish(subjects.EARLY, work, rid=work.rid, tenant=work.tenant)
+        return await ctx.assemble(work)
+
+    await bus.stage(subjects.CONTEXT, assemble)
     await bus.subscribe(subjects.CONVERSATION_OPEN, ConversationQuery, ctx.open, queue="context")
     await bus.subscribe(subjects.CONVERSATION_GET, ConversationQuery, ctx.get, queue="context")
     await bus.subscribe(subjects.SAVE_TURN, SaveTurn, ctx.save_turn, queue="context")

@@ -32,6 +32,9 @@ class ContextSettings(ServiceSettings):
     prompt_file_chars: int = 8_000
     # Saved facts rendered into a prompt: the oldest ones past this many are left out.
     prompt_memory_items: int = 50
+    # Publish each request on `early.work` as it arrives, so safety_in and tools start their model passes
+    # on the user's text while context and the router work (off: each starts when the request reaches it).
+    early_passes: bool = True
 
     def db_url(self) -> str:
         return database_url(self.database_url, self.data_dir, "context")

@@ -350,33 +350,32 @@ async def start_run(
                     await limiter.settle(key.tenant, r.rid, usage.prompt_tokens + usage.completion_tokens, limits)
 
                 run.on_finish.append(settle)
-            # Admitted: the early copy goes out before the conversation is opened and the work launched.
-            work = Work(
-                rid=rid,
-                tenant=key.tenant,
-                user=key.user,
-                key_id=key.id,
-                api=api,
-                chat_id=chat_id,
-                text=text,
-                messages=messages or [],
-                system=system,
-                model=model,
-                mode=mode,
-                prompt_mode=prompt_mode,
-                prefill=prefill,
-                add_generation_prompt=add_generation_prompt,
-                sampling=sampling,
-                thinking=thinking,
-                plan=request_plan,
-                created_ms=run.started_ms,
-                client_tools=client_tools or [],
-                tool_choice=tool_choice,
-                persist=persist,
-                parallel_tool_calls=parallel_tool_calls,
-            )
             if chat_id is not None:
                 await open_conversation(gw, key, chat_id)
+        work = Work(
+            rid=rid,
+            tenant=key.tenant,
+            user=key.user,
+            key_id=key.id,
+            api=api,
+            chat_id=chat_id,
+            text=text,
+            messages=messages or [],
+            system=system,
+            model=model,
+            mode=mode,
+            prompt_mode=prompt_mode,
+            prefill=prefill,
+            add_generation_prompt=add_generation_prompt,
+            sampling=sampling,
+            thinking=thinking,
+            plan=request_plan,
+            created_ms=run.started_ms,
+            client_tools=client_tools or [],
+            tool_choice=tool_choice,
+            persist=persist,
+            parallel_tool_calls=parallel_tool_calls,
+        )
         if gw.settings.resume_stream:
             await mark_owner(gw.bus, rid, key.tenant)
         await gw.runs.launch(run, work)

@@ -84,10 +84,6 @@ class GatewaySettings(ServiceSettings):
     resume_stream_max_age_s: float = 300.0
     resume_stream_max_bytes: int = 256 * 1024 * 1024
     keepalive_s: float = 15.0
-    # Publish each admitted request on `early.work` before it goes to context, so safety_in and tools start
-    # their model passes on the client's text while context and the router work (off: each starts when the
-    # request reaches it).
-    early_passes: bool = True
     # Responses WebSocket mode: how long one connection lives (Open Responses says 60 minutes; then the
     # client gets `websocket_connection_limit_reached` and opens another). A message is bounded by
     # max_body_bytes, as an HTTP body is.

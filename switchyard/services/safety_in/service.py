@@ -127,7 +127,7 @@ class SafetyIn:
         self.rules = TenantGuards(InputGuard(use_embeddings=False))
         self.batcher = batcher
         self.max_scored = max_scored
-        # Classifier scores started from the gateway's early copy of the request (`subjects.EARLY`). Scores, not
+        # Classifier scores started from context's early copy of the request (`subjects.EARLY`). Scores, not
         # verdicts: the early copy is older than context's reading of the tenant's policy (`Work.safety`),
         # and every tenant's guard reads the same classifier, so the pass serves whatever the policy is.
         self.early: EarlyPasses[list[Scores]] = EarlyPasses()

@@ -86,7 +86,7 @@ class ToolsStage:
         self.planner = planner
         self.runner = runner
         self.tokenizer = tokenizer
-        # Planning passes started from the gateway's early copy of the request (`subjects.EARLY`).
+        # Planning passes started from context's early copy of the request (`subjects.EARLY`).
         self.early: EarlyPasses[list[np.ndarray]] = EarlyPasses()
 
     async def start_early(self, work: Work) -> None:

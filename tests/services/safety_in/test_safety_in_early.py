@@ -1,4 +1,4 @@
-"""Input safety's classifier pass starts from the gateway's early copy of the request (`subjects.EARLY`): the
+"""Input safety's classifier pass starts from context's early copy of the request (`subjects.EARLY`): the
 check then takes that pass instead of running its own, with the same verdicts; a request whose text
 changed since runs its own."""
 

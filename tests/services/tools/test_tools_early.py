@@ -1,4 +1,4 @@
-"""The planner's embedding pass starts from the gateway's early copy of the request (`subjects.EARLY`): the
+"""The planner's embedding pass starts from context's early copy of the request (`subjects.EARLY`): the
 stage then takes that pass for the clauses no rule matched instead of running its own; a request whose
 clauses differ from the copy's runs its own; a raw completion starts none."""
 

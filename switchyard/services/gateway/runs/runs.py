@@ -141,12 +141,6 @@ class Runs:
             await self.abandon(run, err)
             raise err from e
 
-    async def publish_early(self, work: Work) -> None:
-        """The early copy of an admitted request (`subjects.EARLY`): safety_in's and tools' model passes on the
-        client's texts start now, beside the hop to context and the work of context and the router."""
-        if self.settings.early_passes:
-            await self.bus.publish(subjects.EARLY, work, rid=work.rid, tenant=work.tenant)
-
     async def launch(self, run: Run, work: Work, subject: str = subjects.CONTEXT) -> None:
         """Subscribe to the run's events, then publish its work to `subject` (a re-run may skip stages)."""
         run.work = work
@@ -170,8 +164,6 @@ class Runs:
         # The server must know the subscription before the work goes out, or the first events could be lost.
         await self.bus.flush()
         with run.activate():
-            if subject == subjects.CONTEXT:
-                await self.publish_early(work)
             # Acked at once by a replica; nobody listening fails the request now, not at its deadline.
             await self.bus.request(
                 subject,
