@@ -10,7 +10,7 @@ pass shared with every other stream of this replica, and a block stops the strea
 Under the tenant's `judged` policy a sentence is shown only once judged. What is shown goes to the
 gateway replica relaying the request (`Work.relay`) as one message per pass for all of its streams
 (`chat.steps.<gateway>.<this>`), each stream's end after its text, and to `chat.events.<rid>.kept` for
-resuming. The turn is saved before `done` is sent, so a reload right after `done` shows the whole thread.
+resuming (one message per stream per `kept_interval_s`, its end after its text). The turn is saved before `done` is sent, so a reload right after `done` shows the whole thread.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import structlog
 
 from switchyard.libs.bus import Bus, BusError, Liveness, current_context
 from switchyard.libs.bus.headers import now_ms
-from switchyard.libs.bus.outbox import Outbox
+from switchyard.libs.bus.outbox import IntervalOutbox, Outbox
 from switchyard.libs.bus.retry import request_until
 from switchyard.libs.safety import InputGuard, StreamGuard
 from switchyard.libs.safety.batcher import ScoreBatcher
@@ -115,6 +115,8 @@ class SafetyOut:
         self.streams: dict[str, Stream] = {}
         # The relaying gateways' text: one message per pass for each (switchyard/libs/bus/outbox.py).
         self.outbox = Outbox(bus)
+        # The kept copy of that text, each stream's of a short interval as one message (resuming reads it).
+        self.kept = IntervalOutbox(bus, settings.kept_interval_s)
         # The inference replica feeding a stream that went quiet is asked whether it still lives.
         self.liveness = Liveness(
             bus,
@@ -195,15 +197,21 @@ class SafetyOut:
             st.held.append((kind, text, lps))
 
     async def _relay(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None) -> None:
-        await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
-        if st.steps_subject:
-            self.outbox.add(st.steps_subject, encode_chat_frame(st.work.rid, kind, text, lps))
+        if not st.steps_subject:
+            await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
+            return
+        self.outbox.add(st.steps_subject, encode_chat_frame(st.work.rid, kind, text, lps))
+        if self.settings.kept_interval_s:
+            self.kept.add(st.events_subject, encode_text(kind, text, lps))
+        else:
+            await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
 
     async def _end_event(self, st: Stream, event: ChatEvent) -> None:
         """The stream's `done` or `error`: to the relaying gateway after the stream's last text, and kept."""
         if not st.steps_subject:
             await self.bus.emit(event)
             return
+        await self.kept.flush(st.events_subject)
         await self.bus.publish(st.events_subject, event, rid=event.rid)
         await self.outbox.end(st.steps_subject, event)
 
@@ -504,6 +512,7 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
 
     async def cleanup() -> None:
         await service.liveness.close()
+        await service.kept.close()
         if batcher is not None:
             await batcher.close()
 
