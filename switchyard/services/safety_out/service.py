@@ -10,7 +10,8 @@ pass shared with every other stream of this replica, and a block stops the strea
 Under the tenant's `judged` policy a sentence is shown only once judged. What is shown goes to the
 gateway replica relaying the request (`Work.relay`) as one message per pass for all of its streams
 (`chat.steps.<gateway>.<this>`), each stream's end after its text, and to `chat.events.<rid>.kept` for
-resuming (one message per stream per `kept_interval_s`, its end after its text). The turn is saved before `done` is sent, so a reload right after `done` shows the whole thread.
+resuming (one message per stream per `kept_interval_s`, its end after its text). The turn is saved
+before `done` is sent, so a reload right after `done` shows the whole thread.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Stream:
     # Every release of this stream goes out without waiting (relayed, the kept copy coalesced): a frame that
     # finds its stream idle is handled where the step message is read, with no task switch (`_text_now`).
     at_once: bool = False
+    stopping: bool = False  # a release blocked it: it ends in a task of its own, its frames go through its task
     # Built once: every released word goes to `events_subject` (chat.events.<rid>.kept, kept for resuming,
     # or .direct when the request names no relaying gateway) and, when it does, in this replica's next
     # message to it on `steps_subject` (chat.steps.<gateway>.<this>).
@@ -291,7 +293,7 @@ class SafetyOut:
         if text and st.delivered_chars is None:
             self._show_now(st, kind, text, lps)
         if rel.blocked is not None:
-            st.at_once = False
+            st.stopping = True
             task = asyncio.create_task(self._block_later(st, rel))
             st.judging.add(task)  # cancelled with the others if the stream ends first
             task.add_done_callback(st.judging.discard)
@@ -339,7 +341,8 @@ class SafetyOut:
             st = streams.get(item.rid)
             if st is None:  # ended here already (a block, a deadline, a lost producer): the rest is moot
                 continue
-            if st.at_once and not (st.busy or st.inbox or st.emit_lock.locked()) and type(item) is StepFrame:
+            idle = not (st.busy or st.inbox or st.stopping or st.emit_lock.locked())
+            if st.at_once and idle and type(item) is StepFrame:
                 self._text_now(st, item)  # nothing of the stream's is in hand elsewhere: its order holds
                 continue
             st.inbox.append(item)
