@@ -10,8 +10,9 @@ Two hops carry an answer as it is written:
   `Work.relay` names): one message per pass of the checker, a JSON array of `ChatFrame`s `[rid, kind,
   text]`, one for every piece of text it released for that gateway's streams in the pass, in order; a
   stream's `done` or `error` is one `ChatEvent` object on the same subject, after its last frame. Each
-  piece also goes, as a `TextFrame` (and the end as its `ChatEvent`), to `chat.events.<rid>.kept`, which
-  only the resume capture reads.
+  piece also goes, as a `TextFrame`, to `chat.events.<rid>.kept`, which only the resume capture reads:
+  a stream's pieces of a short interval as one message, a JSON array of `TextFrame`s (`decode_kept`),
+  and its end as its `ChatEvent`, after its last text.
 - `chat.events.<rid>.direct` (any stage → gateway): every other stage's events (`tool`, `holder`, `prompt`,
   an `error`) as `ChatEvent` objects; and, for a request that names no relaying gateway, safety_out's text
   as `[kind, text]` (`TextFrame`) and its end.
@@ -74,6 +75,7 @@ class TextFrame(msgspec.Struct, array_like=True, frozen=True):
 _encode = msgspec.json.Encoder().encode
 _steps = msgspec.json.Decoder(list[StepFrame])
 _text = msgspec.json.Decoder(TextFrame)
+_texts = msgspec.json.Decoder(list[TextFrame])
 _chat_steps = msgspec.json.Decoder(list[ChatFrame])
 F = TypeVar("F")
 E = TypeVar("E", bound=BaseModel)
@@ -150,6 +152,18 @@ def decode_event(rid: str, data: bytes) -> ChatEvent:
         return ChatEvent.model_validate_json(data)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as e:
         raise FrameError(f"not a chat event: {e}") from e
+
+
+def decode_kept(rid: str, data: bytes) -> list[ChatEvent]:
+    """A message of `chat.events.<rid>.*` as resuming reads it: the events it carries, in order. Every message
+    is one event but a kept copy's coalesced text (`join_step` of `encode_text`s), which is one per frame."""
+    if data[:2] != b"[[":  # no kind is an array: a frame array's first element is
+        return [decode_event(rid, data)]
+    try:
+        frames = _texts.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        raise FrameError(f"not kept text: {e}") from e
+    return [released_event(rid, f.kind, f.text, f.logprobs) for f in frames]
 
 
 def released_event(rid: str, kind: TextKind, text: str, logprobs: list[dict[str, Any]] | None) -> ChatEvent:

@@ -9,6 +9,7 @@ from switchyard.schemas.frames import (
     FrameError,
     StepFrame,
     decode_event,
+    decode_kept,
     decode_step,
     encode_step_frame,
     encode_text,
@@ -68,3 +69,22 @@ def test_a_text_event_is_the_object_model_construct_makes() -> None:
     assert made.model_dump_json() == expected.model_dump_json()
     made.model_fields_set.add("usage")  # each event owns its set: no other event sees the change
     assert text_event("r2", "delta", "x").model_fields_set == {"rid", "type", "text"}
+
+
+def test_a_kept_message_is_one_event_per_frame_and_any_other_message_one_event() -> None:
+    entries = [TokenLogprob(token="b", logprob=-0.5, bytes=[98]).model_dump()]
+    coalesced = join_step(
+        [encode_text("thinking", "a"), encode_text("delta", "b", entries), encode_text("delta", "[c")]
+    )
+    events = decode_kept("r1", coalesced)
+    assert [(e.rid, e.type, e.text) for e in events] == [
+        ("r1", "thinking", "a"),
+        ("r1", "delta", "b"),
+        ("r1", "delta", "[c"),
+    ]
+    assert events[1].logprobs == [TokenLogprob(token="b", logprob=-0.5, bytes=[98])]
+    assert [e.text for e in decode_kept("r1", encode_text("delta", "one"))] == ["one"]  # a message per release
+    done = ChatEvent(rid="r1", type="done", finish_reason="stop")
+    assert decode_kept("r1", done.model_dump_json().encode()) == [done]
+    with pytest.raises(FrameError):
+        decode_kept("r1", b'[["tool", "x"]]')

@@ -6,12 +6,16 @@ schedules a flush, which runs once every woken stream has had its turn: it sends
 added for it as one message (a JSON array, switchyard/schemas/frames.py). A stream's end goes through here
 too, after its last frame, so it never overtakes it. Inference sends its steps to safety_out this way
 (`stream.steps`), safety_out its releases to the gateway (`chat.steps`).
+
+`IntervalOutbox` coalesces over time instead, for a copy nobody waits on: each subject's frames of up to
+`interval_s` as one message (safety_out's kept copy of each stream's text, `chat.events.<rid>.kept`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Sequence
 
 import structlog
 
@@ -74,20 +78,75 @@ class Outbox:
             self._flusher = None
 
     async def _send(self, subject: str, items: list[bytes | End]) -> None:
-        limit = self.bus.max_frame_bytes
-        batch: list[bytes] = []
-        size = 2
-        for item in items:
-            if not isinstance(item, bytes):
-                if batch:
-                    await self.bus.publish_frame(subject, join_step(batch))
-                    batch, size = [], 2
-                await self.bus.publish(subject, item, rid=item.rid)  # split into parts when over the limit
-                continue
-            if batch and size + len(item) + 1 > limit:
-                await self.bus.publish_frame(subject, join_step(batch))
+        await send_frames(self.bus, subject, items)
+
+
+class IntervalOutbox:
+    """Frames per subject, sent as one message per subject at most `interval_s` after the first of them was
+    added; `flush(subject)` sends a subject's at once (before what must follow them, a stream's end)."""
+
+    def __init__(self, bus: Bus, interval_s: float):
+        self.bus = bus
+        self.interval_s = interval_s
+        self._pending: dict[str, list[bytes]] = {}
+        self._round: asyncio.Task[None] | None = None
+        # A subject's frames leave in the order added: a round and a flush never send at the same time.
+        self._sending = asyncio.Lock()
+
+    def add(self, subject: str, frame: bytes) -> None:
+        items = self._pending.get(subject)
+        if items is None:
+            self._pending[subject] = items = []
+        items.append(frame)
+        if self._round is None:
+            self._round = asyncio.create_task(self._later(), context=contextvars.Context())
+
+    async def flush(self, subject: str) -> None:
+        async with self._sending:
+            items = self._pending.pop(subject, None)
+            if items:
+                await send_frames(self.bus, subject, items)
+
+    async def close(self) -> None:
+        """Send everything pending now."""
+        if self._round is not None:
+            self._round.cancel()
+            self._round = None
+        await self._send_all()
+
+    async def _later(self) -> None:
+        try:
+            await asyncio.sleep(self.interval_s)
+        finally:
+            self._round = None
+        await self._send_all()
+
+    async def _send_all(self) -> None:
+        async with self._sending:
+            pending, self._pending = self._pending, {}
+            try:
+                for subject, items in pending.items():
+                    await send_frames(self.bus, subject, items)
+            except Exception:
+                log.exception("coalesced frames not sent")
+
+
+async def send_frames(bus: Bus, subject: str, items: Sequence[bytes | End]) -> None:
+    """Frames as few messages as the bus's size limit allows (JSON arrays, `join_step`), ends as their own."""
+    limit = bus.max_frame_bytes
+    batch: list[bytes] = []
+    size = 2
+    for item in items:
+        if not isinstance(item, bytes):
+            if batch:
+                await bus.publish_frame(subject, join_step(batch))
                 batch, size = [], 2
-            batch.append(item)
-            size += len(item) + 1
-        if batch:
-            await self.bus.publish_frame(subject, join_step(batch))
+            await bus.publish(subject, item, rid=item.rid)  # split into parts when over the limit
+            continue
+        if batch and size + len(item) + 1 > limit:
+            await bus.publish_frame(subject, join_step(batch))
+            batch, size = [], 2
+        batch.append(item)
+        size += len(item) + 1
+    if batch:
+        await bus.publish_frame(subject, join_step(batch))

@@ -166,7 +166,9 @@ class StreamGuard:
         """The whole answer's verdicts for the record, with no second classifier pass: the rules over the
         whole text (exact and cheap) and what the classifier said of its sentences as they were judged
         (the flags and the block), the worst per category first."""
-        rules = self._rules.check(self.full_text, source="model")
+        # As for a release's window: an answer no rule in force could match is not read (most answers).
+        full = self.full_text
+        rules = self._rules.check(full, source="model") if self._rules_every(full) else []
         learned = [v for v in [*self.flags, *([self.blocked] if self.blocked else [])] if v.classifier == EMBEDDING]
         worst: dict[str, Verdict] = {}
         for v in worst_first([*rules, *learned]):
@@ -238,6 +240,10 @@ class StreamGuard:
             return p
         return cut
 
+    def _rules_every(self, text: str) -> bool:
+        """Whether the rules must read ``text``: False only when none in force on answers could find anything."""
+        return self._rules_every_window or could_match(text, self._rule_categories)
+
     def _release_to(self, p: int, *, final: bool) -> Release:
         cut = self._cut
         if p <= cut or self.blocked is not None:
@@ -254,7 +260,7 @@ class StreamGuard:
             return Release("")
         # Rules are exact: they judge every release, before anything leaves.
         window = self.full_text[max(0, cut - _CONTEXT_CHARS) : p]
-        if self._rules_every_window or could_match(window, self._rule_categories):
+        if self._rules_every(window):
             verdicts = self._rules.check(window, source="model")
             self.flags += [v for v in verdicts if v.action == FLAG]
             blocks = [v for v in verdicts if v.action == BLOCK]

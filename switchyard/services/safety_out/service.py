@@ -10,7 +10,8 @@ pass shared with every other stream of this replica, and a block stops the strea
 Under the tenant's `judged` policy a sentence is shown only once judged. What is shown goes to the
 gateway replica relaying the request (`Work.relay`) as one message per pass for all of its streams
 (`chat.steps.<gateway>.<this>`), each stream's end after its text, and to `chat.events.<rid>.kept` for
-resuming. The turn is saved before `done` is sent, so a reload right after `done` shows the whole thread.
+resuming (one message per stream per `kept_interval_s`, its end after its text). The turn is saved
+before `done` is sent, so a reload right after `done` shows the whole thread.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import structlog
 
 from switchyard.libs.bus import Bus, BusError, Liveness, current_context
 from switchyard.libs.bus.headers import now_ms
-from switchyard.libs.bus.outbox import Outbox
+from switchyard.libs.bus.outbox import IntervalOutbox, Outbox
 from switchyard.libs.bus.retry import request_until
 from switchyard.libs.safety import InputGuard, StreamGuard
 from switchyard.libs.safety.batcher import ScoreBatcher
@@ -85,6 +86,11 @@ class Stream:
     inbox: list[StepFrame | RawChunk] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
     reader: asyncio.Task[None] | None = None
+    busy: bool = False  # the stream's task is handling frames
+    # Every release of this stream goes out without waiting (relayed, the kept copy coalesced): a frame that
+    # finds its stream idle is handled where the step message is read, with no task switch (`_text_now`).
+    at_once: bool = False
+    stopping: bool = False  # a release blocked it: it ends in a task of its own, its frames go through its task
     # Built once: every released word goes to `events_subject` (chat.events.<rid>.kept, kept for resuming,
     # or .direct when the request names no relaying gateway) and, when it does, in this replica's next
     # message to it on `steps_subject` (chat.steps.<gateway>.<this>).
@@ -115,6 +121,8 @@ class SafetyOut:
         self.streams: dict[str, Stream] = {}
         # The relaying gateways' text: one message per pass for each (switchyard/libs/bus/outbox.py).
         self.outbox = Outbox(bus)
+        # The kept copy of that text, each stream's of a short interval as one message (resuming reads it).
+        self.kept = IntervalOutbox(bus, settings.kept_interval_s)
         # The inference replica feeding a stream that went quiet is asked whether it still lives.
         self.liveness = Liveness(
             bus,
@@ -145,6 +153,7 @@ class SafetyOut:
             events_subject=subjects.chat_events_kept(work.rid) if work.relay else subjects.chat_events(work.rid),
             steps_subject=subjects.chat_steps(work.relay, self.bus.replica) if work.relay else "",
             lp_on=work.sampling.logprobs is not None,
+            at_once=bool(work.relay) and self.settings.kept_interval_s > 0,
         )
 
         self.streams[work.rid] = st
@@ -189,12 +198,23 @@ class SafetyOut:
             st.held.clear()
 
     async def _show(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None = None) -> None:
-        if st.admitted:
-            await self._relay(st, kind, text, lps)
+        if st.at_once or not st.admitted:
+            self._show_now(st, kind, text, lps)
         else:
+            await self._relay(st, kind, text, lps)
+
+    def _show_now(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None = None) -> None:
+        """`_show` of a stream whose text goes out without waiting (`at_once`), or is held until admitted."""
+        if not st.admitted:
             st.held.append((kind, text, lps))
+            return
+        self.outbox.add(st.steps_subject, encode_chat_frame(st.work.rid, kind, text, lps))
+        self.kept.add(st.events_subject, encode_text(kind, text, lps))
 
     async def _relay(self, st: Stream, kind: TextKind, text: str, lps: list[dict[str, Any]] | None) -> None:
+        if st.at_once:
+            self._show_now(st, kind, text, lps)
+            return
         await self.bus.publish_frame(st.events_subject, encode_text(kind, text, lps))
         if st.steps_subject:
             self.outbox.add(st.steps_subject, encode_chat_frame(st.work.rid, kind, text, lps))
@@ -204,6 +224,7 @@ class SafetyOut:
         if not st.steps_subject:
             await self.bus.emit(event)
             return
+        await self.kept.flush(st.events_subject)
         await self.bus.publish(st.events_subject, event, rid=event.rid)
         await self.outbox.end(st.steps_subject, event)
 
@@ -260,6 +281,32 @@ class SafetyOut:
         if rel.blocked is not None:
             await self._block(st, rel, usage)
             return
+        self._judge_later(st, rel, kind)
+
+    def _send_now(self, st: Stream, rel: Release, kind: TextKind) -> bool:
+        """`_send` of an `at_once` stream, without waiting: False when the release blocks the stream (which
+        then ends in a task of its own, and its later frames go through its task)."""
+        st.redactions += [r.__dict__ for r in rel.redactions]
+        text, lps = rel.text, None
+        if kind == "delta" and st.lp_on:
+            text, lps = self._with_logprobs(st, rel)
+        if text and st.delivered_chars is None:
+            self._show_now(st, kind, text, lps)
+        if rel.blocked is not None:
+            st.stopping = True
+            task = asyncio.create_task(self._block_later(st, rel))
+            st.judging.add(task)  # cancelled with the others if the stream ends first
+            task.add_done_callback(st.judging.discard)
+            return False
+        self._judge_later(st, rel, kind)
+        return True
+
+    async def _block_later(self, st: Stream, rel: Release) -> None:
+        async with st.emit_lock:
+            if not st.closed:
+                await self._block(st, rel, None)
+
+    def _judge_later(self, st: Stream, rel: Release, kind: TextKind) -> None:
         for sentence in rel.to_judge:
             guard = st.thinking if kind == "thinking" else st.guard
             task = asyncio.create_task(self._judge(st, guard, sentence, kind))
@@ -294,6 +341,10 @@ class SafetyOut:
             st = streams.get(item.rid)
             if st is None:  # ended here already (a block, a deadline, a lost producer): the rest is moot
                 continue
+            idle = not (st.busy or st.inbox or st.stopping or st.emit_lock.locked())
+            if st.at_once and idle and type(item) is StepFrame:
+                self._text_now(st, item)  # nothing of the stream's is in hand elsewhere: its order holds
+                continue
             st.inbox.append(item)
             st.arrived.set()
 
@@ -303,21 +354,23 @@ class SafetyOut:
             await st.arrived.wait()
             st.arrived.clear()
             items, st.inbox = st.inbox, []
-            for item in items:
-                if isinstance(item, StepFrame):
-                    await self.on_text(st, item)
-                elif not item.finished:  # a producer that sends whole chunks: its text is a frame all the same
-                    await self.on_text(st, StepFrame(item.rid, item.seq, item.kind, item.text))
-                else:
-                    await self.on_chunk(st, item)
+            st.busy = True
+            try:
+                for item in items:
+                    if isinstance(item, StepFrame):
+                        await self.on_text(st, item)
+                    elif not item.finished:  # a producer that sends whole chunks: its text is a frame all the same
+                        await self.on_text(st, StepFrame(item.rid, item.seq, item.kind, item.text))
+                    else:
+                        await self.on_chunk(st, item)
+            finally:
+                st.busy = False
 
     async def on_text(self, st: Stream, frame: StepFrame) -> None:
         """The hot path: one frame of text (every token the model made since the previous frame)."""
         if st.closed:
             return
-        if (holder := self.liveness.runs.get(st.work.rid)) is not None:
-            holder.heard()
-        self._in_order(st, frame.seq)
+        self._heard(st, frame)
         async with st.emit_lock:
             if frame.kind == "thinking":
                 # Thinking is shown to the user too: the same redaction and judging, on its own guard.
@@ -328,6 +381,24 @@ class SafetyOut:
             if not st.closed:
                 self._frame_logprobs(st, frame.text, frame.logprobs)
                 await self._send(st, st.guard.feed(frame.text), "delta")
+
+    def _text_now(self, st: Stream, frame: StepFrame) -> None:
+        """`on_text` of an idle `at_once` stream, in the step message's handler: nothing in it waits."""
+        if st.closed:
+            return
+        self._heard(st, frame)
+        if frame.kind == "thinking":
+            self._send_now(st, st.thinking.feed(frame.text), "thinking")
+            return
+        if st.thinking.full_text and not self._send_now(st, st.thinking.finish(), "thinking"):
+            return
+        self._frame_logprobs(st, frame.text, frame.logprobs)
+        self._send_now(st, st.guard.feed(frame.text), "delta")
+
+    def _heard(self, st: Stream, frame: StepFrame) -> None:
+        if (holder := self.liveness.runs.get(st.work.rid)) is not None:
+            holder.heard()
+        self._in_order(st, frame.seq)
 
     async def on_chunk(self, st: Stream, chunk: RawChunk) -> None:
         """The stream's last message: finish the guards, wait for the last verdicts, end it."""
@@ -504,6 +575,7 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
 
     async def cleanup() -> None:
         await service.liveness.close()
+        await service.kept.close()
         if batcher is not None:
             await batcher.close()
 

@@ -47,6 +47,11 @@ class SafetyOutSettings(ServiceSettings):
     # What the classifier's MiniLM runs in (libs/embeddings/model.py, `auto_dtype`; int8 loses blocks on the
     # safety eval: docs/safety.md, "Precision at run time").
     classifier_dtype: Dtype = "auto"
+    # The kept copy of a relayed stream's text (`chat.events.<rid>.kept`, read only by resuming) goes out as one
+    # message per stream per this interval instead of one per release: a resume following the stream live
+    # lags the relay by at most this much, and a replica lost mid-answer loses at most this much of the copy
+    # (text its relaying gateway had; the stream ends in an error then anyway). 0: one message per release.
+    kept_interval_s: float = Field(0.2, ge=0)
     # A stream quiet this long has its inference replica asked whether it lives; a dead one ends the
     # stream with `unavailable` at once (partial answer kept), not at the deadline.
     producer_idle_s: float = 1.0

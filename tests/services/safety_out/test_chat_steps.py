@@ -34,6 +34,7 @@ from switchyard.schemas.frames import (
     chat_frame_event,
     decode_chat_step,
     decode_event,
+    decode_kept,
     encode_step_frame,
     join_step,
 )
@@ -201,3 +202,35 @@ async def test_resume_replays_the_relayed_events_with_their_ids_past_a_lost_subs
         )
         await stack.gateway.flush()
         await asyncio.sleep(0)
+
+
+async def test_the_kept_copy_coalesces_a_streams_text_and_resumes_exactly_from_inside_a_message(
+    nats_server: NatsServer, stack: Stack
+) -> None:
+    relay = stack.relay
+    rid = await stack.open()
+    kept: list[bytes] = []
+
+    async def on_kept(data: bytes) -> None:
+        kept.append(data)
+
+    sub = await stack.gateway.watch_frames(subjects.chat_events_kept(rid), bytes, on_kept)
+    await stack.gateway.flush()
+    for seq, word in enumerate(WORDS):
+        await stack.step({rid: word}, seq)
+    await stack.end(rid, len(WORDS))
+    await wait_for(lambda: relay.ended(rid), timeout=30)
+    relayed = relay.events[rid]
+    await wait_for(lambda: len(kept) >= 2 and kept[-1][:1] == b"{", timeout=10)
+    await sub.unsubscribe()
+    # Fewer messages than pieces of text: a message carries several, each still its own event.
+    pieces = len(relayed) - 1
+    assert len(kept) - 1 < pieces and any(len(decode_kept(rid, m)) > 1 for m in kept)
+    other = await Bus.connect(nats_server.url, "gateway", "gw-b", setup_tracing("gateway"))
+    try:
+        for after in range(-1, len(relayed) - 1):
+            rest = await resumed(other, rid, after)
+            assert [i for i, _ in rest] == list(range(after + 1, len(relayed)))
+            assert [(e.type, e.text) for _, e in rest] == [(e.type, e.text) for e in relayed[after + 1 :]]
+    finally:
+        await other.close()

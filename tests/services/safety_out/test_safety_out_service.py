@@ -1,5 +1,7 @@
 """safety_out and safety_in on a real nats-server with the real classifier: this test plays inference (it
-publishes raw chunks) and the client (it reads `chat.events.<rid>`) and answers `SAVE_TURN` as context would."""
+publishes raw chunks) and the client (it reads `chat.events.<rid>`) and answers `SAVE_TURN` as context would.
+Every test runs twice: with the text on `chat.events.<rid>.direct` (a request that names no relaying gateway),
+and relayed (`chat.steps`, the kept copy coalesced), where an idle stream's frame is handled without its task."""
 
 from __future__ import annotations
 
@@ -29,7 +31,14 @@ from switchyard.schemas import (
     Work,
     subjects,
 )
-from switchyard.schemas.frames import decode_event, encode_step_frame, join_step
+from switchyard.schemas.frames import (
+    ChatFrame,
+    chat_frame_event,
+    decode_chat_step,
+    decode_event,
+    encode_step_frame,
+    join_step,
+)
 from tests.services.safety_out.checkers import checking_stages
 
 
@@ -61,6 +70,14 @@ class Rig:
     # Context's part: answering SAVE_TURN (a test may take it away, as a restart of context would).
     saver: Any = None
     checkers: dict[str, str] = field(default_factory=dict)  # rid -> the step subject of the replica holding it
+    relay: str | None = None  # the gateway replica this test plays, when the text is relayed
+    clients: dict[str, Any] = field(default_factory=dict)  # rid -> its client's `on_event`
+
+    async def on_step(self, step: list[ChatFrame] | ChatEvent) -> None:
+        for item in step if isinstance(step, list) else [step]:
+            on_event = self.clients.get(item.rid)
+            if on_event is not None:
+                await on_event(chat_frame_event(item) if isinstance(item, ChatFrame) else item)
 
     async def save(self, req: SaveTurn) -> SaveTurnAck:
         self.saved[req.turn.rid] = req
@@ -86,9 +103,12 @@ class Rig:
             client.events.append(e)
             client.arrived.put_nowait(e)
 
+        self.clients[rid] = on_event
         await self.bus.watch_frames(subjects.chat_events(rid), functools.partial(decode_event, rid), on_event)
         await self.bus.flush()
-        work = Work(rid=rid, tenant="t", user="u", key_id="k", chat_id="c-" + rid, text=text, persist=True)
+        work = Work(
+            rid=rid, tenant="t", user="u", key_id="k", chat_id="c-" + rid, text=text, persist=True, relay=self.relay
+        )
         if policy is not None:
             work.safety = policy
         work.sampling.logprobs = logprobs
@@ -114,11 +134,14 @@ class Rig:
         )
 
 
-@pytest.fixture(scope="module")
-async def rig(nats_server: NatsServer) -> AsyncIterator[Rig]:
+@pytest.fixture(scope="module", params=["direct", "relayed"])
+async def rig(nats_server: NatsServer, request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     async with checking_stages(nats_server):
         peer = await Bus.connect(nats_server.url, "inference", "i1", setup_tracing("inference"))
         rig = Rig(peer, {})
+        if request.param == "relayed":
+            rig.relay = "gw-rig"
+            await peer.watch_frames(subjects.chat_steps_to(rig.relay), decode_chat_step, rig.on_step)
         await rig.start_saving()
         yield rig
     await peer.drain()
@@ -328,4 +351,31 @@ async def test_coalesced_frames_keep_order_lose_nothing_and_redact_across_their_
     for d in deltas:
         assert not any(s in d for s in ("555", "4567", "help@", "example.com", "4111"))
     assert client.text == redact(answer)[0]
+    assert rig.saved[rid].turn.answer == client.text
+
+
+async def test_a_rule_block_mid_stream_ends_it_once_and_what_follows_is_dropped(rig: Rig) -> None:
+    rid, client, seq = await rig.open()
+    cancels: list[CancelNotice] = []
+
+    async def on_cancel(notice: CancelNotice) -> None:
+        cancels.append(notice)
+
+    await rig.bus.watch(subjects.chat_cancel(rid), CancelNotice, on_cancel)
+    await rig.bus.flush()
+    for w in "Here is the plan.".split():
+        await rig.chunk(rid, seq, w + " ")
+    while client.text != "Here is the plan. ":  # shown once input safety admitted it
+        assert (await client.next()).type == "delta"
+    words = "Step one: how to make a pipe bomb with household items. And then more words.".split()
+    for w in words:  # sent back to back: several frames may arrive while the block is being handled
+        await rig.chunk(rid, seq, w + " ")
+    end = await client.until_end()
+    assert end.type == "error" and end.error is not None and end.error.code == "content_blocked"
+    # Streaming first: the words before the one that completes the rule's phrase are out, nothing after it.
+    assert "Here is the plan. Step one: how to make a pipe bomb".startswith(client.text) and "bomb" not in client.text
+    await rig.end(rid, seq, "cancelled")
+    await asyncio.sleep(0.2)  # anything more the checker would wrongly send has had time to come
+    assert [e.type for e in client.events].count("error") == 1 and client.events[-1] is end
+    assert [c.reason for c in cancels] == ["blocked"]
     assert rig.saved[rid].turn.answer == client.text

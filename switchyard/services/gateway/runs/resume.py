@@ -24,7 +24,7 @@ from switchyard.libs.bus import Bus
 from switchyard.libs.bus import headers as H
 from switchyard.libs.bus.capture import ensure_memory_stream, follow, last_headers
 from switchyard.schemas import ChatEvent, ErrorCode, ErrorInfo, subjects
-from switchyard.schemas.frames import decode_event
+from switchyard.schemas.frames import decode_kept
 from switchyard.services.gateway.errors import ApiError
 from switchyard.services.gateway.runs.run import TERMINAL
 
@@ -90,25 +90,26 @@ async def kept_events(
     deadline = time.monotonic() + timeout_s
     seq = -1
     events = follow(
-        bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_events_of(rid), functools.partial(decode_event, rid), idle_s
+        bus, subjects.CHAT_EVENTS_STREAM, subjects.chat_events_of(rid), functools.partial(decode_kept, rid), idle_s
     )
     try:
-        async for event in events:
-            if event is None:
+        async for kept in events:
+            if kept is None:
                 if time.monotonic() > deadline:
                     info = ErrorInfo.of(ErrorCode.deadline_exceeded, "stream did not finish in time")
                     yield seq + 1, ChatEvent(rid=rid, type="error", error=info)
                     return
                 yield None
                 continue
-            if event.type in ("holder", "prompt"):
-                continue  # for the gateway that launched the run, never relayed or numbered
-            seq += 1
-            if seq > after:
-                yield seq, event
-            if event.type in TERMINAL:
-                if seq < after:
-                    raise PastTheEnd(after, seq)
-                return
+            for event in kept:  # a message of safety_out's kept copy is a stream's text of a short interval
+                if event.type in ("holder", "prompt"):
+                    continue  # for the gateway that launched the run, never relayed or numbered
+                seq += 1
+                if seq > after:
+                    yield seq, event
+                if event.type in TERMINAL:
+                    if seq < after:
+                        raise PastTheEnd(after, seq)
+                    return
     finally:
         await events.aclose()
