@@ -432,9 +432,12 @@ def _escalated_since(guard: InputGuard, before: tuple[int, int]) -> tuple[int, i
 
 def _render_escalated(guard: InputGuard, counts: tuple[int, int]) -> str:
     if guard.screen is None:
-        return "answer chunks: no first stage (the classifier read every chunk)"
+        return "answer chunks: no early exit (the classifier read every chunk whole)"
     n, k = counts
-    return f"answer chunks: {n} screened by {guard.screen.version}; escalated to the classifier: {_ratio(k, n)}"
+    return (
+        f"answer chunks: {n} screened by {guard.screen.version} after layer {guard.screen.exit_layer}; "
+        f"went on through the whole classifier: {_ratio(k, n)}"
+    )
 
 
 def answer_pairs(part: str) -> dict[str, list[tuple[str, str]]]:
