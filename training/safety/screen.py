@@ -242,19 +242,19 @@ def main() -> None:
     _, hidden, screen = best
     blob = b"".join(w.tobytes() for w in screen.weights) + np.float32(screen.clear_below).tobytes()
     screen.version = f"screen-exit{screen.exit_layer}-{dt.date.today():%Y%m%d}-{hashlib.sha256(blob).hexdigest()[:8]}"
-    np.savez_compressed(
-        args.out,
-        **{f"w{i}": w.astype(np.float16) for i, w in enumerate(screen.weights)},
-        exit_layer=np.array(screen.exit_layer),
-        clear_below=np.array(screen.clear_below),
-        bar=np.array(bar),
-        classifier=np.array(clf.version),
-        version=np.array(screen.version),
-        recall=np.array(args.recall),
-        margin=np.array(args.margin),
-        val_split=np.array(args.val_split),
-        chunk_chars=np.array(CHUNK_CHARS),
-    )
+    arrays: dict[str, np.ndarray] = {f"w{i}": w.astype(np.float16) for i, w in enumerate(screen.weights)}
+    arrays |= {
+        "exit_layer": np.array(screen.exit_layer),
+        "clear_below": np.array(screen.clear_below),
+        "bar": np.array(bar),
+        "classifier": np.array(clf.version),
+        "version": np.array(screen.version),
+        "recall": np.array(args.recall),
+        "margin": np.array(args.margin),
+        "val_split": np.array(args.val_split),
+        "chunk_chars": np.array(CHUNK_CHARS),
+    }
+    np.savez_compressed(args.out, **arrays)  # type: ignore[arg-type]
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes), version {screen.version}, hidden {hidden}")
 
 
