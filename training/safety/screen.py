@@ -15,8 +15,9 @@ chunks MiniLM would flag still go on through MiniLM, lowered by ``--margin`` (in
 streamed and cut into sentences as safety_out cuts them, the bar below which none of the sentences
 MiniLM flags falls. ``eval`` and ``holdout`` are never read, nor the ``test`` part of the everyday
 answers, which is only scored (here and by ``make eval-safety``). Each ``--exit-layer`` and head kind
-(``--hidden 0``: logistic regression) is fitted and its figures printed; the one that clears the most
-of ``test10``'s other chunks at that bar is written to ``switchyard/libs/safety/data/screen.npz``.
+(``--hidden 0``: logistic regression) is fitted and its figures printed; the one whose pass costs least
+per token on the calib part (every token through ``k`` layers, the escalated chunks' on through all six)
+is written to ``switchyard/libs/safety/data/screen.npz``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from switchyard.libs.embeddings import MAX_TOKENS
 from switchyard.libs.safety.calibration import shipped_calibration
 from switchyard.libs.safety.classifier import CHUNK_CHARS, WEIGHTS_PATH, EmbeddingClassifier, split_texts
 from switchyard.libs.safety.guard import shared_classifier
@@ -213,6 +215,7 @@ def main() -> None:
     print(f"teacher pass for {sum(len(t) for t in sets.values())} chunks in {time.time() - t0:.0f}s", flush=True)
     (y_train, p_train), (y_val, p_val), (y_calib, p_calib), _ = scored.values()
     dim = clf.embedder.dim
+    calib_tokens = np.minimum(clf.embedder.count_tokens(list(sets.values())[2]), MAX_TOKENS)
     best: tuple[float, int, Screen] | None = None
     for k in args.exit_layer:
         for hidden in args.hidden:
@@ -233,9 +236,14 @@ def main() -> None:
             for name, (y, p) in scored.items():
                 print("  " + figures(name, screen.logits(head_input(p, k, dim)) >= clear_below, y >= bar))
             cleared = float((val < clear_below)[y_val < bar].mean())
-            # What a pass costs per chunk, in layers of MiniLM's six: all run to k, the escalated on to six.
-            cost = k / 6 + (1 - k / 6) * float((calib >= clear_below).mean())
-            print(f"  cost per calib chunk: {cost:.3f} of the whole pass; test10 others cleared {100 * cleared:.1f} %")
+            # What a pass costs, in layers of MiniLM's six per token: every token runs to k, the escalated
+            # chunks' tokens on to six (longer sentences are escalated more often than short ones).
+            went_on = float(calib_tokens[calib >= clear_below].sum() / calib_tokens.sum())
+            cost = k / 6 + (1 - k / 6) * went_on
+            print(
+                f"  calib tokens that go on: {100 * went_on:.1f} %, cost {cost:.3f} of the whole pass; "
+                f"test10 others cleared {100 * cleared:.1f} %"
+            )
             if best is None or cost < best[0]:
                 best = (cost, hidden, screen)
     assert best is not None

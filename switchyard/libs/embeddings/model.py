@@ -176,6 +176,9 @@ class Embedder:
         went_on = np.zeros(len(texts), dtype=bool)
         torch = self._torch
         model = self._model
+        # The states the rest needs of a row that goes on: the exit layer's, and any pooled layer before it.
+        kept_layers = sorted({exit_layer, *(k for k in layers if k <= exit_layer)})
+        kept: list[tuple[int, list[Any]]] = []  # (text index, those states cut to the row's own length)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         with self._lock, torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
@@ -186,23 +189,28 @@ class Embedder:
                 states = [model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))]
                 self._run_layers(states, mask, exit_layer)
                 screen_in = pool((states[0].float(), states[exit_layer].float()), mask).numpy()
-                keep = np.flatnonzero(np.asarray(go_on(screen_in, idx), dtype=bool))
-                if not len(keep):
-                    continue
-                # Only the rows that go on, and only as wide as the longest of them (right padding).
-                sel = torch.from_numpy(keep)
-                mask = mask[sel]
-                width = int(mask.sum(dim=1).max())
-                mask = mask[:, :width]
-                states = [h[sel, :width] for h in states]
+                for j in np.flatnonzero(np.asarray(go_on(screen_in, idx), dtype=bool)):
+                    n = int(mask[j].sum())
+                    kept.append((idx[j], [states[k][j, :n] for k in kept_layers]))
+            # The rows that go on, regrouped into full batches (a batch's few escalated rows alone would run
+            # the rest of the model at a fraction of the kernels' speed): padded anew to the batch's longest.
+            kept.sort(key=lambda r: len(r[1][0]))
+            for start in range(0, len(kept), self.batch_size):
+                batch = kept[start : start + self.batch_size]
+                lengths = torch.tensor([len(r[1][0]) for r in batch])
+                mask = (torch.arange(int(lengths.max()))[None, :] < lengths[:, None]).long()
+                pad = torch.nn.utils.rnn.pad_sequence
+                known = {k: pad([r[1][i] for r in batch], batch_first=True) for i, k in enumerate(kept_layers)}
+                states = [known.get(k) for k in range(exit_layer + 1)]
                 self._run_layers(states, mask, max(layers))
-                rows = [idx[j] for j in keep]
+                rows = [r[0] for r in batch]
                 out[rows] = pool(tuple(states[k].float() for k in layers), mask).numpy()
                 went_on[rows] = True
         return out, went_on
 
     def _run_layers(self, states: list[Any], mask: Any, upto: int) -> None:
-        """Appends to ``states`` (hidden states 0..j so far) those of layers j+1..``upto``."""
+        """Appends to ``states`` (hidden states 0..j so far; only the last must be there) those of layers
+        j+1..``upto``."""
         model = self._model
         if len(states) > upto:
             return
