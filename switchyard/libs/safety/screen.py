@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,7 @@ class Screen:
         self.screened = 0
         self.escalated = 0
         self._lock = threading.Lock()
+        self._torch_weights: list[Any] | None = None
 
     @classmethod
     def load(cls, path: Path = SCREEN_PATH) -> Screen:
@@ -74,13 +76,21 @@ class Screen:
     def logits(self, pooled: np.ndarray) -> np.ndarray:
         """One logit per row of ``pooled`` (``(n, 2 * dim)``, the blocks of ``layers``): at or above
         ``clear_below``, MiniLM must read the chunk."""
-        h = np.asarray(pooled, dtype=np.float32)
-        pairs = list(zip(self.weights[::2], self.weights[1::2], strict=True))
-        for i, (w, b) in enumerate(pairs):
-            h = h @ w + b
-            if i < len(pairs) - 1:
-                h = np.maximum(h, 0.0)
-        return h.reshape(len(h), -1)[:, 0]
+        # In torch, on the pass's own thread and torch threads: numpy's BLAS beside a busy torch thread took
+        # milliseconds a call for microseconds of work (its own thread pool contending for the cores).
+        import torch
+
+        if self._torch_weights is None:
+            self._torch_weights = [torch.from_numpy(np.ascontiguousarray(w)) for w in self.weights]
+        h = torch.from_numpy(np.ascontiguousarray(pooled, dtype=np.float32))
+        pairs = list(zip(self._torch_weights[::2], self._torch_weights[1::2], strict=True))
+        with torch.inference_mode():
+            for i, (w, b) in enumerate(pairs):
+                h = torch.addmm(b, h, w.reshape(len(w), -1))
+                if i < len(pairs) - 1:
+                    h = torch.relu(h)
+        out: np.ndarray = h.numpy()[:, 0]
+        return out
 
     @property
     def escalated_share(self) -> float | None:
