@@ -4,7 +4,8 @@ Distils the shipped classifier (``switchyard/libs/safety/data/classifier.npz``) 
 own MiniLM's layer-``k`` states (``switchyard/libs/safety/screen.py``). The teacher is the classifier
 itself: every text it was trained on (``train`` plus the extra splits it names, with the same chat-style
 copies) and each of their sentences is scored by MiniLM as an answer is (the highest score over the harm
-categories), and the head learns whether that score reaches the answer flag bar. The same pass pools the
+categories), and the head learns whether that score reaches the answer flag bar (less ``--score-margin``:
+a score just under the bar may flag in another batch). The same pass pools the
 states the head reads (layers 0 to 3), cached in the temp dir, so one teacher pass serves every ``k``.
 Nothing is downloaded: MiniLM and its tokenizer are the installed ones.
 
@@ -13,7 +14,7 @@ classifier's training and of the head's), the highest bar at which at least ``--
 chunks MiniLM would flag still go on through MiniLM, lowered by ``--margin`` (in logits); and on the
 ``calib`` part of the everyday answers (``data/safety/ood/answers.jsonl``, the part that chooses bars),
 streamed and cut into sentences as safety_out cuts them, the bar below which none of the sentences
-MiniLM flags falls. ``eval`` and ``holdout`` are never read, nor the ``test`` part of the everyday
+MiniLM flags falls, lowered by the same margin. ``eval`` and ``holdout`` are never read, nor the ``test`` part of the everyday
 answers, which is only scored (here and by ``make eval-safety``). Each ``--exit-layer`` and head kind
 (``--hidden 0``: logistic regression) is fitted and its figures printed; the one whose pass costs least
 per token on the calib part (every token through ``k`` layers, the escalated chunks' on through all six)
@@ -48,6 +49,10 @@ RECALL = 0.995
 # Logits taken off the chosen bar: a safety margin for text unlike the held-out split (answers, not requests).
 MARGIN = 0.5
 VAL_SPLIT = "test10"
+# Taught and judged as "MiniLM flags it" from this far below the answer bar: a chunk's score moves by up to
+# about 0.02 with the texts it is batched with in bf16 (docs/benchmarks.md), so a teacher score just under
+# the bar may flag at run time.
+SCORE_MARGIN = 0.05
 # The layers a head may read: the token embeddings (0) and the exits tried.
 EXITS = (1, 2, 3)
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
@@ -186,6 +191,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=SCREEN_PATH)
     ap.add_argument("--recall", type=float, default=RECALL, help="share of held-out flagged chunks escalated")
     ap.add_argument("--margin", type=float, default=MARGIN, help="logits taken off the chosen bar")
+    ap.add_argument(
+        "--score-margin", type=float, default=SCORE_MARGIN, help="teacher scores this far below the bar count"
+    )
     ap.add_argument("--exit-layer", type=int, nargs="+", default=list(EXITS), choices=EXITS)
     ap.add_argument("--hidden", type=int, nargs="+", default=[0, 64], help="hidden units of the MLP (0: linear)")
     ap.add_argument("--val-split", default=VAL_SPLIT)
@@ -199,6 +207,8 @@ def main() -> None:
     rows = training_rows(extra)
     rows += augment(rows)[0]
     bar = answer_bar()
+    # What the head must send on: MiniLM's score at or above this (the bar, less the margin).
+    taught = bar - args.score_margin
     with OOD_ANSWERS.open(encoding="utf-8") as fh:
         ood_rows = [json.loads(line) for line in fh if line.strip()]
     sets = {
@@ -223,19 +233,21 @@ def main() -> None:
             # Scored below with the weights as shipped (float16).
             weights = [
                 w.astype(np.float16).astype(np.float32)
-                for w in fit_head(head_input(p_train, k, dim), y_train >= bar, hidden)
+                for w in fit_head(head_input(p_train, k, dim), y_train >= taught, hidden)
             ]
             screen = Screen(weights, exit_layer=k, bar=bar, classifier_version=clf.version)
             val = screen.logits(head_input(p_val, k, dim))
-            clear_below = choose_bar(val, y_val >= bar, args.recall, args.margin)
+            clear_below = choose_bar(val, y_val >= taught, args.recall, args.margin)
             calib = screen.logits(head_input(p_calib, k, dim))
-            if (y_calib >= bar).any():
-                clear_below = min(clear_below, choose_bar(calib, y_calib >= bar, 1.0, 0.0))
+            if (y_calib >= taught).any():
+                # The margin here too: a sentence's pooled states, and so its logit, move a little with the
+                # texts it is batched with (one everyday sentence fell 0.01 logits under a margin-less bar).
+                clear_below = min(clear_below, choose_bar(calib, y_calib >= taught, 1.0, args.margin))
             screen.clear_below = clear_below
             print(f"exit after layer {k}, hidden {hidden}: clear below {clear_below:.3f} ({time.time() - t1:.0f}s)")
             for name, (y, p) in scored.items():
-                print("  " + figures(name, screen.logits(head_input(p, k, dim)) >= clear_below, y >= bar))
-            cleared = float((val < clear_below)[y_val < bar].mean())
+                print("  " + figures(name, screen.logits(head_input(p, k, dim)) >= clear_below, y >= taught))
+            cleared = float((val < clear_below)[y_val < taught].mean())
             # What a pass costs, in layers of MiniLM's six per token: every token runs to k, the escalated
             # chunks' tokens on to six (longer sentences are escalated more often than short ones).
             went_on = float(calib_tokens[calib >= clear_below].sum() / calib_tokens.sum())
@@ -255,6 +267,7 @@ def main() -> None:
         "exit_layer": np.array(screen.exit_layer),
         "clear_below": np.array(screen.clear_below),
         "bar": np.array(bar),
+        "score_margin": np.array(args.score_margin),
         "classifier": np.array(clf.version),
         "version": np.array(screen.version),
         "recall": np.array(args.recall),

@@ -1,4 +1,4 @@
-"""safety_out's `screen` setting (the classifier's early exit): on by a switch, off by another, and a
+"""safety_out's `screen` setting (the classifier's early exit): on by default, off by a switch, and a
 harmful answer is still stopped end to end with it on."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from tests.services.safety_out.checkers import checking_stages
 from tests.services.safety_out.test_safety_out_service import Rig
 
 
-def test_the_screen_follows_its_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_screen_is_on_by_default_and_follows_its_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SWITCHYARD_SAFETY_OUT_SCREEN", raising=False)
+    assert SafetyOutSettings().screen is True
     monkeypatch.setenv("SWITCHYARD_SAFETY_OUT_SCREEN", "0")
     assert SafetyOutSettings().screen is False
     monkeypatch.setenv("SWITCHYARD_SAFETY_OUT_SCREEN", "1")
