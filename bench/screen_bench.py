@@ -1,11 +1,12 @@
-"""The output check's classifier cost per answer token, with and without its first stage (the screen).
+"""The output check's classifier cost per answer token, with and without its early exit (the screen).
 
     python -m bench.screen_bench [--rounds 3] [--isa native|avx2] [--json FILE]
 
 Answers stream through ``StreamGuard`` as safety_out feeds it (token-sized pieces, ``eval.token_pieces``),
 and the sentences it hands out for judging are scored the way safety_out's batcher scores them at load:
-in passes of ``--batch`` sentences, on one torch thread. Per pass: the screen over all of them, then
-MiniLM over those it escalates (screen on), or MiniLM over all of them (screen off). The two alternate
+in passes of ``--batch`` sentences, on one torch thread. Per pass: MiniLM's first layers and the screen's
+head over all of them, the rest of MiniLM over those it escalates (screen on), or the whole of MiniLM over
+all of them (screen off). The two alternate
 pass set by pass set, ``--rounds`` times, in this one process: the machine's load drifts, the ratio holds.
 CPU is this thread's (``time.thread_time``), per answer token (``token_pieces``).
 
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     clf._embedder = Embedder(weight_deltas=adapter_deltas(clf.adapters), dtype=dtype)
     screen = screen_for(clf)
     clf.score_pieces(["warm up"] * 8)
-    screen.escalate(["warm up"])
+    clf.score_pieces(["warm up"] * 8, screen=screen)
     results: dict[str, object] = {"isa": args.isa, "dtype": clf.embedder.dtype, "batch": args.batch, "sets": {}}
     for name, texts in answer_sets().items():
         texts = texts[: args.max_answers or None]
@@ -73,24 +74,19 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         pieces = split_texts(sents)[0]
         passes = [pieces[i : i + args.batch] for i in range(0, len(pieces), args.batch)]
         cpu: dict[str, list[float]] = {"off": [], "on": []}
-        escalated = 0
+        before = screen.screened, screen.escalated
         for _ in range(args.rounds):
             for mode in ("off", "on"):
                 t = time.thread_time()
                 for p in passes:
-                    if mode == "on":
-                        keep = screen.escalate(p)
-                        escalated += int(keep.sum())
-                        p = [x for x, k in zip(p, keep, strict=True) if k]
-                    if p:
-                        clf.score_pieces(p)
+                    clf.score_pieces(p, screen=screen if mode == "on" else None)
                 cpu[mode].append((time.thread_time() - t) * 1e6 / tokens)
         off, on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
         row = {
             "answers": len(texts),
             "tokens": tokens,
             "chunks": len(pieces),
-            "escalated_share": escalated / (len(pieces) * args.rounds),
+            "escalated_share": (screen.escalated - before[1]) / max(screen.screened - before[0], 1),
             "us_per_token_off": off,
             "us_per_token_on": on,
             "ratio": off / on if on else None,

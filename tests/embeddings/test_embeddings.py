@@ -86,3 +86,43 @@ def test_auto_is_this_cpus_choice(embedder) -> None:
 def test_unknown_dtype_refused_before_loading() -> None:
     with pytest.raises(ValueError, match="dtype must be one of"):
         Embedder(dtype="int4")
+
+
+@pytest.mark.parametrize("exit_layer", [1, 2, 3])
+def test_a_split_pass_gives_the_whole_pass_features_for_the_rows_that_go_on(embedder, exit_layer: int) -> None:
+    texts = [f"message {i} " + "about the weather and the river " * (i % 5) for i in range(40)] + ["x " * 400]
+    layers = (0, 4, embedder.n_layers)
+    whole = embedder.embed_layers(texts, layers)
+    seen: list[tuple[np.ndarray, list[int]]] = []
+
+    def go_on(pooled: np.ndarray, idx: list[int]) -> np.ndarray:
+        seen.append((pooled, idx))
+        return np.array([i % 3 != 0 for i in idx])
+
+    got, went_on = embedder.embed_layers_split(texts, layers, exit_layer, go_on)
+    assert list(np.flatnonzero(went_on)) == [i for i in range(len(texts)) if i % 3 != 0]
+    # The rows that go on are cut to their own longest row's width: in bf16 that may move rounding only.
+    atol = 2e-3 if embedder.dtype == "bf16" else 1e-5
+    np.testing.assert_allclose(got[went_on], whole[went_on], atol=atol)
+    assert not got[~went_on].any()
+    # The screen was shown each text's pooled layers 0 and exit_layer, once.
+    idx = [i for _, ix in seen for i in ix]
+    assert sorted(idx) == list(range(len(texts)))
+    pooled = np.vstack([p for p, _ in seen])[np.argsort(idx)]
+    np.testing.assert_allclose(pooled, embedder.embed_layers(texts, (0, exit_layer)), atol=atol)
+
+
+def test_a_split_pass_where_nothing_goes_on_runs_only_the_first_layers(embedder) -> None:
+    got, went_on = embedder.embed_layers_split(["a", "b"], (4, 6), 2, lambda p, idx: np.zeros(len(idx), bool))
+    assert not went_on.any() and not got.any() and got.shape == (2, 2 * embedder.dim)
+    with pytest.raises(ValueError):
+        embedder.embed_layers_split(["a"], (4, 6), embedder.n_layers, lambda p, idx: np.ones(len(idx), bool))
+
+
+def test_a_split_pass_in_fp32_matches_too() -> None:
+    e = Embedder(dtype="fp32")
+    texts = ["How do I return a damaged item for a refund?", "short", "x " * 300, "Water the tomatoes."]
+    whole = e.embed_layers(texts, (4, 6))
+    got, went_on = e.embed_layers_split(texts, (4, 6), 3, lambda p, idx: np.array([len(texts[i]) > 5 for i in idx]))
+    np.testing.assert_allclose(got[went_on], whole[went_on], atol=1e-5)
+    assert list(went_on) == [True, False, True, True]

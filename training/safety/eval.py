@@ -432,9 +432,12 @@ def _escalated_since(guard: InputGuard, before: tuple[int, int]) -> tuple[int, i
 
 def _render_escalated(guard: InputGuard, counts: tuple[int, int]) -> str:
     if guard.screen is None:
-        return "answer chunks: no first stage (the classifier read every chunk)"
+        return "answer chunks: no early exit (the classifier read every chunk whole)"
     n, k = counts
-    return f"answer chunks: {n} screened by {guard.screen.version}; escalated to the classifier: {_ratio(k, n)}"
+    return (
+        f"answer chunks: {n} screened by {guard.screen.version} after layer {guard.screen.exit_layer}; "
+        f"went on through the whole classifier: {_ratio(k, n)}"
+    )
 
 
 def answer_pairs(part: str) -> dict[str, list[tuple[str, str]]]:
@@ -462,7 +465,7 @@ def main() -> None:
     )
     ap.add_argument("--calibration", type=Path, default=None, help="judge with this calibration file's bars")
     ap.add_argument(
-        "--screen", action="store_true", help="answers: through the first stage (safety_out's `screen` setting)"
+        "--screen", action="store_true", help="answers: through the early exit (safety_out's `screen` setting)"
     )
     ap.add_argument("--ood-part", default="test", choices=["test", "calib", "all"], help="out-of-distribution sets")
     ap.add_argument(
@@ -483,7 +486,7 @@ def main() -> None:
     else:
         cal = read_calibration(args.calibration) if args.calibration else shipped_calibration()
     policy = SafetyPolicy.calibrated(cal)
-    # The answer side is judged as safety_out judges it: through the first stage where its setting is on.
+    # The answer side is judged as safety_out judges it: through the early exit where its setting is on.
     screen = screen_for(clf) if clf is not None and args.screen else None
     guard = InputGuard(policy, use_embeddings=clf is not None, classifier=clf, screen=screen)
     if clf is not None and cal.classifier != clf.version:

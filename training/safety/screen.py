@@ -1,19 +1,24 @@
-"""Train the output check's first stage: ``python -m training.safety.screen``.
+"""Train the output check's early exit: ``python -m training.safety.screen``.
 
-Distils the shipped classifier (``switchyard/libs/safety/data/classifier.npz``) into the hashed n-gram
-linear model of ``switchyard/libs/safety/screen.py``. The teacher is the classifier itself: every text it
-was trained on (``train`` plus the extra splits it names, with the same chat-style copies) and each of
-their sentences is scored by MiniLM as an answer is (the highest score over the harm categories), and the
-screen learns, by weighted logistic regression, whether that score reaches the answer flag bar. Nothing is
-downloaded: MiniLM and its tokenizer are the installed ones.
+Distils the shipped classifier (``switchyard/libs/safety/data/classifier.npz``) into a small head on its
+own MiniLM's layer-``k`` states (``switchyard/libs/safety/screen.py``). The teacher is the classifier
+itself: every text it was trained on (``train`` plus the extra splits it names, with the same chat-style
+copies) and each of their sentences is scored by MiniLM as an answer is (the highest score over the harm
+categories), and the head learns whether that score reaches the answer flag bar (less ``--score-margin``:
+a score just under the bar may flag in another batch). The same pass pools the
+states the head reads (layers 0 to 3), cached in the temp dir, so one teacher pass serves every ``k``.
+Nothing is downloaded: MiniLM and its tokenizer are the installed ones.
 
-The screen's bar (``clear_below``) is the lower of two: on ``--val-split`` (``test10``: held out of the
-classifier's training and of the screen's), the highest bar at which at least ``--recall`` of the held-out
-chunks MiniLM would flag still go to MiniLM, lowered by ``--margin`` (in logits); and on the ``calib`` part
-of the everyday answers (``data/safety/ood/answers.jsonl``, the part that chooses bars), streamed and cut
-into sentences as safety_out cuts them, the bar below which none of the sentences MiniLM flags falls.
-``eval`` and ``holdout`` are never read, nor the ``test`` part of the everyday answers, which is only
-scored (here and by ``make eval-safety``). Writes ``switchyard/libs/safety/data/screen.npz``.
+The head's bar (``clear_below``) is the lower of two: on ``--val-split`` (``test10``: held out of the
+classifier's training and of the head's), the highest bar at which at least ``--recall`` of the held-out
+chunks MiniLM would flag still go on through MiniLM, lowered by ``--margin`` (in logits); and on the
+``calib`` part of the everyday answers (``data/safety/ood/answers.jsonl``, the part that chooses bars),
+streamed and cut into sentences as safety_out cuts them, the bar below which none of the sentences
+MiniLM flags falls, lowered by the same margin. ``eval`` and ``holdout`` are never read, nor the ``test`` part of the everyday
+answers, which is only scored (here and by ``make eval-safety``). Each ``--exit-layer`` and head kind
+(``--hidden 0``: logistic regression) is fitted and its figures printed; the one whose pass costs least
+per token on the calib part (every token through ``k`` layers, the escalated chunks' on through all six)
+is written to ``switchyard/libs/safety/data/screen.npz``.
 """
 
 from __future__ import annotations
@@ -23,27 +28,33 @@ import datetime as dt
 import hashlib
 import json
 import re
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from switchyard.libs.embeddings import MAX_TOKENS
 from switchyard.libs.safety.calibration import shipped_calibration
 from switchyard.libs.safety.classifier import CHUNK_CHARS, WEIGHTS_PATH, EmbeddingClassifier, split_texts
 from switchyard.libs.safety.guard import shared_classifier
 from switchyard.libs.safety.rules import normalize
-from switchyard.libs.safety.screen import SCREEN_PATH, Screen, feature_indices
+from switchyard.libs.safety.screen import SCREEN_PATH, Screen
 from switchyard.libs.safety.taxonomy import HARM_CATEGORIES
 from training.safety.ood import ANSWERS as OOD_ANSWERS
 from training.safety.splits import split_path
-from training.safety.train import augment, embed_cached, load, training_rows
+from training.safety.train import augment, load, training_rows
 
-BUCKETS = 1 << 18
 RECALL = 0.995
 # Logits taken off the chosen bar: a safety margin for text unlike the held-out split (answers, not requests).
 MARGIN = 0.5
-C = 4.0
 VAL_SPLIT = "test10"
+# Taught and judged as "MiniLM flags it" from this far below the answer bar: a chunk's score moves by up to
+# about 0.02 with the texts it is batched with in bf16 (docs/benchmarks.md), so a teacher score just under
+# the bar may flag at run time.
+SCORE_MARGIN = 0.05
+# The layers a head may read: the token embeddings (0) and the exits tried.
+EXITS = (1, 2, 3)
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 
 
@@ -62,30 +73,72 @@ def with_sentences(texts: list[str]) -> list[str]:
     return list(out)
 
 
-def teacher_scores(clf: EmbeddingClassifier, texts: list[str]) -> np.ndarray:
-    """MiniLM's answer-side score of each (normalised) text: the highest harm-category score."""
+def teacher_pass(clf: EmbeddingClassifier, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """MiniLM's answer-side score of each (normalised) text (the highest harm-category score) and the
+    pooled states of layers 0 and ``EXITS`` side by side (float16), from one pass per text. Texts of an
+    earlier run are read from a cache in the temp dir."""
     harm = [clf.classes.index(c) for c in HARM_CATEGORIES if c in clf.classes]
+    layers = (0, *EXITS)
+    key = hashlib.sha256(f"screen-exit:{clf.version}:{clf.embedder.dtype}:{layers}".encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"switchyard-safety-exit-{key}.npz"
+    known: dict[str, tuple[float, np.ndarray]] = {}
+    if path.exists():
+        with np.load(path, allow_pickle=False) as z:
+            known = {str(t): (float(s), x) for t, s, x in zip(z["texts"], z["score"], z["X"], strict=True)}
+    missing = [t for t in dict.fromkeys(texts) if t not in known]
+    for start in range(0, len(missing), 2048):
+        batch = missing[start : start + 2048]
+        feats = clf.embedder.embed_layers(batch, (*layers, *clf.layers))
+        pooled = feats[:, : clf.embedder.dim * len(layers)].astype(np.float16)
+        score = clf.category_scores(feats[:, clf.embedder.dim * len(layers) :])[:, harm].max(axis=1)
+        known.update((t, (float(s), x)) for t, s, x in zip(batch, score, pooled, strict=True))
+        np.savez(
+            path,
+            texts=np.array(list(known)),
+            score=np.array([v[0] for v in known.values()], dtype=np.float32),
+            X=np.stack([v[1] for v in known.values()]),
+        )
+        print(f"  teacher pass: {min(start + 2048, len(missing))} of {len(missing)} new texts", flush=True)
+    return np.array([known[t][0] for t in texts], dtype=np.float32), np.stack([known[t][1] for t in texts])
 
-    def score(batch: list[str]) -> np.ndarray:
-        return clf.category_scores(clf.features(batch))[:, harm].max(axis=1, keepdims=True)
 
-    return embed_cached(texts, f"screen-teacher:{clf.version}", score)[:, 0]
+def head_input(pooled: np.ndarray, exit_layer: int, dim: int) -> np.ndarray:
+    """What a head exiting after ``exit_layer`` reads of ``teacher_pass``'s pooled blocks: layers 0 and ``exit_layer``."""
+    k = 1 + EXITS.index(exit_layer)
+    return np.concatenate([pooled[:, :dim], pooled[:, k * dim : (k + 1) * dim]], axis=1).astype(np.float32)
 
 
-def design(screen: Screen, texts: list[str]) -> object:
-    """The sparse feature matrix the screen's weights multiply (the same features ``Screen.scores`` sums)."""
-    from scipy.sparse import csr_matrix
+def fit_head(X: np.ndarray, y: np.ndarray, hidden: int, seed: int = 0) -> list[np.ndarray]:
+    """Weights ``[W0, b0, (W1, b1)]`` of a logistic regression (``hidden`` 0) or a one-hidden-layer ReLU
+    MLP, fitted with balanced class weights; the inputs' standardisation is folded into ``W0``, ``b0``."""
+    import torch
 
-    rows, cols, vals = [], [], []
-    for i, ids in enumerate(screen.piece_ids(texts)):
-        f = feature_indices(ids, screen.vocab, screen.buckets)
-        rows.append(np.full(len(f), i))
-        cols.append(f)
-        vals.append(np.full(len(f), 1.0 / np.sqrt(max(len(f), 1)), dtype=np.float32))
-    return csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(len(texts), screen.vocab + screen.buckets),
-    )
+    torch.manual_seed(seed)
+    mu, sd = X.mean(axis=0), X.std(axis=0) + 1e-6
+    Xt = torch.from_numpy((X - mu) / sd)
+    yt = torch.from_numpy(y.astype(np.float32))
+    pos = float(y.mean())
+    w = torch.where(yt > 0, 0.5 / pos, 0.5 / (1 - pos))
+    if hidden:
+        net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+        epochs, wd = 30, 1e-4
+    else:
+        net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], 1))
+        epochs, wd = 40, 1e-4
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=wd)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(Xt)).split(256):
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(net(Xt[idx])[:, 0], yt[idx], weight=w[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    layers = [m for m in net if isinstance(m, torch.nn.Linear)]
+    W0 = layers[0].weight.detach().numpy().T / sd[:, None]
+    b0 = layers[0].bias.detach().numpy() - mu / sd @ layers[0].weight.detach().numpy().T
+    out = [W0.astype(np.float32), b0.astype(np.float32)]
+    for m in layers[1:]:
+        out += [m.weight.detach().numpy().T.astype(np.float32), m.bias.detach().numpy().astype(np.float32)]
+    return out
 
 
 def choose_bar(scores: np.ndarray, positive: np.ndarray, recall: float, margin: float) -> float:
@@ -132,15 +185,17 @@ def pieces(texts: list[str]) -> list[str]:
 
 def main() -> None:
     import torch
-    from sklearn.linear_model import LogisticRegression
 
     torch.set_num_threads(1)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=SCREEN_PATH)
     ap.add_argument("--recall", type=float, default=RECALL, help="share of held-out flagged chunks escalated")
     ap.add_argument("--margin", type=float, default=MARGIN, help="logits taken off the chosen bar")
-    ap.add_argument("--c", type=float, default=C, help="inverse L2 strength of the logistic regression")
-    ap.add_argument("--buckets", type=int, default=BUCKETS, help="hashed slots for word-piece pairs")
+    ap.add_argument(
+        "--score-margin", type=float, default=SCORE_MARGIN, help="teacher scores this far below the bar count"
+    )
+    ap.add_argument("--exit-layer", type=int, nargs="+", default=list(EXITS), choices=EXITS)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[0, 64], help="hidden units of the MLP (0: linear)")
     ap.add_argument("--val-split", default=VAL_SPLIT)
     args = ap.parse_args()
     t0 = time.time()
@@ -152,61 +207,76 @@ def main() -> None:
     rows = training_rows(extra)
     rows += augment(rows)[0]
     bar = answer_bar()
-    train_texts = with_sentences(pieces([r["text"] for r in rows]))
-    y_score = teacher_scores(clf, train_texts)
-    val_texts = with_sentences(pieces([r["text"] for r in load(split_path(args.val_split))]))
-    val_score = teacher_scores(clf, val_texts)
+    # What the head must send on: MiniLM's score at or above this (the bar, less the margin).
+    taught = bar - args.score_margin
     with OOD_ANSWERS.open(encoding="utf-8") as fh:
         ood_rows = [json.loads(line) for line in fh if line.strip()]
-    calib_texts = pieces(answer_sentences([r["text"] for r in ood_rows if r["part"] == "calib"]))
-    calib_score = teacher_scores(clf, calib_texts)
-    ood_texts = pieces(answer_sentences([r["text"] for r in ood_rows if r["part"] == "test"]))
-    ood_score = teacher_scores(clf, ood_texts)
-    print(
-        f"teacher scores for {len(train_texts)} + {len(val_texts)} + {len(calib_texts)} + {len(ood_texts)} chunks in {time.time() - t0:.0f}s"
-    )
-
-    screen = Screen(np.zeros(0), 0.0, vocab=0, buckets=args.buckets)
-    screen.vocab = int(screen.tokenizer.get_vocab_size())
-    X = design(screen, train_texts)
-    y = y_score >= bar
-    t1 = time.time()
-    lr = LogisticRegression(C=args.c, class_weight="balanced", max_iter=2000)
-    lr.fit(X, y)
-    # Scored below with the weights as shipped (float16).
-    w = lr.coef_[0].astype(np.float16).astype(np.float32)
-    b = float(lr.intercept_[0])
-    print(f"fitted on {len(train_texts)} chunks ({int(y.sum())} MiniLM flags) in {time.time() - t1:.0f}s")
-
-    val = np.asarray(design(screen, val_texts) @ w) + b
-    calib = np.asarray(design(screen, calib_texts) @ w) + b
-    clear_below = choose_bar(val, val_score >= bar, args.recall, args.margin)
-    if (calib_score >= bar).any():
-        clear_below = min(clear_below, choose_bar(calib, calib_score >= bar, 1.0, 0.0))
-    ood = np.asarray(design(screen, ood_texts) @ w) + b
-    tr = np.asarray(X @ w) + b
-    print(figures("train", tr >= clear_below, y))
-    print(figures(f"held out ({args.val_split})", val >= clear_below, val_score >= bar))
-    print(figures("everyday answers, calib part (streamed sentences)", calib >= clear_below, calib_score >= bar))
-    print(figures("everyday answers, test part (streamed sentences)", ood >= clear_below, ood_score >= bar))
-    digest = hashlib.sha256(w.tobytes() + np.float32(b).tobytes() + np.float32(clear_below).tobytes()).hexdigest()[:8]
-    version = f"screen-ngram-{dt.date.today():%Y%m%d}-{digest}"
-    np.savez_compressed(
-        args.out,
-        weights=w.astype(np.float16),
-        bias=np.array(b),
-        vocab=np.array(screen.vocab),
-        buckets=np.array(args.buckets),
-        clear_below=np.array(clear_below),
-        bar=np.array(bar),
-        classifier=np.array(clf.version),
-        version=np.array(version),
-        recall=np.array(args.recall),
-        margin=np.array(args.margin),
-        val_split=np.array(args.val_split),
-        chunk_chars=np.array(CHUNK_CHARS),
-    )
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes), version {version}, clear below {clear_below:.3f}")
+    sets = {
+        "train": with_sentences(pieces([r["text"] for r in rows])),
+        f"held out ({args.val_split})": with_sentences(pieces([r["text"] for r in load(split_path(args.val_split))])),
+        "everyday answers, calib part (streamed sentences)": pieces(
+            answer_sentences([r["text"] for r in ood_rows if r["part"] == "calib"])
+        ),
+        "everyday answers, test part (streamed sentences)": pieces(
+            answer_sentences([r["text"] for r in ood_rows if r["part"] == "test"])
+        ),
+    }
+    scored = {name: teacher_pass(clf, texts) for name, texts in sets.items()}
+    print(f"teacher pass for {sum(len(t) for t in sets.values())} chunks in {time.time() - t0:.0f}s", flush=True)
+    (y_train, p_train), (y_val, p_val), (y_calib, p_calib), _ = scored.values()
+    dim = clf.embedder.dim
+    calib_tokens = np.minimum(clf.embedder.count_tokens(list(sets.values())[2]), MAX_TOKENS)
+    best: tuple[float, int, Screen] | None = None
+    for k in args.exit_layer:
+        for hidden in args.hidden:
+            t1 = time.time()
+            # Scored below with the weights as shipped (float16).
+            weights = [
+                w.astype(np.float16).astype(np.float32)
+                for w in fit_head(head_input(p_train, k, dim), y_train >= taught, hidden)
+            ]
+            screen = Screen(weights, exit_layer=k, bar=bar, classifier_version=clf.version)
+            val = screen.logits(head_input(p_val, k, dim))
+            clear_below = choose_bar(val, y_val >= taught, args.recall, args.margin)
+            calib = screen.logits(head_input(p_calib, k, dim))
+            if (y_calib >= taught).any():
+                # The margin here too: a sentence's pooled states, and so its logit, move a little with the
+                # texts it is batched with (one everyday sentence fell 0.01 logits under a margin-less bar).
+                clear_below = min(clear_below, choose_bar(calib, y_calib >= taught, 1.0, args.margin))
+            screen.clear_below = clear_below
+            print(f"exit after layer {k}, hidden {hidden}: clear below {clear_below:.3f} ({time.time() - t1:.0f}s)")
+            for name, (y, p) in scored.items():
+                print("  " + figures(name, screen.logits(head_input(p, k, dim)) >= clear_below, y >= taught))
+            cleared = float((val < clear_below)[y_val < taught].mean())
+            # What a pass costs, in layers of MiniLM's six per token: every token runs to k, the escalated
+            # chunks' tokens on to six (longer sentences are escalated more often than short ones).
+            went_on = float(calib_tokens[calib >= clear_below].sum() / calib_tokens.sum())
+            cost = k / 6 + (1 - k / 6) * went_on
+            print(
+                f"  calib tokens that go on: {100 * went_on:.1f} %, cost {cost:.3f} of the whole pass; "
+                f"test10 others cleared {100 * cleared:.1f} %"
+            )
+            if best is None or cost < best[0]:
+                best = (cost, hidden, screen)
+    assert best is not None
+    _, hidden, screen = best
+    blob = b"".join(w.tobytes() for w in screen.weights) + np.float32(screen.clear_below).tobytes()
+    screen.version = f"screen-exit{screen.exit_layer}-{dt.date.today():%Y%m%d}-{hashlib.sha256(blob).hexdigest()[:8]}"
+    arrays: dict[str, np.ndarray] = {f"w{i}": w.astype(np.float16) for i, w in enumerate(screen.weights)}
+    arrays |= {
+        "exit_layer": np.array(screen.exit_layer),
+        "clear_below": np.array(screen.clear_below),
+        "bar": np.array(bar),
+        "score_margin": np.array(args.score_margin),
+        "classifier": np.array(clf.version),
+        "version": np.array(screen.version),
+        "recall": np.array(args.recall),
+        "margin": np.array(args.margin),
+        "val_split": np.array(args.val_split),
+        "chunk_chars": np.array(CHUNK_CHARS),
+    }
+    np.savez_compressed(args.out, **arrays)  # type: ignore[arg-type]
+    print(f"wrote {args.out} ({args.out.stat().st_size} bytes), version {screen.version}, hidden {hidden}")
 
 
 if __name__ == "__main__":

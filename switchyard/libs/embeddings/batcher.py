@@ -25,13 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+T = TypeVar("T")
 R = TypeVar("R")
 PR_SET_NAME = 15  # prctl(2)
 
 
 @dataclass
-class _Job(Generic[R]):
-    texts: list[str]
+class _Job(Generic[T, R]):
+    texts: list[T]
     done: asyncio.Future[list[R]] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     rows: list[R] = field(default_factory=list)  # of the texts served so far, in order
 
@@ -40,7 +41,7 @@ class _Job(Generic[R]):
         return len(self.texts) - len(self.rows)
 
 
-def shares(jobs: Sequence[_Job[R]], budget: int) -> list[int]:
+def shares(jobs: Sequence[_Job[T, R]], budget: int) -> list[int]:
     """How many of its texts each job puts in the next pass: one each in turn, until `budget` is spent."""
     take = [0] * len(jobs)
     while budget > 0:
@@ -54,8 +55,9 @@ def shares(jobs: Sequence[_Job[R]], budget: int) -> list[int]:
     return take
 
 
-class PassBatcher(Generic[R]):
-    """Runs ``fn`` (texts in, one row per text out) on at most ``max_texts`` texts per pass.
+class PassBatcher(Generic[T, R]):
+    """Runs ``fn`` (texts in, one row per text out) on at most ``max_texts`` texts per pass (a text is
+    whatever ``fn`` reads: a string, or a string with what to do with it).
 
     Passes run on one thread of their own, ``nice`` steps below the caller's priority and with
     ``threads`` torch threads: on a small machine the engine's decode step and the token path come
@@ -64,7 +66,7 @@ class PassBatcher(Generic[R]):
 
     def __init__(
         self,
-        fn: Callable[[list[str]], Sequence[R]],
+        fn: Callable[[list[T]], Sequence[R]],
         *,
         name: str,
         max_texts: int = 64,
@@ -76,23 +78,23 @@ class PassBatcher(Generic[R]):
         self._pool = background_pool(name, nice=nice, threads=threads)
         self.passes = 0  # passes run, for tests and the record
         self.done_texts = 0  # texts served
-        self._queue: asyncio.Queue[_Job[R]] | None = None
+        self._queue: asyncio.Queue[_Job[T, R]] | None = None
         self._worker: asyncio.Task[None] | None = None
 
-    async def run_many(self, texts: list[str]) -> list[R]:
+    async def run_many(self, texts: list[T]) -> list[R]:
         if not texts:
             return []
         if self._queue is None or self._worker is None or self._worker.done():
             self._queue = asyncio.Queue()
             self._worker = asyncio.create_task(self._run(self._queue))
-        job: _Job[R] = _Job(list(texts))
+        job: _Job[T, R] = _Job(list(texts))
         self._queue.put_nowait(job)
         return await job.done
 
-    async def _run(self, queue: asyncio.Queue[_Job[R]]) -> None:
+    async def _run(self, queue: asyncio.Queue[_Job[T, R]]) -> None:
         # Invariant: every job taken from the queue has its future resolved, with rows or an error
         # (or its caller stopped waiting: a cancelled job is dropped with the rest of its texts).
-        waiting: deque[_Job[R]] = deque()
+        waiting: deque[_Job[T, R]] = deque()
         while True:
             if not waiting:
                 waiting.append(await queue.get())

@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -155,6 +155,77 @@ class Embedder:
                 states = (out_t.last_hidden_state,) if only_last else tuple(out_t.hidden_states[k] for k in layers)
                 out[idx] = pool(tuple(h.float() for h in states), mask).numpy()
         return out
+
+    def embed_layers_split(
+        self,
+        texts: list[str],
+        layers: tuple[int, ...],
+        exit_layer: int,
+        go_on: Callable[[np.ndarray, list[int]], np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``embed_layers`` with an early exit: every text runs through layers ``1..exit_layer``, then
+        ``go_on(pooled, idx)`` (the pooled, L2-normalised states of layers 0 and ``exit_layer`` side by side
+        for the texts ``idx`` of one batch) says which of them go on, from their layer-``exit_layer`` states,
+        through the rest; nothing is computed twice.
+
+        Returns the features (``embed_layers``'s, on rows that went on; zeros elsewhere) and which rows went on.
+        """
+        if not 0 < exit_layer < self.n_layers or any(not 0 <= k <= self.n_layers for k in layers) or not layers:
+            raise ValueError(f"exit_layer must be in 1..{self.n_layers - 1} and layers in 0..{self.n_layers}")
+        out = np.zeros((len(texts), self.dim * len(layers)), dtype=np.float32)
+        went_on = np.zeros(len(texts), dtype=bool)
+        torch = self._torch
+        model = self._model
+        # The states the rest needs of a row that goes on: the exit layer's, and any pooled layer before it.
+        kept_layers = sorted({exit_layer, *(k for k in layers if k <= exit_layer)})
+        kept: list[tuple[int, list[Any]]] = []  # (text index, those states cut to the row's own length)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                encs = self._tok.encode_batch([texts[i] for i in idx])
+                ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
+                mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
+                states = [model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))]
+                self._run_layers(states, mask, exit_layer)
+                screen_in = pool((states[0].float(), states[exit_layer].float()), mask).numpy()
+                for j in np.flatnonzero(np.asarray(go_on(screen_in, idx), dtype=bool)):
+                    n = int(mask[j].sum())
+                    kept.append((idx[j], [states[k][j, :n] for k in kept_layers]))
+            # The rows that go on, regrouped into full batches (a batch's few escalated rows alone would run
+            # the rest of the model at a fraction of the kernels' speed): padded anew to the batch's longest.
+            kept.sort(key=lambda r: len(r[1][0]))
+            for start in range(0, len(kept), self.batch_size):
+                batch = kept[start : start + self.batch_size]
+                lengths = torch.tensor([len(r[1][0]) for r in batch])
+                mask = (torch.arange(int(lengths.max()))[None, :] < lengths[:, None]).long()
+                pad = torch.nn.utils.rnn.pad_sequence
+                known = {k: pad([r[1][i] for r in batch], batch_first=True) for i, k in enumerate(kept_layers)}
+                states = [known.get(k) for k in range(exit_layer + 1)]
+                self._run_layers(states, mask, max(layers))
+                rows = [r[0] for r in batch]
+                out[rows] = pool(tuple(states[k].float() for k in layers), mask).numpy()
+                went_on[rows] = True
+        return out, went_on
+
+    def _run_layers(self, states: list[Any], mask: Any, upto: int) -> None:
+        """Appends to ``states`` (hidden states 0..j so far; only the last must be there) those of layers
+        j+1..``upto``."""
+        model = self._model
+        if len(states) > upto:
+            return
+        # The same 4-d mask the model's own forward builds for its attention implementation.
+        ext, _ = model._create_attention_masks(
+            attention_mask=mask,
+            encoder_attention_mask=None,
+            embedding_output=states[-1],
+            encoder_hidden_states=None,
+            cache=None,
+            position_ids=None,
+        )
+        for i in range(len(states) - 1, upto):
+            h = model.encoder.layer[i](states[-1], ext)
+            states.append(h[0] if isinstance(h, tuple) else h)
 
 
 @functools.cache

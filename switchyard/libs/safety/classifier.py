@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from switchyard.libs.safety.taxonomy import BENIGN
 
 if TYPE_CHECKING:
     from switchyard.libs.embeddings import Embedder
+    from switchyard.libs.safety.screen import Screen
 
 WEIGHTS_PATH = Path(__file__).resolve().parent / "data" / "classifier.npz"
 # About 200 tokens of English: under the embedder's 256-token window, so nothing is truncated away.
@@ -183,11 +185,32 @@ class EmbeddingClassifier:
         pieces, owner = split_texts(texts, max_chunks)
         return self.combine(len(texts), owner, self.score_pieces(pieces))
 
-    def score_pieces(self, pieces: list[str]) -> list[list[float]]:
-        """One row of category scores (in ``classes`` order) per piece, each piece scored as it is."""
+    def score_pieces(
+        self, pieces: list[str], *, screen: Screen | None = None, screened: Sequence[bool] | None = None
+    ) -> list[list[float]]:
+        """One row of category scores (in ``classes`` order) per piece, each piece scored as it is.
+
+        With a ``screen``, the pieces it may judge (``screened``: all when None) exit MiniLM after its
+        ``exit_layer`` where it clears them (``cleared_row``); every other piece goes on through the whole
+        model, in the same pass, and gets exactly the rows it would get without a screen."""
         if not pieces:
             return []
-        return [[float(v) for v in row] for row in self.category_scores(self.features(pieces))]
+        allowed = np.ones(len(pieces), dtype=bool) if screened is None else np.asarray(screened, dtype=bool)
+        if screen is None or not allowed.any():
+            return [[float(v) for v in row] for row in self.category_scores(self.features(pieces))]
+
+        def go_on(pooled: np.ndarray, idx: list[int]) -> np.ndarray:
+            out = np.ones(len(idx), dtype=bool)
+            mine = allowed[idx]
+            if mine.any():
+                out[mine] = screen.escalate(pooled[mine])
+            return out
+
+        layers = self.layers or (self.embedder.n_layers,)
+        feats, went_on = self.embedder.embed_layers_split(pieces, layers, screen.exit_layer, go_on)
+        judged = iter(self.category_scores(feats[went_on]) if went_on.any() else [])
+        cleared = self.cleared_row
+        return [[float(v) for v in next(judged)] if g else list(cleared) for g in went_on]
 
     @property
     def cleared_row(self) -> list[float]:

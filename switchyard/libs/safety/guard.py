@@ -11,7 +11,7 @@ from switchyard.libs.safety.calibration import CALIBRATION_PATH, read_calibratio
 from switchyard.libs.safety.classifier import WEIGHTS_PATH, EmbeddingClassifier, split_texts
 from switchyard.libs.safety.policy import SOURCES, SafetyPolicy
 from switchyard.libs.safety.rules import RULES_VERSION, normalize, rule_hits
-from switchyard.libs.safety.screen import SCREEN_PATH, Screen, stitch
+from switchyard.libs.safety.screen import SCREEN_PATH, Screen
 from switchyard.libs.safety.taxonomy import ALLOW, BENIGN, BLOCK, EMBEDDING, FLAG, RULES, SECRETS, Verdict, worst_first
 from switchyard.libs.safety.technical import technical
 
@@ -32,7 +32,7 @@ def shared_classifier(dtype: str = "auto") -> EmbeddingClassifier:
 
 
 def shared_screen() -> Screen:
-    """The shipped first stage of the answer check (``screen.py``), loaded once per process."""
+    """The shipped early exit of the answer check (``screen.py``), loaded once per process."""
     with _shared_lock:
         screen = _shared_screen.get("default")
         if screen is None:
@@ -58,8 +58,8 @@ def screen_for(classifier: EmbeddingClassifier) -> Screen:
 def calibrated_guard(
     calibration: Path | None = None, *, use_embeddings: bool = True, screen: bool = False, dtype: str = "auto"
 ) -> InputGuard:
-    """A guard judging by the bars of ``calibration`` (the shipped file when None); with ``screen``, the
-    answers' chunks go through the first stage (``screen.py``) before the classifier, which runs in ``dtype``.
+    """A guard judging by the bars of ``calibration`` (the shipped file when None) with the classifier in
+    ``dtype``; with ``screen``, the answers' chunks may exit the classifier early (``screen.py``).
 
     Bars mean something only for the classifier they were chosen for: a mismatch is refused here, at a
     service's start, rather than judged by chance (rerun ``python -m training.safety.eval --calibrate``)."""
@@ -81,8 +81,8 @@ class InputGuard:
 
     ``use_embeddings=False`` gives a rules-only guard: no model load, microseconds per call.
     With embeddings, the model loads on the first ``check`` (or ``warmup()``), a few seconds.
-    With a ``screen``, the chunks of the model's answers go through it first and only those it cannot
-    clear reach the classifier (``screens``); requests are always read by the classifier.
+    With a ``screen``, the chunks of the model's answers that it clears after the classifier's first layers
+    score benign, the rest get the whole classifier (``screens``); requests are always read whole.
     """
 
     def __init__(
@@ -151,7 +151,7 @@ class InputGuard:
         return self._with_scores(texts, out, todo[:max_scored], scores, source)
 
     def screens(self, source: str) -> Screen | None:
-        """The screen that may clear chunks of text from ``source`` before the classifier reads them:
+        """The screen that may clear chunks of text from ``source`` part way through the classifier:
         only answers, and only while every answer flag bar in force is at least the one the screen was
         distilled for (a tenant that flags lower is judged by the classifier alone)."""
         s = self.screen
@@ -168,9 +168,7 @@ class InputGuard:
         if screen is None:
             return self._learned(clf.score_many([normalize(t) for t in texts]), source)
         pieces, owner = split_texts([normalize(t) for t in texts])
-        escalated = screen.escalate(pieces)
-        judged = clf.score_pieces([p for p, e in zip(pieces, escalated, strict=True) if e])
-        return self._learned(clf.combine(len(texts), owner, stitch(escalated, judged, clf.cleared_row)), source)
+        return self._learned(clf.combine(len(texts), owner, clf.score_pieces(pieces, screen=screen)), source)
 
     async def learned_many_batched(
         self, texts: list[str], batcher: ScoreBatcher, *, source: str = "user"

@@ -557,8 +557,6 @@ async def setup(bus: Bus, settings: SafetyOutSettings) -> Callable[[], Awaitable
     batcher = None
     if settings.use_embeddings:
         await asyncio.to_thread(guard.check, "warm up", source="model")
-        if guard.screen is not None:
-            await asyncio.to_thread(lambda: guard.screen and guard.screen.tokenizer)  # loaded off the event loop
         batcher = ScoreBatcher(
             guard.classifier,
             max_texts=settings.max_batch_texts,

@@ -19,11 +19,11 @@ class SafetyOutSettings(ServiceSettings):
     # The classifier's flag and block bars per category (None: the shipped calibration.json, which
     # `python -m training.safety.eval --calibrate` writes; docs/safety.md).
     calibration: Path | None = None
-    # Score every answer chunk with the first stage (a distilled n-gram model, microseconds a chunk) and send
-    # only those it cannot clear to the classifier (1.4-1.5x less classifier CPU per token). Off by default:
-    # one harmful S11 passage of the eval lost its flag with it (docs/safety.md); off, the classifier reads
-    # every chunk.
-    screen: bool = False
+    # Let answer chunks exit the classifier after its first layer where a distilled head clears them as plainly
+    # benign (the rest go on through the whole model in the same pass, and every flag and block is still
+    # MiniLM's): 1.6-1.7x less classifier CPU per answer token, and every answer figure of the safety eval
+    # kept (docs/safety.md, "The answer check's early exit"). Off: the classifier reads every chunk whole.
+    screen: bool = True
     # Judge each answer sentence after the end of the user's question. Off by default: after an unrelated
     # benign question, harmful answers are stopped far less often (docs/safety.md), which is what a
     # jailbreak would exploit; on, a dosing step after a question about a child's fever passes.

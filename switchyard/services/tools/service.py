@@ -73,7 +73,7 @@ class ToolsStage:
         runner: ToolRunner,
         tokenizer: Tokenizer,
         guard: InputGuard,
-        planning: PassBatcher[np.ndarray],
+        planning: PassBatcher[str, np.ndarray],
         mcp: McpHub | None = None,
     ):
         self.bus = bus

@@ -14,11 +14,12 @@ from switchyard.services.safety_out.settings import SafetyOutSettings
 
 
 @contextlib.asynccontextmanager
-async def checking_stages(nats_server: NatsServer) -> AsyncIterator[None]:
-    """safety_out replica s1 and safety_in replica j1 on `nats_server`; cleaned up and closed on exit."""
+async def checking_stages(nats_server: NatsServer, settings: SafetyOutSettings | None = None) -> AsyncIterator[None]:
+    """safety_out replica s1 (with ``settings``, the defaults when None) and safety_in replica j1 on
+    `nats_server`; cleaned up and closed on exit."""
     service = await Bus.connect(nats_server.url, "safety_out", "s1", setup_tracing("safety_out"))
     await service.ensure_log_stream()
-    cleanup = await setup(service, SafetyOutSettings())
+    cleanup = await setup(service, settings or SafetyOutSettings())
     judge = await Bus.connect(nats_server.url, "safety_in", "j1", setup_tracing("safety_in"))
     judge_cleanup = await setup_safety_in(judge, SafetyInSettings())
     try:

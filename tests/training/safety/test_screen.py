@@ -1,5 +1,5 @@
-"""The screen's training: its bar keeps the held-out recall asked for, and the features it is fitted on
-are the ones the runtime sums."""
+"""The early exit's training: its bar keeps the held-out recall asked for, and the head it fits is the one
+the runtime applies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from switchyard.libs.safety.screen import Screen
-from training.safety.screen import answer_bar, choose_bar, design, with_sentences
+from training.safety.screen import EXITS, answer_bar, choose_bar, fit_head, head_input, with_sentences
 
 
 def test_the_bar_keeps_the_asked_recall_of_positives() -> None:
@@ -23,12 +23,23 @@ def test_the_bar_keeps_the_asked_recall_of_positives() -> None:
         choose_bar(scores, np.zeros(2000, dtype=bool), 0.995, 0.0)
 
 
-def test_training_features_are_the_runtime_features() -> None:
+@pytest.mark.parametrize("hidden", [0, 16])
+def test_a_fitted_head_separates_what_it_was_taught_as_the_runtime_applies_it(hidden: int) -> None:
     rng = np.random.default_rng(2)
-    screen = Screen(rng.normal(size=30522 + 128).astype(np.float32), -0.5, vocab=30522, buckets=128)
-    texts = ["How do I bake sourdough bread?", "x", "Mix the two. Then wait an hour!"]
-    fitted = np.asarray(design(screen, texts) @ screen.weights) + screen.bias
-    assert fitted == pytest.approx(screen.scores(texts), abs=1e-4)
+    X = rng.normal(loc=3.0, scale=2.0, size=(3000, 32)).astype(np.float32)
+    y = X[:, 5] - X[:, 30] > 0.5
+    screen = Screen(fit_head(X, y, hidden), exit_layer=2)
+    logits = screen.logits(X)
+    assert ((logits > 0) == y).mean() > 0.9
+
+
+def test_a_head_reads_the_token_embeddings_and_its_exit_layer() -> None:
+    dim = 4
+    pooled = np.arange(2 * dim * (1 + len(EXITS)), dtype=np.float16).reshape(2, -1)
+    for k in EXITS:
+        block = 1 + EXITS.index(k)
+        want = np.concatenate([pooled[:, :dim], pooled[:, block * dim : (block + 1) * dim]], axis=1)
+        np.testing.assert_array_equal(head_input(pooled, k, dim), want)
 
 
 def test_sentences_are_taught_alone_too() -> None:
