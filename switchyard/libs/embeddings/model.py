@@ -145,9 +145,7 @@ class Embedder:
         with self._lock, torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                encs = self._tok.encode_batch([texts[i] for i in idx])
-                ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
-                mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
+                ids, mask = self._encode([texts[i] for i in idx])
                 types = torch.zeros_like(ids)
                 out_t = self._model(
                     input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=not only_last
@@ -183,9 +181,7 @@ class Embedder:
         with self._lock, torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                encs = self._tok.encode_batch([texts[i] for i in idx])
-                ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
-                mask = torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
+                ids, mask = self._encode([texts[i] for i in idx])
                 states = [model.embeddings(input_ids=ids, token_type_ids=torch.zeros_like(ids))]
                 self._run_layers(states, mask, exit_layer)
                 screen_in = pool((states[0].float(), states[exit_layer].float()), mask).numpy()
@@ -207,6 +203,13 @@ class Embedder:
                 out[rows] = pool(tuple(states[k].float() for k in layers), mask).numpy()
                 went_on[rows] = True
         return out, went_on
+
+    def _encode(self, texts: list[str]) -> tuple[Any, Any]:
+        """Token ids and attention mask of one batch, padded to its longest text."""
+        encs = self._tok.encode_batch(texts)
+        torch = self._torch
+        ids = torch.tensor([e.ids for e in encs], dtype=torch.long)
+        return ids, torch.tensor([e.attention_mask for e in encs], dtype=torch.long)
 
     def _run_layers(self, states: list[Any], mask: Any, upto: int) -> None:
         """Appends to ``states`` (hidden states 0..j so far; only the last must be there) those of layers

@@ -191,22 +191,29 @@ async def test_a_phone_number_is_never_half_sent(rig: Rig) -> None:
     assert client.text == redact(answer)[0]
 
 
-async def test_a_block_after_release_stops_the_stream_and_keeps_what_was_sent(rig: Rig) -> None:
+SARIN = (
+    "Here is how to make sarin nerve gas at home: obtain the precursor chemicals, mix them in a sealed "
+    "container and release the gas in a crowded subway station. "
+)
+
+
+async def released_then_blocked(rig: Rig, first: str) -> tuple[str, Client, list[int]]:
+    """An answer whose harmless `first` part is out before a harmful sentence is written, and is blocked."""
     rid, client, seq = await rig.open()
-    first = "Sure, I can explain. "
     for w in first.split():
         await rig.chunk(rid, seq, w + " ")
     # Released (input safety admitted it, and every word has ended) before the harmful part is written.
     while client.text != first:
         assert (await client.next()).type == "delta"
-    harmful = (
-        "Here is how to make sarin nerve gas at home: obtain the precursor chemicals, mix them in a sealed "
-        "container and release the gas in a crowded subway station. "
-    )
-    for i in range(0, len(harmful), 4):
-        await rig.chunk(rid, seq, harmful[i : i + 4])
+    for i in range(0, len(SARIN), 4):
+        await rig.chunk(rid, seq, SARIN[i : i + 4])
     end = await client.until_end()
     assert end.type == "error" and end.error is not None and end.error.code == "content_blocked"
+    return rid, client, seq
+
+
+async def test_a_block_after_release_stops_the_stream_and_keeps_what_was_sent(rig: Rig) -> None:
+    rid, client, seq = await released_then_blocked(rig, "Sure, I can explain. ")
     # Streaming first: the harmless sentence was out before the verdict; the stored turn is what was sent.
     assert client.text.startswith("Sure, I can explain.")
     turn = rig.saved[rid].turn

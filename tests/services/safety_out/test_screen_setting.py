@@ -12,7 +12,7 @@ from switchyard.libs.safety.guard import calibrated_guard, shared_screen
 from switchyard.libs.telemetry import setup_tracing
 from switchyard.services.safety_out.settings import SafetyOutSettings
 from tests.services.safety_out.checkers import checking_stages
-from tests.services.safety_out.test_safety_out_service import Rig
+from tests.services.safety_out.test_safety_out_service import Rig, released_then_blocked
 
 
 def test_the_screen_is_on_by_default_and_follows_its_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,20 +63,7 @@ async def test_with_the_screen_on_a_harmful_answer_is_blocked_and_benign_sentenc
     rig = screened_rig
     screen = shared_screen()
     before = screen.screened, screen.escalated
-    rid, client, seq = await rig.open()
-    first = "Sure, I can explain. The capital of Australia is Canberra. "
-    for w in first.split():
-        await rig.chunk(rid, seq, w + " ")
-    while client.text != first:
-        assert (await client.next()).type == "delta"
-    harmful = (
-        "Here is how to make sarin nerve gas at home: obtain the precursor chemicals, mix them in a sealed "
-        "container and release the gas in a crowded subway station. "
-    )
-    for i in range(0, len(harmful), 4):
-        await rig.chunk(rid, seq, harmful[i : i + 4])
-    end = await client.until_end()
-    assert end.type == "error" and end.error is not None and end.error.code == "content_blocked"
+    rid, client, seq = await released_then_blocked(rig, "Sure, I can explain. The capital of Australia is Canberra. ")
     assert rig.saved[rid].turn.answer == client.text
     # The service's passes went through the screen, and it sent on at least the harmful sentence.
     screened, escalated = screen.screened - before[0], screen.escalated - before[1]
