@@ -3,7 +3,9 @@ updated by compare-and-set (shared rate-limit counters)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -24,6 +26,7 @@ log = structlog.get_logger()
 # missed idle heartbeats. At its default (5 s) a router in a 3-node cluster heard no inference
 # heartbeat for 10-20 s and called every replica dead; at 1 s the watch is back within a few seconds.
 WATCH_HEARTBEAT_S = 1.0
+LEADER_WAIT_S = 10.0
 
 
 async def open_bucket(js: JetStreamContext, bucket: str, ttl_s: float | None = None, replicas: int = 1) -> KeyValue:
@@ -31,9 +34,23 @@ async def open_bucket(js: JetStreamContext, bucket: str, ttl_s: float | None = N
         return await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
         try:
-            return await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl_s, history=1, replicas=replicas))
+            kv = await js.create_key_value(KeyValueConfig(bucket=bucket, ttl=ttl_s, history=1, replicas=replicas))
         except nats.js.errors.BadRequestError:  # another service created it first
-            return await js.key_value(bucket)
+            kv = await js.key_value(bucket)
+        await until_led(js, f"KV_{bucket}")
+        return kv
+
+
+async def until_led(js: JetStreamContext, stream: str, timeout_s: float = LEADER_WAIT_S) -> None:
+    """Wait until a replicated `stream` has a leader: a stream just created in a cluster answers a write
+    with "no responders" until its replicas have elected one. Gives up after `timeout_s` (a write then
+    fails with its own error)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = await js.stream_info(stream)
+        if info.cluster is None or info.cluster.leader or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.05)  # an election has no event to wait on
 
 
 class TypedKV(Generic[M]):
