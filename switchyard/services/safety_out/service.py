@@ -272,10 +272,7 @@ class SafetyOut:
 
     async def _send(self, st: Stream, rel: Release, kind: TextKind, usage: Usage | None = None) -> None:
         """Emit what the guard released; a block ends the stream; hand new sentences to the classifier."""
-        st.redactions += [r.__dict__ for r in rel.redactions]
-        text, lps = rel.text, None
-        if kind == "delta" and st.lp_on:
-            text, lps = self._with_logprobs(st, rel)
+        text, lps = self._released(st, rel, kind)
         if text and not st.closed and st.delivered_chars is None:
             await self._show(st, kind, text, lps)
         if rel.blocked is not None:
@@ -286,10 +283,7 @@ class SafetyOut:
     def _send_now(self, st: Stream, rel: Release, kind: TextKind) -> bool:
         """`_send` of an `at_once` stream, without waiting: False when the release blocks the stream (which
         then ends in a task of its own, and its later frames go through its task)."""
-        st.redactions += [r.__dict__ for r in rel.redactions]
-        text, lps = rel.text, None
-        if kind == "delta" and st.lp_on:
-            text, lps = self._with_logprobs(st, rel)
+        text, lps = self._released(st, rel, kind)
         if text and st.delivered_chars is None:
             self._show_now(st, kind, text, lps)
         if rel.blocked is not None:
@@ -300,6 +294,13 @@ class SafetyOut:
             return False
         self._judge_later(st, rel, kind)
         return True
+
+    def _released(self, st: Stream, rel: Release, kind: TextKind) -> tuple[str, list[dict[str, Any]] | None]:
+        """The text a release shows and its logprobs; its redactions join the stream's record."""
+        st.redactions += [r.__dict__ for r in rel.redactions]
+        if kind == "delta" and st.lp_on:
+            return self._with_logprobs(st, rel)
+        return rel.text, None
 
     async def _block_later(self, st: Stream, rel: Release) -> None:
         async with st.emit_lock:
